@@ -1,0 +1,61 @@
+"""Incremental view maintenance: the engine library.
+
+>>> view = maintain("Q() :- R(a,b), S(b,c), T(c,a)")
+>>> _ = view.apply([("R", (1, 2), 1), ("S", (2, 3), 1), ("T", (3, 1), 1)])
+>>> view.result()
+1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ivm.engines import ENGINES, Engine, EngineRefused
+from ivm.policy import Policy
+from ivm.query import Query, parse
+from ivm.updates import Update
+from ivm.view import Outcome, Rejected, View
+
+__all__ = [
+    "Engine",
+    "EngineRefused",
+    "Outcome",
+    "Policy",
+    "Query",
+    "Rejected",
+    "Update",
+    "View",
+    "maintain",
+    "parse",
+]
+
+
+def maintain(
+    query: str | Query,
+    *,
+    engine: str = "auto",
+    eps: float | None = None,
+    schema: Mapping[str, Sequence[str]] | None = None,
+    policy: Policy | None = None,
+) -> View:
+    """Start maintaining ``query`` (rule syntax, or a parsed :class:`Query`).
+
+    ``engine`` is ``"auto"`` (the planner chooses) or an engine name from
+    :data:`ivm.engines.ENGINES`; an engine that cannot serve the query raises
+    :class:`EngineRefused` with the reason.
+    """
+    q = query if isinstance(query, Query) else parse(query, schema)
+    name = _choose_engine(q) if engine == "auto" else engine
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; known: {sorted(ENGINES)}")
+    return View(q, ENGINES[name](q), policy)
+
+
+def _choose_engine(query: Query) -> str:
+    reasons = []
+    for name, cls in ENGINES.items():
+        reason = cls.refuses(query)
+        if reason is None:
+            return name
+        reasons.append(f"{name}: {reason}")
+    raise EngineRefused(f"no engine can maintain {query}: " + "; ".join(reasons))

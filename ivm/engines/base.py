@@ -1,0 +1,81 @@
+"""The engine protocol: the one narrow interface the runtime talks to.
+
+Every maintenance algorithm of the library is a subclass of :class:`Engine`:
+it is built from a :class:`~ivm.query.Query`, consumes batches of
+:class:`~ivm.updates.Update` values, and answers the result at any time.  The
+runtime (``processor/``) never knows which algorithm runs behind it.
+
+Contract (tests in ``tests/unit/test_engine_protocol.py`` check every engine):
+
+- ``apply(batch)`` leaves the same state and result as applying the batch's
+  updates one at a time, in order;
+- ``result()`` is the aggregate: an exact ``int`` for counts;
+- ``enumerate()`` yields ``(answer tuple, multiplicity)`` pairs with non-zero
+  multiplicity, each answer once;
+- ``multiplicity(relation, row)`` is the current multiplicity of a base tuple
+  (the runtime's input policies need it);
+- ``stats()`` reports internals as flat numbers, the same the metrics export;
+- ``snapshot()``/``restore()`` round-trip the whole state through bytes.
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+from ivm.query.model import Query
+from ivm.updates import Row, Update
+
+
+class EngineRefused(ValueError):
+    """The engine cannot serve this query; the message says why (a witness)."""
+
+
+class Engine(ABC):
+    """An incremental view maintenance algorithm for one query."""
+
+    name: ClassVar[str]
+
+    def __init__(self, query: Query) -> None:
+        reason = self.refuses(query)
+        if reason:
+            raise EngineRefused(f"engine {self.name!r} cannot maintain {query}: {reason}")
+        self.query = query
+
+    @classmethod
+    @abstractmethod
+    def refuses(cls, query: Query) -> str | None:
+        """``None`` if this engine can maintain ``query``, else the reason it cannot."""
+
+    @abstractmethod
+    def apply(self, updates: Sequence[Update]) -> None:
+        """Apply a batch of updates (same effect as one at a time, in order)."""
+
+    @abstractmethod
+    def result(self) -> Any:
+        """The current aggregate value."""
+
+    @abstractmethod
+    def enumerate(self) -> Iterator[tuple[Row, int]]:
+        """The current answers with their multiplicities."""
+
+    @abstractmethod
+    def multiplicity(self, relation: str, row: Row) -> int:
+        """The current multiplicity of ``row`` in base relation ``relation``."""
+
+    def stats(self) -> dict[str, int | float]:
+        """Engine internals as flat numbers (exported as metrics)."""
+        return {}
+
+    def snapshot(self) -> bytes:
+        """The whole state as bytes; :meth:`restore` reads it back."""
+        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def restore(cls, blob: bytes) -> Engine:
+        engine = pickle.loads(blob)
+        if not isinstance(engine, cls):
+            raise TypeError(f"snapshot holds a {type(engine).__name__}, not a {cls.__name__}")
+        return engine

@@ -1,0 +1,83 @@
+"""A maintained view: a query, the engine maintaining it, and the input policy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ivm.engines.base import Engine
+from ivm.policy import Policy
+from ivm.query.model import Query
+from ivm.updates import Row, Update, as_updates
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An update the view refused, with the reason; the state did not change."""
+
+    update: Update
+    reason: str
+
+
+@dataclass
+class Outcome:
+    """What one call to :meth:`View.apply` did."""
+
+    applied: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+class View:
+    """The result of a query kept up to date under updates.
+
+    Built by :func:`ivm.maintain`.  ``apply`` validates each update (known
+    relation, right arity, the input :class:`Policy`) and hands the valid ones
+    to the engine as one batch; invalid ones come back in the
+    :class:`Outcome` and change nothing.
+    """
+
+    def __init__(self, query: Query, engine: Engine, policy: Policy | None = None) -> None:
+        self.query = query
+        self.engine = engine
+        self.policy = policy or Policy()
+        self._arity = dict(query.relations)
+
+    def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
+        outcome = Outcome()
+        valid: list[Update] = []
+        pending: dict[tuple[str, Row], int] = {}
+        for update in as_updates(updates):
+            reason = self._reject_reason(update, pending)
+            if reason:
+                outcome.rejected.append(Rejected(update, reason))
+                continue
+            key = (update.relation, update.row)
+            pending[key] = pending.get(key, 0) + update.mult
+            valid.append(update)
+        if valid:
+            self.engine.apply(valid)
+        outcome.applied = len(valid)
+        return outcome
+
+    def _reject_reason(self, update: Update, pending: dict[tuple[str, Row], int]) -> str | None:
+        arity = self._arity.get(update.relation)
+        if arity is None:
+            return f"unknown relation {update.relation!r} (query uses {sorted(self._arity)})"
+        if len(update.row) != arity:
+            return f"relation {update.relation} has arity {arity}, tuple {update.row!r} has {len(update.row)}"
+        current = self.engine.multiplicity(update.relation, update.row)
+        current += pending.get((update.relation, update.row), 0)
+        return self.policy.check(current, update.mult)
+
+    def result(self) -> Any:
+        return self.engine.result()
+
+    def enumerate(self) -> Iterator[tuple[Row, int]]:
+        return self.engine.enumerate()
+
+    def explain(self) -> dict[str, Any]:
+        return {"query": str(self.query), "engine": self.engine.name}
+
+    def stats(self) -> dict[str, int | float]:
+        return self.engine.stats()
