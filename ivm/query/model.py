@@ -2,47 +2,207 @@
 
 ``Q(free...) :- R1(x...), ..., Rn(x...)`` over Z-relations; the aggregate is
 the sum over the bound variables of the product of the atoms' multiplicities
-(COUNT), as in F-IVM §2 and the q-hierarchical paper §2.
+(COUNT), as in F-IVM §2 and the q-hierarchical paper §2.  F-IVM §2.4 lifts
+variables into other rings: ``SUM(a*b)`` is the sum ring with lifting
+``g_a(x) = x``, ``COVAR(a, b, c)`` the covariance ring of degree 3 used for
+linear regression (F-IVM §6.1).
+
+Constants are selections: ``R(a, 5)`` is stored as ``R(a, _1)`` with the
+fresh variable ``_1`` fixed to ``5`` (Berkholz et al. §7 [derived]: "treat
+constants in atoms like the repeated-variable filter").  The fresh variable
+occurs in no other atom, so every structural test reads it as a private bound
+variable, which is exactly what a selection on ``R`` is.  Engines that do not
+filter on constants must refuse queries with :attr:`Query.has_selections`
+(or pre-filter updates with :meth:`Atom.matches`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Constant = int | float | str
+
+FRESH = re.compile(r"_\d+")
+"""Names of the variables the parsers invent (anonymous ``_`` and constants)."""
+
+
+def _render_constant(value: Constant) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
 
 
 @dataclass(frozen=True)
 class Atom:
-    """One relation occurrence ``relation(terms...)``; terms are variable names."""
+    """One relation occurrence ``relation(terms...)``.
+
+    ``terms`` holds one variable name per attribute position (repeats allowed:
+    ``E(x, x)``); ``constants`` lists ``(position, value)`` selections, whose
+    positions hold fresh variables of their own.
+    """
 
     relation: str
     terms: tuple[str, ...]
+    constants: tuple[tuple[int, Constant], ...] = ()
 
     @property
     def variables(self) -> frozenset[str]:
         return frozenset(self.terms)
 
+    @property
+    def arity(self) -> int:
+        return len(self.terms)
+
+    def matches(self, row: tuple[Any, ...]) -> bool:
+        """Does ``row`` pass this atom's selections (constants and repeated variables)?
+
+        >>> Atom("E", ("x", "x")).matches((1, 1)), Atom("E", ("x", "x")).matches((1, 2))
+        (True, False)
+        >>> Atom("R", ("a", "_1"), ((1, 5),)).matches((7, 5))
+        True
+        """
+        if len(row) != len(self.terms):
+            return False
+        if any(row[pos] != value for pos, value in self.constants):
+            return False
+        seen: dict[str, Any] = {}
+        for var, value in zip(self.terms, row, strict=True):
+            if seen.setdefault(var, value) != value:
+                return False
+        return True
+
     def __str__(self) -> str:
-        return f"{self.relation}({', '.join(self.terms)})"
+        fixed = dict(self.constants)
+        shown = []
+        for pos, term in enumerate(self.terms):
+            if pos in fixed:
+                shown.append(_render_constant(fixed[pos]))
+            elif FRESH.fullmatch(term):
+                shown.append("_")
+            else:
+                shown.append(term)
+        return f"{self.relation}({', '.join(shown)})"
+
+
+AggregateKind = Literal["count", "sum", "covariance"]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """The aggregate of the query and the ring it is computed in (F-IVM §2.4).
+
+    - ``count``: ``COUNT(*)``, the Z ring (multiplicities);
+    - ``sum``: ``SUM(coefficient * v1 * ... * vk)``, the sum ring with lifting
+      ``g_v(x) = x`` for each factor ``v``;
+    - ``covariance``: ``COVAR(v1, ..., vk)``, the degree-k covariance ring
+      (count, the k sums and the k*k sums of products), from which the least
+      squares model of a linear regression is solved (F-IVM §6.1).
+    """
+
+    kind: AggregateKind = "count"
+    variables: tuple[str, ...] = ()
+    coefficient: int | float = 1
+
+    @property
+    def ring(self) -> str:
+        """The payload ring, named as in F-IVM §2.4."""
+        if self.kind == "count":
+            return "Z (count)"
+        if self.kind == "sum":
+            return "Z/R (sum of products, lifting g_v(x) = x)"
+        return f"covariance ring of degree {len(self.variables)}"
+
+    def __str__(self) -> str:
+        if self.kind == "count":
+            return "COUNT(*)"
+        if self.kind == "covariance":
+            return f"COVAR({', '.join(self.variables)})"
+        factors = list(self.variables)
+        if self.coefficient != 1 or not factors:
+            factors.insert(0, repr(self.coefficient))
+        return f"SUM({' * '.join(factors)})"
+
+
+COUNT = Aggregate()
 
 
 @dataclass(frozen=True)
 class Query:
-    """A conjunctive query: a head name, free variables and a body of atoms."""
+    """A conjunctive query: a head name, free variables, a body of atoms and an aggregate.
+
+    >>> from ivm.query.parse import parse
+    >>> q = parse("Q(a) :- R(a, b), S(b, c)")
+    >>> q.free, sorted(q.bound), q.atoms_of("b")
+    (('a',), ['b', 'c'], frozenset({0, 1}))
+    """
 
     name: str
     free: tuple[str, ...]
     atoms: tuple[Atom, ...]
+    aggregate: Aggregate = field(default=COUNT)
 
     @property
     def variables(self) -> frozenset[str]:
         return frozenset(v for atom in self.atoms for v in atom.terms)
 
     @property
+    def bound(self) -> frozenset[str]:
+        return self.variables - set(self.free)
+
+    @property
     def relations(self) -> Mapping[str, int]:
         """Relation name -> arity, in order of first occurrence."""
         return {atom.relation: len(atom.terms) for atom in self.atoms}
 
+    @property
+    def self_join_free(self) -> bool:
+        """Does each relation symbol occur in at most one atom?"""
+        return len({a.relation for a in self.atoms}) == len(self.atoms)
+
+    @property
+    def has_selections(self) -> bool:
+        """Does some atom fix a position to a constant?"""
+        return any(a.constants for a in self.atoms)
+
+    @property
+    def is_boolean(self) -> bool:
+        return not self.free
+
+    @property
+    def is_full(self) -> bool:
+        return set(self.free) == self.variables
+
+    def atoms_of(self, variable: str) -> frozenset[int]:
+        """Indices of the atom occurrences that contain ``variable`` (``atoms(x)``, 002 §2)."""
+        return frozenset(i for i, a in enumerate(self.atoms) if variable in a.terms)
+
+    def variable_order(self) -> tuple[str, ...]:
+        """The variables in order of first occurrence (free variables first)."""
+        seen = dict.fromkeys(self.free)
+        for atom in self.atoms:
+            seen.update(dict.fromkeys(atom.terms))
+        return tuple(seen)
+
+    def induced(self, indices: Iterable[int]) -> Query:
+        """The induced CQ ``Q[E']`` on the atoms at ``indices`` (003 §1.1).
+
+        Its free variables are the original free variables that still occur.
+        """
+        keep = sorted(set(indices))
+        atoms = tuple(self.atoms[i] for i in keep)
+        present = {v for a in atoms for v in a.terms}
+        return Query(self.name, tuple(v for v in self.free if v in present), atoms, self.aggregate)
+
+    def with_free(self, free: Iterable[str]) -> Query:
+        """The same body with other free variables."""
+        return Query(self.name, tuple(free), self.atoms, self.aggregate)
+
     def __str__(self) -> str:
         body = ", ".join(str(a) for a in self.atoms)
-        return f"{self.name}({', '.join(self.free)}) :- {body}"
+        head = list(self.free)
+        if self.aggregate != COUNT:
+            head.append(str(self.aggregate))
+        return f"{self.name}({', '.join(head)}) :- {body}"
