@@ -34,14 +34,24 @@ class Policy:
         if self.duplicate not in ("accumulate", "reject"):
             raise ValueError(f"policy duplicate must be 'accumulate' or 'reject', got {self.duplicate!r}")
 
-    def check(self, current: int, mult: int) -> str | None:
-        """The reason to reject an update of ``mult`` to a tuple now at ``current``."""
+    def check(self, current: int, mult: int) -> tuple[str, str] | None:
+        """Why to reject an update of ``mult`` to a tuple now at ``current``:
+        ``(kind, message)``, or ``None`` to accept it.
+
+        >>> Policy().check(0, -1)
+        ('absent_delete', 'delete of an absent tuple (multiplicity 0, update -1)')
+        >>> Policy().check(1, -1) is None
+        True
+        """
         if mult == 0:
-            return "multiplicity 0 is not an update"
+            return "zero_multiplicity", "multiplicity 0 is not an update"
         if self.negative == "reject" and current + mult < 0:
             if current == 0:
-                return f"delete of an absent tuple (multiplicity 0, update {mult})"
-            return f"delete below zero (multiplicity {current}, update {mult})"
+                return "absent_delete", f"delete of an absent tuple (multiplicity 0, update {mult})"
+            return "negative_multiplicity", f"delete below zero (multiplicity {current}, update {mult})"
         if self.duplicate == "reject" and mult > 0 and current + mult > 1:
-            return f"insert of a present tuple under set semantics (multiplicity {current})"
+            return (
+                "duplicate_insert",
+                f"insert of a present tuple under set semantics (multiplicity {current})",
+            )
         return None

@@ -14,9 +14,14 @@ from ivm.updates import Row, Update, as_updates
 
 @dataclass(frozen=True)
 class Rejected:
-    """An update the view refused, with the reason; the state did not change."""
+    """An update the view refused, with the reason; the state did not change.
 
+    ``index`` is the update's position in the batch given to :meth:`View.apply`.
+    """
+
+    index: int
     update: Update
+    kind: str  # a stable label: unknown_relation, arity, absent_delete, ...
     reason: str
 
 
@@ -47,10 +52,10 @@ class View:
         outcome = Outcome()
         valid: list[Update] = []
         pending: dict[tuple[str, Row], int] = {}
-        for update in as_updates(updates):
-            reason = self._reject_reason(update, pending)
-            if reason:
-                outcome.rejected.append(Rejected(update, reason))
+        for index, update in enumerate(as_updates(updates)):
+            violation = self._violation(update, pending)
+            if violation:
+                outcome.rejected.append(Rejected(index, update, *violation))
                 continue
             key = (update.relation, update.row)
             pending[key] = pending.get(key, 0) + update.mult
@@ -60,12 +65,18 @@ class View:
         outcome.applied = len(valid)
         return outcome
 
-    def _reject_reason(self, update: Update, pending: dict[tuple[str, Row], int]) -> str | None:
+    def _violation(self, update: Update, pending: dict[tuple[str, Row], int]) -> tuple[str, str] | None:
         arity = self._arity.get(update.relation)
         if arity is None:
-            return f"unknown relation {update.relation!r} (query uses {sorted(self._arity)})"
+            return (
+                "unknown_relation",
+                f"unknown relation {update.relation!r} (query uses {sorted(self._arity)})",
+            )
         if len(update.row) != arity:
-            return f"relation {update.relation} has arity {arity}, tuple {update.row!r} has {len(update.row)}"
+            return (
+                "arity",
+                f"relation {update.relation} has arity {arity}, tuple {update.row!r} has {len(update.row)}",
+            )
         current = self.engine.multiplicity(update.relation, update.row)
         current += pending.get((update.relation, update.row), 0)
         return self.policy.check(current, update.mult)

@@ -1,0 +1,154 @@
+"""Avro codecs for relation updates and the output topics (DESIGN §4).
+
+A relation update is an Avro record with the relation's attributes plus a
+``mult`` field (long, non-zero).  Its Kafka key is the tuple's attributes
+alone, Avro-encoded, so that every update to a tuple lands in the same
+partition and keeps its order.  This module handles plain Avro binary with the
+schemas from ``schemas/``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from ivm.updates import Row
+
+
+class DecodeError(ValueError):
+    """An input message is not a valid update; the message is the reason."""
+
+
+def schemas_dir() -> Path:
+    """``$IVM_SCHEMAS`` or the ``schemas/`` folder of this checkout."""
+    env = os.environ.get("IVM_SCHEMAS")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "schemas"
+
+
+def load_schema(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+@dataclass(frozen=True)
+class RelationCodec:
+    """Encode and decode the updates of one relation.
+
+    >>> codec = RelationCodec.from_schema(load_schema(schemas_dir() / "relations" / "R.avsc"))
+    >>> key, value = codec.encode((1, 2), -1)
+    >>> codec.decode(value)
+    ((1, 2), -1)
+    """
+
+    relation: str
+    attributes: tuple[str, ...]
+    value_schema: Any
+    key_schema: Any
+
+    @classmethod
+    def from_schema(cls, schema: Mapping[str, Any]) -> RelationCodec:
+        fields = schema.get("fields", [])
+        names = [f["name"] for f in fields]
+        if schema.get("type") != "record" or "mult" not in names:
+            raise ValueError(f"schema {schema.get('name')!r} is not a record with a 'mult' field")
+        mult = next(f for f in fields if f["name"] == "mult")
+        if mult["type"] not in ("long", "int"):
+            raise ValueError(f"schema {schema['name']!r}: 'mult' must be an int or long")
+        attributes = tuple(n for n in names if n != "mult")
+        key = {
+            "type": "record",
+            "name": f"{schema['name']}Key",
+            "namespace": schema.get("namespace", "ivm.relations"),
+            "fields": [f for f in fields if f["name"] != "mult"],
+        }
+        return cls(
+            schema["name"], attributes, fastavro.parse_schema(dict(schema)), fastavro.parse_schema(key)
+        )
+
+    def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:
+        """The Kafka key and value of the update ``{row ↦ mult}``."""
+        if len(row) != len(self.attributes):
+            raise ValueError(f"{self.relation} has attributes {self.attributes}, got {row!r}")
+        record = dict(zip(self.attributes, row, strict=True))
+        key = io.BytesIO()
+        fastavro.schemaless_writer(key, self.key_schema, record)
+        record["mult"] = mult
+        value = io.BytesIO()
+        fastavro.schemaless_writer(value, self.value_schema, record)
+        return key.getvalue(), value.getvalue()
+
+    def decode(self, value: bytes | None) -> tuple[Row, int]:
+        """The update in ``value``; :class:`DecodeError` with the reason if it is not one."""
+        if not value:
+            raise DecodeError(f"empty message: not an Avro {self.relation} update")
+        buf = io.BytesIO(value)
+        try:
+            record = fastavro.schemaless_reader(buf, self.value_schema, None)
+        except Exception as err:  # fastavro raises many types on bad bytes
+            raise DecodeError(
+                f"malformed Avro for relation {self.relation}: {type(err).__name__}: {err}"
+            ) from None
+        if buf.tell() != len(value):
+            raise DecodeError(
+                f"malformed Avro for relation {self.relation}: {len(value) - buf.tell()} trailing bytes"
+            )
+        mult = record["mult"]
+        if mult == 0:
+            raise DecodeError(f"multiplicity 0 in an update of {self.relation}: not an update")
+        return tuple(record[a] for a in self.attributes), mult
+
+
+class OutputCodec:
+    """Encode the records of an output topic (result, delta, dead letter)."""
+
+    def __init__(self, name: str) -> None:
+        self.schema = fastavro.parse_schema(load_schema(schemas_dir() / f"{name}.avsc"))
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, self.schema, dict(record))
+        return buf.getvalue()
+
+    def decode(self, value: bytes) -> dict[str, Any]:
+        return fastavro.schemaless_reader(io.BytesIO(value), self.schema, None)
+
+
+def load_relation_codecs(directory: Path | None = None) -> dict[str, RelationCodec]:
+    """Every relation schema of ``schemas/relations/``, by relation name."""
+    directory = directory or schemas_dir() / "relations"
+    codecs = {}
+    for path in sorted(Path(directory).glob("*.avsc")):
+        codec = RelationCodec.from_schema(load_schema(path))
+        codecs[codec.relation] = codec
+    return codecs
+
+
+def result_to_json(value: Any) -> str:
+    """The JSON text of a result: exact integers of any size, group-by dicts as objects.
+
+    >>> result_to_json(10**30)
+    '1000000000000000000000000000000'
+    >>> result_to_json({(1, "x"): 2})
+    '{"[1, \\\\"x\\\\"]": 2}'
+    """
+    if isinstance(value, dict):
+        return json.dumps(
+            {json.dumps(list(k)) if isinstance(k, tuple) else str(k): _plain(v) for k, v in value.items()}
+        )
+    return json.dumps(_plain(value))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)

@@ -1,0 +1,146 @@
+"""The pipeline configuration: one TOML file per pipeline (DESIGN §5).
+
+See ``config/demo.toml`` for a complete example.  Every error names the key
+and what was expected.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ivm.policy import Policy
+
+
+class ConfigError(ValueError):
+    """The configuration file is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class RelationConfig:
+    name: str
+    topic: str
+    schema: Path
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    name: str
+    query: str
+    engine: str = "auto"
+    eps: float | None = None
+
+    @property
+    def result_topic(self) -> str:
+        return f"{self.name}.result"
+
+    @property
+    def delta_topic(self) -> str:
+        return f"{self.name}.delta"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    dead_letter_topic: str = "ivm.dead-letter"
+    relations: tuple[RelationConfig, ...] = ()
+    queries: tuple[QueryConfig, ...] = ()
+    policy: Policy = field(default_factory=Policy)
+    spark_master: str = "local[2]"
+    max_offsets_per_trigger: int = 200_000
+    trigger_ms: int = 200
+    starting_offsets: str = "earliest"
+    metrics_port: int = 0  # 0: no metrics endpoint
+    checkpoint: str = ""  # empty: a fresh temporary checkpoint per run
+
+    def relation(self, name: str) -> RelationConfig:
+        for rel in self.relations:
+            if rel.name == name:
+                return rel
+        raise KeyError(name)
+
+    def with_overrides(self, **overrides: Any) -> PipelineConfig:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read and validate a pipeline configuration file."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return parse_config(raw, base=path.parent)
+
+
+def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
+    known = {"kafka", "spark", "metrics", "policy", "relations", "queries"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"unknown top-level keys {sorted(unknown)}; known: {sorted(known)}")
+    kafka = _table(raw, "kafka")
+    spark = _table(raw, "spark")
+    metrics = _table(raw, "metrics")
+    policy_raw = _table(raw, "policy")
+    relations = []
+    for i, rel in enumerate(raw.get("relations", [])):
+        name = _str(rel, "name", f"relations[{i}]")
+        schema = Path(_str(rel, "schema", f"relations[{i}]", default=f"relations/{name}.avsc"))
+        relations.append(RelationConfig(name, _str(rel, "topic", f"relations[{i}]", default=name), schema))
+    if not relations:
+        raise ConfigError("no [[relations]] configured")
+    queries = []
+    for i, q in enumerate(raw.get("queries", [])):
+        eps = q.get("eps")
+        if eps is not None and not (isinstance(eps, int | float) and 0 <= eps <= 1):
+            raise ConfigError(f"queries[{i}].eps must be a number in [0, 1], got {eps!r}")
+        queries.append(
+            QueryConfig(
+                _str(q, "name", f"queries[{i}]"),
+                _str(q, "query", f"queries[{i}]"),
+                _str(q, "engine", f"queries[{i}]", default="auto"),
+                eps,
+            )
+        )
+    if not queries:
+        raise ConfigError("no [[queries]] configured")
+    names = [q.name for q in queries]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"query names must be unique, got {names}")
+    try:
+        policy = Policy(**policy_raw)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"[policy]: {err}") from None
+    return PipelineConfig(
+        bootstrap=_str(kafka, "bootstrap", "kafka", default="127.0.0.1:9092"),
+        dead_letter_topic=_str(kafka, "dead_letter_topic", "kafka", default="ivm.dead-letter"),
+        relations=tuple(relations),
+        queries=tuple(queries),
+        policy=policy,
+        spark_master=_str(spark, "master", "spark", default="local[2]"),
+        max_offsets_per_trigger=int(spark.get("max_offsets_per_trigger", 200_000)),
+        trigger_ms=int(spark.get("trigger_ms", 200)),
+        starting_offsets=_str(spark, "starting_offsets", "spark", default="earliest"),
+        checkpoint=_str(spark, "checkpoint", "spark", default=""),
+        metrics_port=int(metrics.get("port", 0)),
+    )
+
+
+def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{key}] must be a table")
+    return value
+
+
+def _str(table: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = table.get(key, default)
+    if value is None:
+        raise ConfigError(f"{where}.{key} is required")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
+    return value

@@ -1,0 +1,179 @@
+"""A single-node Apache Kafka broker in KRaft mode, as a local JVM process.
+
+The broker runs from the official artifacts (``artifacts.kafka_jars``), binds
+to 127.0.0.1 on free ports, keeps its data in a folder of its own and its log
+beside it.  It is configured for transactions on one node (replication 1), as
+the exactly-once outputs need.
+
+>>> # with KafkaBroker.start() as broker: broker.bootstrap -> '127.0.0.1:PORT'
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from processor.local.artifacts import kafka_jars
+from processor.local.ports import free_port, wait_for_port
+
+_LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = info
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and Path(java_home, "bin", "java").exists():
+        return str(Path(java_home, "bin", "java"))
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("no Java runtime found: the Kafka broker needs Java 17 or newer")
+    return java
+
+
+class KafkaBroker:
+    """A running broker; stop it with :meth:`stop` (or use it as a context manager)."""
+
+    def __init__(self, workdir: Path, port: int, controller_port: int, proc: subprocess.Popen) -> None:
+        self.workdir = workdir
+        self.port = port
+        self.controller_port = controller_port
+        self.proc = proc
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "broker.log"
+
+    @classmethod
+    def start(
+        cls,
+        workdir: Path | None = None,
+        port: int | None = None,
+        heap: str = "512m",
+        timeout: float = 90.0,
+    ) -> KafkaBroker:
+        """Format the storage (first start only) and start the broker."""
+        workdir = Path(workdir or tempfile.mkdtemp(prefix="ivm-kafka-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        data = workdir / "data"
+        props = workdir / "server.properties"
+        if props.exists():  # a restart keeps the ports and the data
+            conf = dict(line.split("=", 1) for line in props.read_text().splitlines() if "=" in line)
+            port = int(conf["listeners"].split(",")[0].rsplit(":", 1)[1])
+            controller_port = int(conf["controller.quorum.voters"].rsplit(":", 1)[1])
+        else:
+            port = port or free_port()
+            controller_port = free_port()
+            props.write_text(_server_properties(data, port, controller_port))
+        (workdir / "log4j2.properties").write_text(_LOG4J2.format(log=workdir / "broker.log"))
+        classpath = f"{kafka_jars()}/*"
+        java = _java()
+        base = [java, "-cp", classpath, f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}"]
+        if not (data / "meta.properties").exists():
+            cluster_id = uuid.uuid4().hex[:22]
+            fmt = subprocess.run(
+                [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                 "-c", str(props), "--standalone"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if fmt.returncode != 0:
+                raise RuntimeError(f"formatting the Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+        out = open(workdir / "broker.stdout", "ab")  # noqa: SIM115 (lives as long as the broker)
+        proc = subprocess.Popen(
+            [*base, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "kafka.Kafka", str(props)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        broker = cls(workdir, port, controller_port, proc)
+        try:
+            wait_for_port(port, timeout, alive=lambda: proc.poll() is None)
+            broker.wait_ready(timeout)
+        except Exception as err:
+            broker.stop()
+            raise RuntimeError(f"the Kafka broker did not start; see {broker.log_path}") from err
+        return broker
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until the broker answers metadata requests."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if admin.list_topics(timeout=5).brokers:
+                    return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.3)
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after 30 s; ``kill`` kills at once)."""
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self, timeout: float = 90.0) -> KafkaBroker:
+        """Stop and start again on the same ports with the same data."""
+        self.stop()
+        started = KafkaBroker.start(self.workdir, timeout=timeout)
+        self.proc = started.proc
+        return self
+
+    def __enter__(self) -> KafkaBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _server_properties(data: Path, port: int, controller_port: int) -> str:
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={data}",
+            "num.partitions=1",
+            "auto.create.topics.enable=true",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=3",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=3",
+            "group.initial.rebalance.delay.ms=0",
+            "log.retention.hours=-1",
+            "log.segment.bytes=104857600",
+            "",
+        ]
+    )
