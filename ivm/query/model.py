@@ -69,10 +69,7 @@ class Atom:
         if any(row[pos] != value for pos, value in self.constants):
             return False
         seen: dict[str, Any] = {}
-        for var, value in zip(self.terms, row, strict=True):
-            if seen.setdefault(var, value) != value:
-                return False
-        return True
+        return all(seen.setdefault(var, value) == value for var, value in zip(self.terms, row, strict=True))
 
     def __str__(self) -> str:
         fixed = dict(self.constants)

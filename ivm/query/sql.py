@@ -162,7 +162,7 @@ class _SqlReader:
         """The (table index, position) a column reference names."""
         attr, table = column.name, column.table
         hits = []
-        for t, (alias, relation, attrs) in enumerate(self.tables):
+        for t, (alias, _relation, attrs) in enumerate(self.tables):
             if table and table.lower() not in (alias.lower(),):
                 continue
             hits += [(t, p) for p, a in enumerate(attrs) if a.lower() == attr.lower()]
@@ -236,9 +236,7 @@ class _SqlReader:
             if not args or not all(isinstance(a, exp.Column) for a in args):
                 raise QuerySyntaxError("COVAR takes one or more columns: COVAR(R.x, S.y, ...)")
             return "covariance", [self.find(self.column(a)) for a in args], 1
-        raise QuerySyntaxError(
-            f"unsupported SQL: {name} in SELECT (use COUNT(*), SUM(x * y) or COVAR(x, y, ...))"
-        )
+        raise QuerySyntaxError(f"unsupported SQL: {name} in SELECT (use COUNT(*), SUM(x * y) or COVAR(x, y, ...))")
 
     # the query
     def build(self, free: list[tuple[int, int]], aggregate: Aggregate | None) -> Query:
@@ -281,9 +279,7 @@ class _SqlReader:
                 terms.append(names[root])
             atoms.append(Atom(relation, tuple(terms), tuple(constants)))
         if aggregate is not None and aggregate.kind != "count":
-            aggregate = Aggregate(
-                aggregate.kind, tuple(names[s] for s in self._aggregate_slots), aggregate.coefficient
-            )
+            aggregate = Aggregate(aggregate.kind, tuple(names[s] for s in self._aggregate_slots), aggregate.coefficient)
         return Query("Q", tuple(names[s] for s in free), tuple(atoms), aggregate or Aggregate())
 
     def _in_aggregate(self, root: tuple[int, int]) -> bool:
