@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 
 from ivm.engines import ENGINES, Engine, EngineRefused
@@ -48,7 +49,22 @@ def maintain(
     name = _choose_engine(q) if engine == "auto" else engine
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {sorted(ENGINES)}")
-    return View(q, ENGINES[name](q), policy)
+    options = _engine_options(ENGINES[name], {"eps": eps}, explicit=engine != "auto")
+    return View(q, ENGINES[name](q, **options), policy)
+
+
+def _engine_options(cls: type[Engine], given: Mapping[str, object], explicit: bool) -> dict[str, object]:
+    """The options given (not ``None``) that ``cls`` accepts; a named engine must accept them all."""
+    accepted = inspect.signature(cls.__init__).parameters
+    options = {}
+    for key, value in given.items():
+        if value is None:
+            continue
+        if key in accepted:
+            options[key] = value
+        elif explicit:
+            raise ValueError(f"engine {cls.name!r} takes no option {key!r}")
+    return options
 
 
 def _choose_engine(query: Query) -> str:
