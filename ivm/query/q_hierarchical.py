@@ -52,8 +52,8 @@ def q_hierarchical(query: Query) -> Verdict:
     The verdict's ``witness`` is a :class:`QHierarchyViolation` (``None`` when
     the query is q-hierarchical).
 
-    >>> q_hierarchical(parse("Q(x,y) :- S(x), E(x,y), T(y)")).reason
-    'not q-hierarchical, condition (i): atoms(x) = {S(x), E(x, y)} and atoms(y) = {E(x, y), T(y)} overlap without nesting'
+    >>> print(q_hierarchical(parse("Q(x,y) :- S(x), E(x,y), T(y)")).reason)  # doctest: +ELLIPSIS
+    not q-hierarchical, condition (i): atoms(x) = {S(x), E(x, y)} and atoms(y) = {E(x, y), T(y)} overlap ...
     >>> v = q_hierarchical(parse("Q(x) :- E(x,y), T(y)"))
     >>> v.witness.condition, v.witness.x, v.witness.y
     ('ii', 'x', 'y')
