@@ -68,10 +68,10 @@ def _engine_options(cls: type[Engine], given: Mapping[str, object], explicit: bo
 
 
 def _choose_engine(query: Query) -> str:
-    reasons = []
-    for name, cls in ENGINES.items():
-        reason = cls.refuses(query)
-        if reason is None:
-            return name
-        reasons.append(f"{name}: {reason}")
-    raise EngineRefused(f"no engine can maintain {query}: " + "; ".join(reasons))
+    """The planner's engine for ``query`` (:func:`ivm.query.plan.plan`), arbitrary update patterns."""
+    from ivm.query.plan import plan
+
+    chosen = plan(query, registered=ENGINES)
+    if chosen.engine is None:
+        raise EngineRefused(f"no engine can maintain {query}: " + "; ".join(chosen.notes))
+    return chosen.engine

@@ -88,7 +88,12 @@ class View:
         return self.engine.enumerate()
 
     def explain(self) -> dict[str, Any]:
-        return {"query": str(self.query), "engine": self.engine.name}
+        """The classification, plan and guarantee (the dict of ``ivm explain --json``)."""
+        from ivm.query.explain import explain
+
+        return explain(
+            self.query, getattr(self, "patterns", None), eps=getattr(self.engine, "eps", None), engine=self.engine.name
+        )
 
     def stats(self) -> dict[str, int | float]:
         return self.engine.stats()

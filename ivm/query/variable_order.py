@@ -118,6 +118,16 @@ def update_exponent(query: Query, order: VariableOrder) -> int:
     return worst
 
 
+def view_keys(query: Query, order: VariableOrder, x: str) -> frozenset[str]:
+    """``keys(X) = dep(X) ∪ (free ∩ vars(subtree X))``, the key of the view at X (F-IVM Fig. 4)."""
+    return frozenset(order.dep[x] | (set(query.free) & _subtree(order, x)))
+
+
+def size_exponent(query: Query, order: VariableOrder) -> int:
+    """s such that every view of the tree has O(N^s) tuples (integral edge cover of its keys)."""
+    return max((_cover_number(query, set(view_keys(query, order, x))) for x in order.parent), default=0)
+
+
 def _subtree(order: VariableOrder, x: str) -> set[str]:
     out = {x}
     for c in order.children(x):

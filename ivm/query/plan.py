@@ -1,0 +1,385 @@
+"""Planning: from a query and its update patterns to an engine and a guarantee.
+
+The rules, best first (each cites the result that makes it optimal):
+
+1. the query (its core, with self-joins) is q-hierarchical: ``qhier``, O(N)
+   preprocessing, O(1) worst-case updates, O(1) delay (Berkholz et al. Thm 3.2);
+   nothing can be faster.
+2. free-connex, self-join-free, and MixDetect accepts the update patterns:
+   ``propagation`` over a compatible join tree, O(1) amortized updates, O(1)
+   delay (Hu & Wang Lemma 4.16; Cor 1.6 for insert-only, Lemma 3.8 for FIFO).
+3. triangle shape (also over one edge relation): ``ivm_eps``,
+   O(N^max(ε,1−ε)) amortized, O(1) answer; optimal at ε = 1/2 under OMv
+   (IVM^ε Thm 3, Prop. 4, Cor. 5).
+4. any other count over three relations of class 3R² or 3R³: ``ivm_eps``'s 3R
+   strategy (IVM^ε App. H, Thm 37, Prop. 38).
+5. otherwise ``fivm`` on a free-top variable order (F-IVM Thm 13), whose
+   update exponent is read off the view tree; the lower bound is OMv's
+   (non-q-hierarchical: no O(N^(1/2−γ)) update with O(N^(1/2−γ)) delay) and,
+   under the declared patterns, Hu & Wang's Thm 1.7 / 3.12 / 1.12.
+
+The best engine per the papers may not be registered yet; the plan then runs
+on a registered engine that accepts the query and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ivm.query.acyclic import acyclic
+from ivm.query.core import core
+from ivm.query.free_connex import free_connex
+from ivm.query.hierarchical import hierarchical
+from ivm.query.join_tree import compatible_tree, height_one_tree
+from ivm.query.mixdetect import mixdetect
+from ivm.query.model import Query
+from ivm.query.parse import parse  # noqa: F401  (doctests)
+from ivm.query.patterns import UpdatePatterns, parse_patterns
+from ivm.query.q_hierarchical import q_hierarchical
+from ivm.query.three_relations import three_relation_class
+from ivm.query.triangle import TriangleShape, triangle_shape
+from ivm.query.variable_order import size_exponent, update_exponent, variable_order, view_keys
+from ivm.query.verdict import Verdict
+from ivm.query.weak_q_hierarchical import weak_q_hierarchical
+
+DEFAULT_EPS = 0.5
+FALLBACK_ORDER = ("fivm", "propagation", "qhier", "ivm_eps", "first_order")
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """The cost bounds of a plan, in data complexity (N = database size), as words."""
+
+    preprocessing: str
+    update: str
+    delay: str
+    space: str
+    amortized: bool
+    lower_bound: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "preprocessing": self.preprocessing,
+            "update": self.update,
+            "delay": self.delay,
+            "space": self.space,
+            "amortized": self.amortized,
+            "lower_bound": self.lower_bound,
+        }
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Every structural verdict of a query (on its core when it has self-joins)."""
+
+    query: Query
+    core: Query
+    acyclic: Verdict
+    free_connex: Verdict
+    hierarchical: Verdict
+    q_hierarchical: Verdict
+    core_q_hierarchical: Verdict
+    weak_q_hierarchical: Verdict
+    triangle: TriangleShape | str
+    three_relations: Verdict
+
+
+def analyze(query: Query) -> Analysis:
+    """Run every structural test on ``query``.
+
+    >>> a = analyze(parse("Q() :- E(x,x), E(x,y), E(y,y)"))
+    >>> bool(a.q_hierarchical), bool(a.core_q_hierarchical), str(a.core)
+    (False, True, 'Q() :- E(x, x)')
+    """
+    reduced = core(query).query if not query.self_join_free else query
+    return Analysis(
+        query=query,
+        core=reduced,
+        acyclic=acyclic(query),
+        free_connex=free_connex(query),
+        hierarchical=hierarchical(query),
+        q_hierarchical=q_hierarchical(query),
+        core_q_hierarchical=q_hierarchical(reduced),
+        weak_q_hierarchical=weak_q_hierarchical(query),
+        triangle=triangle_shape(query),
+        three_relations=three_relation_class(query),
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The chosen engine, the structure it maintains, and the guarantee with its lower bound."""
+
+    analysis: Analysis
+    patterns: UpdatePatterns
+    best_engine: str
+    engine: str | None
+    eps: float | None
+    guarantee: Guarantee
+    constant_time: bool
+    structure: str
+    views: tuple[str, ...]
+    why: str
+    notes: tuple[str, ...] = field(default=())
+    mixdetect: Verdict | None = None
+
+
+def plan(
+    query: Query,
+    patterns: UpdatePatterns | Mapping[str, str] | list[str] | None = None,
+    eps: float | None = None,
+    engine: str | None = None,
+    registered: Mapping[str, Any] | None = None,
+) -> Plan:
+    """Choose the engine for ``query`` under ``patterns`` and state its guarantee.
+
+    >>> plan(parse("Q() :- R(a,b), S(b,c), T(c,a)"), registered={}).best_engine
+    'ivm_eps'
+    >>> p = plan(parse("Q(x) :- R(x,y), S(x,z), T(x)"), registered={})
+    >>> p.best_engine, p.guarantee.update, p.constant_time
+    ('qhier', 'O(1) worst-case', True)
+    >>> plan(parse("Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)"), ["R2=insert-only", "R3=insert-only"],
+    ...      registered={}).best_engine
+    'propagation'
+    """
+    sigma = parse_patterns(patterns)
+    analysis = analyze(query)
+    notes: list[str] = []
+    if registered is None:
+        from ivm.engines import ENGINES
+
+        registered = ENGINES
+    best, eps_used, guarantee, constant, structure, views, why, mix = _best(analysis, sigma, eps, notes)
+    chosen = _registered_engine(query, engine or best, registered, notes, forced=engine is not None)
+    if engine is not None and engine != best:
+        notes.append(
+            f"engine {engine!r} was requested; the papers' best plan for this query is {best!r} ({guarantee.update})"
+        )
+        guarantee = _engine_guarantee(engine, analysis, eps, guarantee)
+        constant = constant and engine in ("qhier", "propagation")
+    elif chosen is not None and chosen != best:
+        guarantee = _engine_guarantee(chosen, analysis, eps, guarantee)
+        constant = False
+    return Plan(analysis, sigma, best, chosen, eps_used, guarantee, constant, structure, views, why, tuple(notes), mix)
+
+
+def _best(
+    a: Analysis, sigma: UpdatePatterns, eps: float | None, notes: list[str]
+) -> tuple[str, float | None, Guarantee, bool, str, tuple[str, ...], str, Verdict | None]:
+    query = a.query
+    counting = not query.free
+    delay_word = "O(1) answer time" if counting else "O(1) delay"
+    if not query.self_join_free and len(a.core.atoms) < len(query.atoms):
+        notes.append(f"the query has self-joins; its core is {a.core} (same answers, Chandra–Merlin)")
+    if a.core_q_hierarchical:
+        target = a.core
+        tree = height_one_tree(target)
+        via = " (via its core)" if target is not query else ""
+        return (
+            "qhier",
+            None,
+            Guarantee(
+                "O(N)",
+                "O(1) worst-case",
+                delay_word,
+                "O(N)",
+                False,
+                "optimal: constant update and answer time cannot be improved",
+            ),
+            True,
+            tree.render(target),
+            ("one weight and fit-list per q-tree node value (Berkholz et al. §6)",),
+            f"q-hierarchical{via}: every atom's variables form a root path of the q-tree (Berkholz et al. Thm 3.2)",
+            None,
+        )
+    mix: Verdict | None = None
+    if query.self_join_free and a.free_connex:
+        mix = mixdetect(query, sigma)
+        if mix:
+            tree = compatible_tree(query, sigma)
+            kind = _pattern_kind(query, sigma)
+            return (
+                "propagation",
+                None,
+                Guarantee(
+                    "O(N)",
+                    "O(1) amortized",
+                    delay_word,
+                    "O(N)",
+                    True,
+                    "optimal: constant amortized update time cannot be improved",
+                ),
+                True,
+                tree.render(query),
+                (
+                    "semijoin view V_s and projection view V_p per join-tree node (Hu & Wang §2, [25])",
+                    "FILTER/EXTENDER edges for insert-only or jointly FIFO children",
+                ),
+                f"free-connex and MixDetect accepts the update patterns ({kind}): {mix.reason} (Hu & Wang Lemma 4.16)",
+                mix,
+            )
+    if isinstance(a.triangle, TriangleShape):
+        e = DEFAULT_EPS if eps is None else eps
+        hi, lo = _fmt(max(e, 1 - e)), _fmt(1 + min(e, 1 - e))
+        self_join = len({edge.relation for edge in a.triangle.edges}) == 1
+        views = (
+            ("V(a,c) = Σ_b E_h(a,b)·E_l(b,c) (IVM^ε App. B, one view for the self-join)",)
+            if self_join
+            else (
+                "V_RS(a,c) = Σ_b R_h(a,b)·S_l(b,c)",
+                "V_ST(b,a) = Σ_c S_h(b,c)·T_l(c,a)",
+                "V_TR(c,b) = Σ_a T_h(c,a)·R_l(a,b)",
+            )
+        )
+        u0, u1, u2 = a.triangle.variables
+        parts = "; ".join(f"{edge.relation} on {var}" for edge, var in zip(a.triangle.edges, (u0, u1, u2), strict=True))
+        return (
+            "ivm_eps",
+            e,
+            Guarantee(
+                "O(N^1.5)",
+                f"O(N^{hi}) amortized",
+                "O(1) answer time",
+                f"O(N^{lo})",
+                True,
+                "OMv (IVM^ε Prop. 4): no O(N^(0.5-γ)) amortized update with O(N^(1-γ)) answer time; "
+                + ("worst-case optimal at eps = 0.5" if e == 0.5 else "eps = 0.5 would be worst-case optimal"),
+            ),
+            False,
+            f"heavy/light partitions with threshold N^{_fmt(e)}: {parts}",
+            views,
+            "triangle count: cyclic, IVM^ε (Kara et al. Thm 3)",
+            mix,
+        )
+    if a.three_relations and a.three_relations.witness.i >= 2:
+        e = DEFAULT_EPS if eps is None else eps
+        i = a.three_relations.witness.i
+        hi, lo = _fmt(max(e, 1 - e)), _fmt(1 + min(e, 1 - e))
+        return (
+            "ivm_eps",
+            e,
+            Guarantee(
+                "O(N^1.5)" if i == 3 else "O(N)",
+                f"O(N^{hi}) amortized",
+                "O(1) answer time",
+                f"O(N^{lo})" if i == 3 else "O(N)",
+                True,
+                f"OMv (IVM^ε Prop. 38): no 3R^{i} query has O(N^(0.5-γ)) amortized update with O(N^(1-γ)) answer time",
+            ),
+            False,
+            "heavy/light partitions of each relation on its pair-join variables (IVM^ε App. H)",
+            ("skew-aware views of Fig. 18 (IVM^ε App. H.1)",),
+            f"{a.three_relations.reason} (IVM^ε Thm 37)",
+            mix,
+        )
+    order = variable_order(query)
+    k = update_exponent(query, order)
+    update = _power(k)
+    space = _power(max(1, size_exponent(query, order)))
+    lower = _lower_bound(a, sigma, mix)
+    constant = False
+    if a.free_connex:
+        why = "free-connex acyclic but not q-hierarchical: F-IVM over a free-top variable order (F-IVM Thm 13)"
+        delay = delay_word
+    else:
+        why = "not free-connex: F-IVM materializes the views of a free-top variable order (F-IVM §3)"
+        delay = delay_word if counting else "O(1) from the root view (the result is materialized)"
+    views = tuple(f"V@{v}[{', '.join(sorted(view_keys(query, order, v)))}]" for v in order.parent)
+    return (
+        "fivm",
+        None,
+        Guarantee(space, f"{update} per single-tuple update", delay, space, False, lower),
+        constant,
+        order.render(query),
+        views,
+        why,
+        mix,
+    )
+
+
+def _lower_bound(a: Analysis, sigma: UpdatePatterns, mix: Verdict | None) -> str:
+    query = a.query
+    parts = []
+    if mix is not None and not mix and _pattern_kind(query, sigma) != "all arbitrary":
+        parts.append(f"under these patterns {mix.reason}: no O(N^(0.5-γ)) update (Hu & Wang Thm 1.12)")
+    if not a.free_connex:
+        parts.append(
+            "not free-connex: not O(1) even for insert-only updates (BMM/Triangle/HyperClique, Hu & Wang Thm 1.7)"
+        )
+    if query.self_join_free or not query.free:
+        which = "count" if not query.free else "enumeration"
+        parts.append(
+            f"not q-hierarchical: no O(N^(0.5-γ)) update with O(N^(0.5-γ)) {which} time unless OMv fails "
+            "(Berkholz et al. Thm 3.3-3.5)"
+        )
+    else:
+        parts.append("with self-joins, the enumeration lower bound is open (Berkholz et al. §7)")
+    return "; ".join(parts)
+
+
+def _pattern_kind(query: Query, sigma: UpdatePatterns) -> str:
+    levels = {sigma.level(r) for r in query.relations}
+    if levels == {"A"}:
+        return "all arbitrary"
+    if levels == {"I"}:
+        return "all insert-only"
+    return "mixed: " + ", ".join(f"{r}={sigma.level(r)}" for r in query.relations)
+
+
+def _registered_engine(
+    query: Query, want: str, registered: Mapping[str, Any], notes: list[str], forced: bool
+) -> str | None:
+    if want in registered and registered[want].refuses(query) is None:
+        return want
+    if forced:
+        reason = "it is not registered" if want not in registered else registered[want].refuses(query)
+        notes.append(f"requested engine {want!r} cannot run: {reason}")
+        return None
+    reason = "not registered yet" if want not in registered else registered[want].refuses(query)
+    for name in (*FALLBACK_ORDER, *registered):
+        if name in registered and name != want and registered[name].refuses(query) is None:
+            notes.append(f"the best engine {want!r} cannot run here ({reason}); running {name!r} instead")
+            return name
+    notes.append(f"the best engine {want!r} cannot run here ({reason}) and no registered engine accepts the query")
+    return None
+
+
+def _engine_guarantee(name: str, a: Analysis, eps: float | None, best: Guarantee) -> Guarantee:
+    """What a (non-best) engine guarantees on this query, as far as its paper states."""
+    if name == "first_order" and isinstance(a.triangle, TriangleShape):
+        return Guarantee(
+            "O(N^1.5)",
+            "O(N) worst-case",
+            "O(1) answer time",
+            "O(N)",
+            False,
+            f"not optimal: {best.update} is possible ({best.lower_bound})",
+        )
+    if name == "ivm_eps" and isinstance(a.triangle, TriangleShape):
+        e = DEFAULT_EPS if eps is None else eps
+        return Guarantee(
+            "O(N^1.5)",
+            f"O(N^{_fmt(max(e, 1 - e))}) amortized",
+            "O(1) answer time",
+            f"O(N^{_fmt(1 + min(e, 1 - e))})",
+            True,
+            best.lower_bound,
+        )
+    return Guarantee(
+        "not stated",
+        f"not stated for engine {name!r} (the best plan gives {best.update})",
+        "not stated",
+        "not stated",
+        False,
+        best.lower_bound,
+    )
+
+
+def _power(k: int) -> str:
+    return "O(1)" if k == 0 else ("O(N)" if k == 1 else f"O(N^{k})")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".")
