@@ -67,9 +67,7 @@ class RelationCodec:
             "namespace": schema.get("namespace", "ivm.relations"),
             "fields": [f for f in fields if f["name"] != "mult"],
         }
-        return cls(
-            schema["name"], attributes, fastavro.parse_schema(dict(schema)), fastavro.parse_schema(key)
-        )
+        return cls(schema["name"], attributes, fastavro.parse_schema(dict(schema)), fastavro.parse_schema(key))
 
     def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:
         """The Kafka key and value of the update ``{row ↦ mult}``."""
@@ -91,13 +89,9 @@ class RelationCodec:
         try:
             record = fastavro.schemaless_reader(buf, self.value_schema, None)
         except Exception as err:  # fastavro raises many types on bad bytes
-            raise DecodeError(
-                f"malformed Avro for relation {self.relation}: {type(err).__name__}: {err}"
-            ) from None
+            raise DecodeError(f"malformed Avro for relation {self.relation}: {type(err).__name__}: {err}") from None
         if buf.tell() != len(value):
-            raise DecodeError(
-                f"malformed Avro for relation {self.relation}: {len(value) - buf.tell()} trailing bytes"
-            )
+            raise DecodeError(f"malformed Avro for relation {self.relation}: {len(value) - buf.tell()} trailing bytes")
         mult = record["mult"]
         if mult == 0:
             raise DecodeError(f"multiplicity 0 in an update of {self.relation}: not an update")

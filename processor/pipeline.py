@@ -77,9 +77,7 @@ class Pipeline:
             view = ivm.maintain(q.query, engine=q.engine, schema=schema_of, policy=config.policy, **options)
             missing = set(view.query.relations) - set(schema_of)
             if missing:
-                raise ValueError(
-                    f"query {q.name!r} uses relations {sorted(missing)} with no configured topic"
-                )
+                raise ValueError(f"query {q.name!r} uses relations {sorted(missing)} with no configured topic")
             self.queries.append((q, view))
         self.positions: dict[tuple[str, int], int] = {}
         self._dead_count = 0
@@ -139,9 +137,7 @@ class Pipeline:
             "query": q.name,
             "batch_id": batch_id,
             "value": result_to_json(value),
-            "offsets": [
-                {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.positions.items())
-            ],
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.positions.items())],
             "applied": outcome.applied,
             "rejected": len(outcome.rejected),
             "engine": view.engine.name,

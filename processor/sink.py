@@ -19,6 +19,8 @@ class KafkaSink:
     def __init__(self, bootstrap: str, **conf: object) -> None:
         from confluent_kafka import Producer
 
+        from processor.topics import CLIENT_DEFAULTS
+
         self._errors: list[str] = []
         self._producer = Producer(
             {
@@ -26,6 +28,7 @@ class KafkaSink:
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "compression.type": "lz4",
+                **CLIENT_DEFAULTS,
                 **conf,
             }
         )

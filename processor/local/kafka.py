@@ -116,7 +116,7 @@ class KafkaBroker:
         """Wait until the broker answers metadata requests."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         deadline = time.monotonic() + timeout
         while True:
             try:

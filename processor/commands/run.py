@@ -1,0 +1,42 @@
+"""``ivm run``: the Spark Structured Streaming job."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from processor.config import ConfigError, load_config
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("run", help="run the streaming job of a pipeline configuration")
+    p.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides [kafka].bootstrap)")
+    p.add_argument("--metrics-port", type=int, help="port of the /metrics endpoint (0: none)")
+    p.add_argument("--master", help="Spark master (overrides [spark].master)")
+    p.add_argument("--max-offsets-per-trigger", type=int, help="input records per micro-batch at most")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from processor.job import run_job
+
+    try:
+        config = load_config(args.config).with_overrides(
+            bootstrap=args.bootstrap,
+            metrics_port=args.metrics_port,
+            spark_master=args.master,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+        )
+    except ConfigError as err:
+        print(f"ivm run: {err}", file=sys.stderr)
+        return 2
+    logging.getLogger("processor").setLevel(logging.INFO)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    run_job(config, stop=stop)
+    return 0

@@ -1,0 +1,70 @@
+"""The local stack as one unit: the broker and the processor job as child processes.
+
+Used by ``ivm local`` and ``ivm demo``; logs go under the stack's folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from processor.local.kafka import KafkaBroker
+from processor.local.ports import free_port
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def local_dir() -> Path:
+    """``$IVM_LOCAL`` or ``.local/`` in the checkout: service data and logs."""
+    return Path(os.environ.get("IVM_LOCAL", project_root() / ".local"))
+
+
+class ProcessorProcess:
+    """``ivm run`` as a child process with its log in a file."""
+
+    def __init__(self, config: Path, bootstrap: str, log_path: Path, metrics_port: int | None = None) -> None:
+        self.metrics_port = metrics_port if metrics_port is not None else free_port()
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")  # noqa: SIM115 (lives as long as the process)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "processor.cli", "-v", "run",
+                "--config", str(config),
+                "--bootstrap", bootstrap,
+                "--metrics-port", str(self.metrics_port),
+            ],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, cwd=project_root(),
+        )  # fmt: skip
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, kill: bool = False, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        else:  # the JVM child may outlive a dead Python driver
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log.close()
+        return self.proc.returncode
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_broker(name: str) -> KafkaBroker:
+    workdir = local_dir() / name / time.strftime("%Y%m%d-%H%M%S")
+    return KafkaBroker.start(workdir)
