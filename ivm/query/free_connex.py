@@ -34,12 +34,9 @@ def free_connex(query: Query) -> Verdict:
     if result.acyclic:
         return Verdict(True, "free-connex: GYO reduces the hypergraph plus the head edge", result.parent)
     head = len(query.atoms)
-    names = [
-        str(query.atoms[i]) if i != head else f"head({', '.join(query.free)})" for i in sorted(result.residue)
-    ]
+    names = [str(query.atoms[i]) if i != head else f"head({', '.join(query.free)})" for i in sorted(result.residue)]
     return Verdict(
         False,
-        f"acyclic but not free-connex: with the head edge {{{', '.join(query.free)}}}, "
-        f"GYO leaves {', '.join(names)}",
+        f"acyclic but not free-connex: with the head edge {{{', '.join(query.free)}}}, GYO leaves {', '.join(names)}",
         result.residue,
     )
