@@ -1,0 +1,133 @@
+"""Parsers, the planner's choices and the explain output (dict, text and the CLI command)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ivm.query import parse
+from ivm.query.explain import explain, render_text
+from ivm.query.parse import QuerySyntaxError
+from ivm.query.plan import plan
+from processor.commands import explain as explain_command
+
+SCHEMA = {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "A"]}
+
+
+def test_sql_triangle_equals_rule_triangle():
+    sql = parse("SELECT COUNT(*) FROM R, S, T WHERE R.B = S.B AND S.C = T.C AND T.A = R.A", SCHEMA)
+    assert sql == parse("Q() :- R(A, B), S(B, C), T(C, A)")
+
+
+def test_sql_group_by_sum_and_covariance():
+    q = parse("SELECT R.A, SUM(2 * R.B * S.C) FROM R JOIN S ON R.B = S.B GROUP BY R.A", SCHEMA)
+    assert q.free == ("A",)
+    assert (q.aggregate.kind, q.aggregate.variables, q.aggregate.coefficient) == ("sum", ("B", "C"), 2)
+    cov = parse("SELECT COVAR(R.A, R.B, S.C) FROM R, S WHERE R.B = S.B", SCHEMA)
+    assert cov.aggregate.kind == "covariance" and cov.aggregate.variables == ("A", "B", "C")
+    assert cov.aggregate.ring == "covariance ring of degree 3"
+
+
+def test_sql_constants_become_selections():
+    q = parse("SELECT COUNT(*) FROM R, S WHERE R.B = S.B AND S.C = 'x'", SCHEMA)
+    assert q.atoms[1].constants == ((1, "x"),)
+    assert q.atoms[1].matches((1, "x")) and not q.atoms[1].matches((1, "y"))
+
+
+@pytest.mark.parametrize(
+    ("sql", "construct"),
+    [
+        ("SELECT COUNT(*) FROM R WHERE R.A = 1 OR R.B = 2", "OR in WHERE"),
+        ("SELECT COUNT(*) FROM R LEFT JOIN S ON R.B = S.B", "LEFT JOIN"),
+        ("SELECT COUNT(*) FROM R WHERE R.A > 3", "comparison '>'"),
+        ("SELECT MAX(R.A) FROM R", "MAX in SELECT"),
+        ("SELECT COUNT(*) FROM R ORDER BY R.A", "ORDER BY"),
+        ("SELECT COUNT(*) FROM (SELECT * FROM R) AS x", "SUBQUERY in FROM"),
+        ("SELECT COUNT(*) FROM R GROUP BY R.A HAVING COUNT(*) > 1", "HAVING"),
+        ("SELECT SUM(R.A + R.B) FROM R", "inside SUM"),
+        ("SELECT COUNT(*) FROM U", "unknown relation 'U'"),
+    ],
+)
+def test_unsupported_sql_names_the_construct(sql, construct):
+    with pytest.raises(QuerySyntaxError) as error:
+        parse(sql, SCHEMA)
+    assert construct in str(error.value)
+
+
+def test_rule_errors():
+    with pytest.raises(QuerySyntaxError, match="unsupported aggregate MAX"):
+        parse("Q(MAX(a)) :- R(a)")
+    with pytest.raises(QuerySyntaxError, match="do not occur in the body"):
+        parse("Q(z) :- R(a)")
+    with pytest.raises(QuerySyntaxError, match="two arities"):
+        parse("Q() :- R(a), R(a, b)")
+
+
+CHOICES = [
+    ("Q() :- R(a,b), S(b,c), T(c,a)", [], "ivm_eps", "O(N^0.5) amortized", False),
+    ("Q() :- E(a,b), E(b,c), E(c,a)", [], "ivm_eps", "O(N^0.5) amortized", False),
+    ("Q(x) :- R(x,y), S(x,z), T(x)", [], "qhier", "O(1) worst-case", True),
+    ("Q() :- E(x,x), E(x,y), E(y,y)", [], "qhier", "O(1) worst-case", True),
+    (
+        "Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)",
+        ["R2=insert-only", "R3=insert-only"],
+        "propagation",
+        "O(1) amortized",
+        True,
+    ),
+    ("Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)", [], "fivm", "O(N) per single-tuple update", False),
+    ("Q() :- R(a), S(a,b), T(b)", [], "ivm_eps", "O(N^0.5) amortized", False),  # 3R^2 path
+    ("Q(a, c) :- R(a,b), S(b,c)", ["R=insert-only", "S=insert-only"], "fivm", "O(N) per single-tuple update", False),
+]
+
+
+@pytest.mark.parametrize(("text", "patterns", "engine", "update", "constant"), CHOICES)
+def test_planner_choices(text, patterns, engine, update, constant):
+    p = plan(parse(text), patterns, registered={})
+    assert (p.best_engine, p.guarantee.update, p.constant_time) == (engine, update, constant)
+    assert p.engine is None  # nothing registered: the plan says so
+    assert any("cannot run here" in note for note in p.notes)
+
+
+def test_planner_falls_back_to_a_registered_engine():
+    from ivm.engines import ENGINES
+
+    p = plan(parse("Q() :- R(a,b), S(b,c), T(c,a)"), registered={"first_order": ENGINES["first_order"]})
+    assert (p.best_engine, p.engine) == ("ivm_eps", "first_order")
+    assert p.guarantee.update == "O(N) worst-case"
+    assert "not optimal" in p.guarantee.lower_bound
+
+
+def test_explain_json_keys():
+    d = explain("Q(x) :- E(x,y), T(y)", registered={})
+    for key in ("acyclic", "free_connex", "hierarchical", "q_hierarchical", "weak_q_hierarchical", "constant_time"):
+        assert isinstance(d[key], bool)
+    assert set(d["guarantee"]) >= {"update", "delay", "space", "preprocessing"}
+    assert d["q_hierarchical"] is False and "condition (ii)" in d["witness"]["q_hierarchical"]
+    assert "engine" in d
+    assert "guarantee (N = database size)" in render_text(d)
+
+
+def test_cli_explain_json(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    explain_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(
+        ["explain", "SELECT COUNT(*) FROM R, S, T WHERE R.B = S.B AND S.C = T.C AND T.A = R.A",
+         "--schema", "R=A,B", "--schema", "S=B,C", "--schema", "T=C,A", "--json"]
+    )  # fmt: skip
+    assert explain_command.run(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["acyclic"] is False and d["best_engine"] == "ivm_eps"
+
+
+def test_cli_explain_bad_sql_exits_2(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    explain_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["explain", "SELECT COUNT(*) FROM R WHERE R.A < 1", "--schema", "R=A"])
+    assert explain_command.run(args) == 2
+    assert "comparison '<'" in capsys.readouterr().err
