@@ -23,11 +23,14 @@ holds *supports* (non-empty group and non-zero closing tuple) rather than the
 sums ``V^(B)·T`` of Figure 12, so Z-relations whose sums cancel cannot hide
 answers (the digest's §5.3 note on negative multiplicities).
 
-The ``.delta`` output: with ``track_delta`` on (default), each update records
-the change of every answer it touches, ``m·K_j(β,c)·K_k(c,α)`` for each ``c``;
-the ``c`` are found through ``W[j]`` and the bounded parts, so recording costs
+The ``.delta`` output: once tracking is on, each update records the change
+of every answer it touches, ``m·K_j(β,c)·K_k(c,α)`` for each ``c``; the ``c``
+are found through ``W[j]`` and the bounded parts, so recording costs
 O(N^max + |changed answers|).  :meth:`IVMEpsListing.drain_delta` returns and
-clears the net changes since the previous drain.
+clears the net changes since the previous drain.  As in the q-hierarchical
+engine, tracking starts at the first ``drain_delta`` call, which returns the
+whole current result (the change since the empty start); until then updates
+pay nothing for it (``track_delta=True`` tracks from the start instead).
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ class IVMEpsListing(IVMEpsTriangle):
     ([((1, 2, 3), 2)], [((1, 2, 3), 2)], [])
     """
 
-    def __init__(self, query: Query, eps: EpsSpec = 0.5, track_delta: bool = True) -> None:
+    def __init__(self, query: Query, eps: EpsSpec = 0.5, track_delta: bool = False) -> None:
         super().__init__(query, eps)
         order = self.shape.variables
         self.head_positions = tuple(order.index(v) for v in query.free)
@@ -142,8 +145,13 @@ class IVMEpsListing(IVMEpsTriangle):
     def drain_delta(self) -> list[tuple[Row, int]]:
         """The net answer changes ``(answer, +/- multiplicity)`` since the previous drain.
 
-        This is what the ``<query>.delta`` topic publishes after a batch.
+        This is what the ``<query>.delta`` topic publishes after a batch.  The
+        first call switches tracking on and returns the whole current result.
         """
+        if not self.track_delta:
+            self.track_delta = True
+            self.pending_delta = {}
+            return list(self.enumerate())
         pos = self.head_positions
         out = [(tuple(t[p] for p in pos), m) for t, m in self.pending_delta.items() if m]
         self.pending_delta = {}
