@@ -183,3 +183,52 @@ def test_snapshot_round_trip() -> None:
     back.apply([("R", (1, 2), 1)])
     check_invariants(back)
     assert back.result() == 2 and e.result() == 1
+
+
+def test_invariant_checker_catches_corruption() -> None:
+    from ivm.engines.ivm_eps import InvariantViolation
+
+    e = IVMEps(TRIANGLE, eps=0.5)
+    for b in range(6):
+        e.apply([("R", (0, b), 1), ("S", (b, 9), 1), ("T", (9, 0), 1)])
+    check_invariants(e)
+    e.count += 1
+    with pytest.raises(InvariantViolation, match=r"inv\. 6"):
+        check_invariants(e)
+    e.count -= 1
+    e.parts[1].lf.setdefault("x", {})["y"] = 1  # an entry missing from the backward index
+    with pytest.raises(InvariantViolation, match="backward index"):
+        check_invariants(e)
+
+
+def test_printed_line_13_fails_where_the_corrected_one_holds() -> None:
+    """Appendix B's printed ``V(a,β) += R_h(a,β)·m`` breaks V; the corrected R_h(a,α) keeps it."""
+    from ivm.engines.ivm_eps import InvariantViolation
+    from ivm.engines.ivm_eps.triangle import view_add
+
+    class Printed(IVMEpsSelfJoin):
+        def apply_update(self, heavy, x, y, m, count=True):  # type: ignore[no-untyped-def]
+            super().apply_update(heavy, x, y, m, count)
+            if not heavy:  # swap the corrected line 13 for the printed one (R_h is unchanged)
+                for a, r in (self.part.hb.get(x) or {}).items():
+                    view_add(self.view, a, y, -r * m)
+                for a, r in (self.part.hb.get(y) or {}).items():
+                    view_add(self.view, a, y, r * m)
+
+    updates = [("E", (0, 10 + x), 1) for x in range(6)] + [("E", (5, 0), 1), ("E", (0, 5), 1), ("E", (5, 7), 1)]
+    good, bad = IVMEps(SELF_JOIN, eps=0.5), Printed(SELF_JOIN, eps=0.5)
+    good.apply(updates)
+    check_invariants(good)
+    bad.apply(updates)
+    with pytest.raises(InvariantViolation, match="V: differs from its definition"):
+        check_invariants(bad)
+
+
+@pytest.mark.parametrize("text", ["Q() :- E(a,b), E(b,c), E(c,a)", "Q(a,b,c) :- R(a,b), S(b,c), T(c,a)"])
+def test_snapshot_round_trip_variants(text: str) -> None:
+    e = IVMEps(parse(text), eps=0.5)
+    rel = sorted(parse(text).relations)
+    e.apply([(r, (i % 4, (i * 3) % 5), 1) for i in range(30) for r in rel])
+    back = IVMEps.restore(e.snapshot())
+    assert type(back) is type(e) and back.result() == e.result()
+    check_invariants(back)
