@@ -15,12 +15,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from processor.config import PipelineConfig
 from processor.local.spark import spark_session
 from processor.metrics import Metrics
 from processor.pipeline import BatchReport, Pipeline, Record
 from processor.sink import KafkaSink
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +35,21 @@ def run_job(
     stop: threading.Event | None = None,
     on_batch: Callable[[BatchReport], None] | None = None,
     metrics: Metrics | None = None,
+    spark: SparkSession | None = None,
 ) -> None:
-    """Run the streaming job until ``stop`` is set (or forever)."""
+    """Run the streaming job until ``stop`` is set (or forever).
+
+    A ``spark`` session given by the caller is left running; otherwise the job
+    starts its own and stops it at the end.
+    """
     metrics = metrics or Metrics()
     if config.metrics_port:
         port = metrics.serve(config.metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", port)
     pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
-    spark = spark_session("ivm-processor", config.spark_master)
+    own_session = spark is None
+    if spark is None:
+        spark = spark_session("ivm-processor", config.spark_master)
     stream = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap)
@@ -52,7 +63,11 @@ def run_job(
 
     def process(batch, batch_id: int) -> None:
         rows = batch.collect()
-        records = [Record(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        # Spark hands binary columns over as bytearray; the Kafka client wants bytes.
+        records = [
+            Record(r[0], r[1], r[2], None if r[3] is None else bytes(r[3]), None if r[4] is None else bytes(r[4]), r[5])
+            for r in rows
+        ]
         report = pipeline.process(batch_id, records)
         log.info(
             "batch %d: %d records, %s applied, %d dead letters, %.3fs",
@@ -75,4 +90,5 @@ def run_job(
             raise RuntimeError(f"the streaming query failed: {query.exception()}")
     finally:
         query.stop()
-        spark.stop()
+        if own_session:
+            spark.stop()

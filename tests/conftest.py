@@ -1,0 +1,81 @@
+"""Fixtures for the real local services (DESIGN §6).
+
+The broker, Spark and Prometheus are started by the project's own code; a
+service that cannot start fails the tests that need it (never a skip).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from processor.local.kafka import KafkaBroker
+
+LOGS = Path(__file__).resolve().parents[1] / ".local" / "test-logs"
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    workdir = LOGS / f"kafka-{uuid.uuid4().hex[:6]}"
+    broker = KafkaBroker.start(workdir)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from processor.local.spark import spark_session
+
+    session = spark_session("ivm-tests", "local[2]", log_dir=str(LOGS))
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """Topics of their own for each test, on the shared broker."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+class JobThread:
+    """The streaming job in a background thread of the test process."""
+
+    def __init__(self, config, spark, metrics=None) -> None:
+        from processor.job import run_job
+
+        self.reports: list = []
+        self.error: BaseException | None = None
+        self.stop_event = threading.Event()
+
+        def target() -> None:
+            try:
+                run_job(config, stop=self.stop_event, on_batch=self.reports.append, spark=spark, metrics=metrics)
+            except BaseException as err:  # surfaced by stop()
+                self.error = err
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(120)
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def start_job(spark):
+    jobs: list[JobThread] = []
+
+    def start(config, metrics=None) -> JobThread:
+        job = JobThread(config, spark, metrics)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:
+        job.stop()

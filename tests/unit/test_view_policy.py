@@ -1,0 +1,50 @@
+"""The input policy of a View: rejected updates change nothing and say why."""
+
+from __future__ import annotations
+
+import pytest
+
+import ivm
+from ivm.policy import Policy
+
+TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
+
+
+def test_delete_of_absent_tuple_is_rejected_and_state_unchanged() -> None:
+    view = ivm.maintain(TRIANGLE)
+    view.apply([("R", (1, 2), 1), ("S", (2, 3), 1), ("T", (3, 1), 1)])
+    outcome = view.apply([("R", (9, 9), -1), ("S", (2, 3), -2), ("T", (3, 1), -1)])
+    assert [r.kind for r in outcome.rejected] == ["absent_delete", "negative_multiplicity"]
+    assert [r.index for r in outcome.rejected] == [0, 1]
+    assert outcome.applied == 1
+    assert view.result() == 0
+    assert view.engine.multiplicity("S", (2, 3)) == 1
+
+
+def test_pending_updates_in_the_same_batch_count() -> None:
+    view = ivm.maintain(TRIANGLE)
+    outcome = view.apply([("R", (1, 2), 1), ("R", (1, 2), -1), ("R", (1, 2), -1)])
+    assert [r.index for r in outcome.rejected] == [2]
+
+
+def test_unknown_relation_and_arity() -> None:
+    view = ivm.maintain(TRIANGLE)
+    outcome = view.apply([("X", (1, 2), 1), ("R", (1, 2, 3), 1)])
+    assert [r.kind for r in outcome.rejected] == ["unknown_relation", "arity"]
+
+
+def test_z_relation_semantics_when_allowed() -> None:
+    view = ivm.maintain(TRIANGLE, policy=Policy(negative="allow"))
+    view.apply([("R", (1, 2), -1), ("S", (2, 3), 1), ("T", (3, 1), 1)])
+    assert view.result() == -1
+
+
+def test_set_semantics_rejects_duplicates() -> None:
+    view = ivm.maintain(TRIANGLE, policy=Policy(duplicate="reject"))
+    outcome = view.apply([("R", (1, 2), 1), ("R", (1, 2), 1)])
+    assert [r.kind for r in outcome.rejected] == ["duplicate_insert"]
+
+
+def test_bad_policy_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        Policy(negative="ignore")  # type: ignore[arg-type]
