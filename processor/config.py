@@ -53,6 +53,7 @@ class PipelineConfig:
     trigger_ms: int = 200
     starting_offsets: str = "earliest"
     metrics_port: int = 0  # 0: no metrics endpoint
+    metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a container
     checkpoint: str = ""  # empty: a fresh temporary checkpoint per run
 
     def relation(self, name: str) -> RelationConfig:
@@ -127,6 +128,7 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
         starting_offsets=_str(spark, "starting_offsets", "spark", default="earliest"),
         checkpoint=_str(spark, "checkpoint", "spark", default=""),
         metrics_port=int(metrics.get("port", 0)),
+        metrics_address=_str(metrics, "address", "metrics", default="127.0.0.1"),
     )
 
 

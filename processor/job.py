@@ -44,7 +44,7 @@ def run_job(
     """
     metrics = metrics or Metrics()
     if config.metrics_port:
-        port = metrics.serve(config.metrics_port)
+        port = metrics.serve(config.metrics_port, config.metrics_address)
         log.info("metrics on http://127.0.0.1:%d/metrics", port)
     pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
     own_session = spark is None

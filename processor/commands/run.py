@@ -16,6 +16,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides [kafka].bootstrap)")
     p.add_argument("--metrics-port", type=int, help="port of the /metrics endpoint (0: none)")
+    p.add_argument("--metrics-address", help="address the /metrics endpoint binds to (default 127.0.0.1)")
     p.add_argument("--master", help="Spark master (overrides [spark].master)")
     p.add_argument("--max-offsets-per-trigger", type=int, help="input records per micro-batch at most")
     return p
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config).with_overrides(
             bootstrap=args.bootstrap,
             metrics_port=args.metrics_port,
+            metrics_address=args.metrics_address,
             spark_master=args.master,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
         )

@@ -1,0 +1,23 @@
+# The processor image for docker-compose: Python 3.11, a Java runtime for Spark,
+# the project, and the Spark Kafka connector jars fetched with Maven at build time.
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY ivm ./ivm
+COPY processor ./processor
+COPY schemas ./schemas
+COPY config ./config
+RUN pip install --no-cache-dir '.[processor]' \
+ && IVM_CACHE=/opt/ivm-cache ivm local fetch
+
+ENV IVM_CACHE=/opt/ivm-cache \
+    IVM_SCHEMAS=/app/schemas \
+    SPARK_LOCAL_IP=127.0.0.1
+EXPOSE 9108
+ENTRYPOINT ["ivm"]
+CMD ["run", "--config", "/app/config/demo.toml", "--bootstrap", "kafka:9092", "--metrics-port", "9108", "--metrics-address", "0.0.0.0"]

@@ -1,0 +1,63 @@
+# Set-up and everyday commands.  `make demo` and `make test` do all set-up on a
+# fresh machine: the virtualenv and Python packages, the Debian Prometheus
+# package, the Kafka and Spark connector jars (Maven, cached in ~/.cache/ivm-kafka).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns clean
+
+setup: $(STAMP) .local/.prometheus .local/.artifacts
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $@
+
+# Prometheus from Debian's package (the integration tests scrape the processor with it).
+.local/.prometheus:
+	@mkdir -p .local
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  echo "installing the Debian package prometheus"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@touch $@
+
+# The Kafka broker and Spark's Kafka connector, fetched with Maven (cached between runs).
+.local/.artifacts: $(STAMP)
+	$(BIN)/ivm local fetch
+	@touch $@
+
+demo: setup
+	$(BIN)/ivm demo
+
+test: setup
+	$(BIN)/pytest
+
+test-fast: setup
+	$(BIN)/pytest -m "not integration and not slow"
+
+test-integration: setup
+	$(BIN)/pytest -m integration
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench-triangles: setup
+	$(BIN)/python bench/triangles.py
+
+bench-qhier: setup
+	$(BIN)/python bench/qhier.py
+
+bench-fivm: setup
+	$(BIN)/python bench/fivm.py
+
+bench-patterns: setup
+	$(BIN)/python bench/patterns.py
+
+clean:
+	rm -rf .local/demo .local/test-logs .pytest_cache
