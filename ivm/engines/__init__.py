@@ -2,11 +2,13 @@
 
 from ivm.engines.base import Engine, EngineRefused
 from ivm.engines.first_order import FirstOrderIVM
+from ivm.engines.fivm import FIVM
 from ivm.engines.ivm_eps import IVMEps
 from ivm.engines.qhier import QHierEngine
 
 ENGINES: dict[str, type[Engine]] = {
     FirstOrderIVM.name: FirstOrderIVM,
+    FIVM.name: FIVM,
     IVMEps.name: IVMEps,
     QHierEngine.name: QHierEngine,
 }

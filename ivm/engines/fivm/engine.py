@@ -1,0 +1,428 @@
+"""The F-IVM engine: higher-order IVM over one view tree with ring payloads (Kara et al., F-IVM).
+
+One view tree τ(ω, F) per query (:mod:`ivm.engines.fivm.view_tree`), built on
+the free-top variable order of :func:`ivm.query.variable_order.variable_order`;
+views store ring payloads (:mod:`ivm.rings`); only the views chosen by μ for
+the updatable relations are materialized (Fig. 8).
+
+Updates (§4): a batch is pre-aggregated per relation into ``δR``; relations are
+processed one at a time, and each atom occurrence of a relation (self-joins)
+in sequence, each against the state already updated by the previous one, which
+realizes the ``δV1 ⊗ δV2`` term of the delta rule.  The delta of each view on
+the leaf-to-root path is ``⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)`` (Fig. 7), joined by
+index lookups.  Theorem 13: for a free-connex acyclic query a single-tuple
+update costs O(N) ring operations (O(1) for q-hierarchical queries), and the
+answers are enumerated with O(1) delay from the root view (its keys are the
+free variables).  The exact per-query update exponent is
+:func:`ivm.query.variable_order.update_exponent`.
+
+Updates to a relation outside the updatable set U are applied by re-evaluating
+the views from the base relations (the preprocessing step, O(N^s) for view
+size exponent s), counted in ``stats()["rebuilds"]``.
+
+Aggregates and rings (``ring=`` option, default from the query's aggregate):
+
+- ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18);
+- ``covariance``: the continuous covariance ring (``exact=True`` keeps Python
+  ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
+  generalized covariance ring (Def. 37);
+- ``listing`` / ``factorized``: the relational ring F[Z] over τ(ω, ∅) (§6.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from itertools import product
+from typing import Any
+
+from ivm.engines.base import Engine
+from ivm.engines.fivm.view_tree import DeltaPlan, Store, ViewNode, ViewTree, build_view_tree, compile_plans, mu
+from ivm.query.model import Query
+from ivm.query.variable_order import VariableOrder, update_exponent, variable_order
+from ivm.rings.base import Pair, PairRing, Ring
+from ivm.rings.covariance import Covariance, CovarianceRing
+from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
+from ivm.rings.numeric import NumericRing, SumRing
+from ivm.rings.relational import Relation, RelationalRing
+from ivm.updates import Row, Update
+
+RING_NAMES = ("count", "sum", "covariance", "generalized_covariance", "listing", "factorized")
+
+Delta = dict[tuple[Any, ...], Any]
+
+
+class FIVM(Engine):
+    """F-IVM: one view tree, ring payloads, materialization μ, delta view trees (F-IVM §3-§6).
+
+    Options: ``ring`` (one of :data:`RING_NAMES`, default from the aggregate),
+    ``categorical`` (categorical covariance variables), ``exact`` (exact
+    covariance arithmetic), ``updatable`` (the set U for μ; default all
+    relations), ``order`` (a :class:`VariableOrder`; default the planner's
+    free-top order).
+
+    >>> import ivm
+    >>> v = ivm.maintain("Q(A, SUM(B)) :- R(A,B), S(A,C)", engine="fivm")
+    >>> _ = v.apply([("R", (1, 5), 1), ("R", (1, 7), 1), ("S", (1, 0), 2)])
+    >>> v.result(), sorted(v.enumerate())
+    ({(1,): 24}, [((1,), 4)])
+    """
+
+    name = "fivm"
+
+    def __init__(
+        self,
+        query: Query,
+        ring: str | None = None,
+        categorical: Collection[str] = (),
+        exact: bool = True,
+        updatable: Collection[str] | None = None,
+        order: VariableOrder | None = None,
+    ) -> None:
+        super().__init__(query)
+        self.ring_name = ring or self._default_ring(query, categorical)
+        if self.ring_name not in RING_NAMES:
+            raise ValueError(f"unknown ring {self.ring_name!r}; known: {RING_NAMES}")
+        self.ring = self._make_ring(query, self.ring_name, categorical, exact)
+        self.order = order or variable_order(query)
+        relational = self.ring_name in ("listing", "factorized")
+        self.tree: ViewTree = build_view_tree(query, self.order, free=() if relational else None)
+        self.updatable = frozenset(query.relations if updatable is None else updatable)
+        unknown = self.updatable - set(query.relations)
+        if unknown:
+            raise ValueError(f"updatable relations {sorted(unknown)} are not in the query")
+        mu(self.tree, self.updatable)
+        compile_plans(self.tree, self.ring.lifts)
+        for node in self.tree.nodes():
+            node.store = Store() if node.materialized else None
+        self.base: dict[str, dict[Row, int]] = {r: {} for r in query.relations}
+        self._factorized = self.ring_name == "factorized"
+        self._tracking = False
+        self._pending: dict[Row, Any] = {}
+        self._last: dict[Row, int] = {}
+        self.updates_applied = 0
+        self.rebuilds = 0
+
+    # ------------------------------------------------------------------ setup
+    @classmethod
+    def refuses(cls, query: Query) -> str | None:
+        if any(not atom.terms for atom in query.atoms):
+            return "an atom without variables"
+        return None
+
+    @staticmethod
+    def _default_ring(query: Query, categorical: Collection[str]) -> str:
+        kind = query.aggregate.kind
+        if kind == "covariance":
+            return "generalized_covariance" if categorical else "covariance"
+        return kind
+
+    @staticmethod
+    def _make_ring(query: Query, name: str, categorical: Collection[str], exact: bool) -> Ring:
+        agg = query.aggregate
+        if name == "count":
+            return NumericRing()
+        if name == "sum":
+            powers: dict[str, int] = {}
+            for v in agg.variables:
+                powers[v] = powers.get(v, 0) + 1
+            return PairRing(NumericRing(), SumRing(powers))
+        if name == "covariance":
+            return CovarianceRing(agg.variables or tuple(sorted(query.variables)), exact=exact)
+        if name == "generalized_covariance":
+            return GeneralizedCovarianceRing(agg.variables or tuple(sorted(query.variables)), categorical)
+        return RelationalRing(query.free, factorized=name == "factorized")
+
+    # ---------------------------------------------------------------- updates
+    def apply(self, updates: Sequence[Update]) -> None:
+        """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4)."""
+        per_relation: dict[str, dict[Row, int]] = {}
+        for relation, row, mult in updates:
+            delta = per_relation.setdefault(relation, {})
+            delta[row] = delta.get(row, 0) + mult
+        rebuild = False
+        for relation, delta in per_relation.items():
+            delta = {row: m for row, m in delta.items() if m}
+            base = self.base[relation]
+            for row, m in delta.items():
+                new = base.get(row, 0) + m
+                if new:
+                    base[row] = new
+                else:
+                    base.pop(row, None)
+            self.updates_applied += len(delta)
+            if relation not in self.updatable:
+                rebuild = True
+                continue
+            if not rebuild:
+                for leaf in self.tree.leaves.get(relation, []):
+                    self._propagate(leaf, self._leaf_delta(leaf, delta))
+        if rebuild:
+            self._rebuild()
+
+    def _leaf_delta(self, leaf: ViewNode, delta: dict[Row, int]) -> Delta:
+        atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+        positions = [atom.terms.index(v) for v in leaf.keys]
+        simple = not atom.constants and len(positions) == len(atom.terms)
+        out: Delta = {}
+        from_mult = self.ring.from_mult
+        for row, m in delta.items():
+            if not simple and not atom.matches(row):
+                continue
+            key = row if simple else tuple(row[p] for p in positions)
+            out[key] = out[key] + from_mult(m) if key in out else from_mult(m)
+        return out
+
+    def _propagate(self, node: ViewNode, delta: Delta) -> None:
+        """Maintain every materialized view on the path from ``node`` to its root (Fig. 7 triggers)."""
+        is_zero = self.ring.is_zero
+        while True:
+            delta = {k: p for k, p in delta.items() if not is_zero(p)}
+            if not delta:
+                return
+            if node.store is not None:
+                for key, payload in delta.items():
+                    node.store.add(key, payload, is_zero)
+            parent = node.parent
+            if parent is None:
+                if self._tracking:
+                    self._record(node, delta)
+                return
+            plan = parent.plans[parent.children.index(node)]
+            delta = self._delta(plan, delta)
+            node = parent
+
+    def _delta(self, plan: DeltaPlan, delta: Delta) -> Delta:
+        """``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)`` with sibling lookups by index; cost O(|δV_j| · fan-out)."""
+        out: Delta = {}
+        slots: list[Any] = [None] * plan.width
+        steps = plan.steps
+        nsteps = len(steps)
+        ring = self.ring
+        lift_vars, lift_slots, key_slots = plan.lift_vars, plan.lift_slots, plan.key_slots
+        factorized = self._factorized
+        var = plan.node.var
+
+        def finish(payload: Any) -> None:
+            if lift_vars:
+                payload = payload * ring.lift_tuple(lift_vars, [slots[s] for s in lift_slots])
+            if factorized:
+                payload = payload.marginalize_to((var,))
+            key = tuple(slots[s] for s in key_slots)
+            old = out.get(key)
+            out[key] = payload if old is None else old + payload
+
+        def join(i: int, payload: Any) -> None:
+            if i == nsteps:
+                finish(payload)
+                return
+            step = steps[i]
+            store = step.sibling.store
+            assert store is not None, f"view {step.sibling.name} is not materialized"
+            if step.full:
+                found = store.data.get(tuple(slots[s] for s in step.key_slots))
+                if found is not None:
+                    join(i + 1, payload * found)
+                return
+            bucket = store.index(step.bound_pos).get(tuple(slots[s] for s in step.bound_slots))
+            if not bucket:
+                return
+            fill = step.fill
+            for key, found in list(bucket.items()):
+                for p, s in fill:
+                    slots[s] = key[p]
+                join(i + 1, payload * found)
+
+        child_slots = plan.child_slots
+        for key, payload in delta.items():
+            for s, value in zip(child_slots, key, strict=True):
+                slots[s] = value
+            join(0, payload)
+        return out
+
+    def _rebuild(self) -> None:
+        """Re-evaluate every view bottom-up from the base relations (preprocessing, §3)."""
+        self.rebuilds += 1
+        for node in self.tree.nodes():
+            node.store = Store()
+
+        def evaluate(node: ViewNode) -> None:
+            assert node.store is not None
+            if node.is_leaf:
+                rel = self.query.atoms[node.atom].relation  # type: ignore[index]
+                contents = self._leaf_delta(node, self.base[rel])
+            else:
+                for child in node.children:
+                    evaluate(child)
+                first = node.children[0]
+                assert first.store is not None
+                contents = self._delta(node.plans[0], dict(first.store.data))
+            for key, payload in contents.items():
+                node.store.add(key, payload, self.ring.is_zero)
+
+        for root in self.tree.roots:
+            evaluate(root)
+        for node in self.tree.nodes():
+            if not node.materialized:
+                node.store = None
+        if self._tracking:
+            current = dict(self._current())
+            self._pending = {}
+            for key in set(current) | set(self._last):
+                d = current.get(key, 0) - self._last.get(key, 0)
+                if d:
+                    self._pending[key] = d
+
+    # ----------------------------------------------------------------- results
+    def _multiplicity_of(self, payload: Any) -> int:
+        if isinstance(payload, Pair):
+            return payload.first
+        if isinstance(payload, (Covariance, GeneralizedCovariance)):
+            return payload.c
+        return payload
+
+    def _roots_product(self) -> Iterator[tuple[tuple[Any, ...], Any, list[str]]]:
+        """(key over the roots' concatenated keys, payload product, variable names) of the top product."""
+        roots = self.tree.roots
+        names = [v for r in roots for v in r.keys]
+        stores = [r.store.data for r in roots]  # type: ignore[union-attr]
+        if len(roots) == 1:
+            for key, payload in stores[0].items():
+                yield key, payload, names
+            return
+        for combo in product(*(s.items() for s in stores)):
+            key: tuple[Any, ...] = ()
+            payload = self.ring.one
+            for k, p in combo:
+                key += k
+                payload = payload * p
+            if not self.ring.is_zero(payload):
+                yield key, payload, names
+
+    def _answers(self) -> Iterator[tuple[Row, Any]]:
+        """(answer over the query's free variables, payload), with constant delay from the root(s)."""
+        free = self.query.free
+        if self.ring_name in ("listing", "factorized"):
+            for _, payload, _ in self._roots_product():
+                rel: Relation = payload
+                pos = [rel.schema.index(v) for v in free]
+                for t, m in rel.items():
+                    yield tuple(t[p] for p in pos), m
+            return
+        for key, payload, names in self._roots_product():
+            if list(names) == list(free):
+                yield key, payload
+            else:
+                binding = dict(zip(names, key, strict=True))
+                yield tuple(binding[v] for v in free), payload
+
+    def _current(self) -> Iterator[tuple[Row, int]]:
+        for answer, payload in self._answers():
+            m = self._multiplicity_of(payload)
+            if m:
+                yield answer, m
+
+    def _finish_value(self, payload: Any) -> Any:
+        if isinstance(payload, Pair):
+            return payload.second * self.query.aggregate.coefficient
+        return payload
+
+    def result(self) -> Any:
+        """The aggregate: a ring value for Boolean queries, else ``{group: value}`` without zeros.
+
+        ``count``: exact ints; ``sum``: ``coefficient · SUM``; ``covariance``: a
+        :class:`~ivm.rings.covariance.Covariance`; ``listing``/``factorized``: the
+        root relation (factorized: the root's payload, over the top variable).
+        """
+        if self.ring_name == "factorized":
+            roots = self.tree.roots
+            out = self.ring.one
+            for r in roots:
+                out = out * r.store.data.get((), self.ring.zero)  # type: ignore[union-attr]
+            return out
+        if self.ring_name == "listing":
+            return dict(self._answers())
+        if not self.query.free:
+            payload = next((p for _, p in self._answers()), None)
+            if payload is None:
+                payload = self.ring.zero
+            return self._finish_value(payload)
+        out_groups: dict[Row, Any] = {}
+        for answer, payload in self._answers():
+            value = self._finish_value(payload)
+            if isinstance(payload, Pair) and value == 0:
+                continue
+            out_groups[answer] = value
+        return out_groups
+
+    def enumerate(self) -> Iterator[tuple[Row, int]]:
+        """Answers with their multiplicities (COUNT), constant delay (Theorem 13) from the root view."""
+        if self.ring_name == "factorized":
+            raise TypeError("the factorized ring keeps no listing at the root; use ring='listing' to enumerate")
+        return self._current()
+
+    def drain_delta(self) -> list[tuple[Row, int]]:
+        """Changes of answer multiplicities since the last call (the first returns the whole result).
+
+        With one root the changes are the root's deltas (the cost of the update);
+        a forest of roots diffs the result (O(|result|)).
+        """
+        if not self._tracking:
+            self._tracking = True
+            self._pending = {}
+            self._last = dict(self._current())
+            return sorted(self._last.items(), key=repr)
+        if len(self.tree.roots) > 1:
+            current = dict(self._current())
+            out = {k: current.get(k, 0) - self._last.get(k, 0) for k in set(current) | set(self._last)}
+            self._last = current
+            self._pending = {}
+            return sorted(((k, d) for k, d in out.items() if d), key=repr)
+        out2 = [(k, d) for k, d in self._pending.items() if d]
+        for k, d in out2:
+            new = self._last.get(k, 0) + d
+            if new:
+                self._last[k] = new
+            else:
+                self._last.pop(k, None)
+        self._pending = {}
+        return sorted(out2, key=repr)
+
+    def _record(self, root: ViewNode, delta: Delta) -> None:
+        if len(self.tree.roots) > 1:
+            return  # diffed at drain time
+        if self.ring_name in ("listing", "factorized"):
+            free = self.query.free
+            for payload in delta.values():
+                pos = [payload.schema.index(v) for v in free]
+                for t, m in payload.items():
+                    key = tuple(t[p] for p in pos)
+                    self._pending[key] = self._pending.get(key, 0) + m
+            return
+        names = list(root.keys)
+        for key, payload in delta.items():
+            if names != list(self.query.free):
+                binding = dict(zip(names, key, strict=True))
+                key = tuple(binding[v] for v in self.query.free)
+            self._pending[key] = self._pending.get(key, 0) + self._multiplicity_of(payload)
+
+    def multiplicity(self, relation: str, row: Row) -> int:
+        return self.base.get(relation, {}).get(tuple(row), 0)
+
+    # ------------------------------------------------------------------ intro
+    def views(self) -> dict[str, dict[tuple[Any, ...], Any]]:
+        """The materialized views by name (payloads by key)."""
+        return {n.name: dict(n.store.data) for n in self.tree.nodes() if n.store is not None}
+
+    def explain(self) -> str:
+        """The view tree with ``*`` on materialized views, and the variable order."""
+        return self.tree.render()
+
+    def stats(self) -> dict[str, int | float]:
+        views = self.tree.materialized()
+        return {
+            "materialized_views": len(views),
+            "view_keys": sum(len(n.store) for n in views if n.store is not None),
+            "updates_applied": self.updates_applied,
+            "rebuilds": self.rebuilds,
+            "update_exponent": update_exponent(self.query, self.order),
+        }

@@ -1,0 +1,322 @@
+"""View trees τ(ω, F) over a variable order, the materialization choice μ, and delta plans (F-IVM §3, §4).
+
+A :class:`ViewTree` has one view per variable of the variable order ω (Fig. 4,
+reconstructed in the digest) plus one leaf per atom occurrence:
+
+- the view at X is ``V^{@X}_rels[keys]`` with ``keys = dep(X) ∪ (F ∩ vars(ω_X))``;
+  it joins its children and, when X is bound, marginalizes X with the lifting
+  ``g_X`` (X ∈ F: X stays a key; it is still lifted once, here);
+- a chain of bound variables whose subtree holds a single atom is collapsed
+  into one view that marginalizes them all at once (§3, "practical tweak";
+  Housing's relations become one view each);
+- μ (Fig. 8): the roots are stored, and a view is stored iff some sibling is
+  defined over an updatable relation (its delta must join with it); base
+  relations count as views.
+
+For every view and every child j, :class:`DeltaPlan` is the delta rule of
+Fig. 7 compiled once: ``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)``, the siblings joined by
+primary-index lookup when the delta binds all their keys and by a secondary
+index on the bound keys otherwise (§2.2 storage contract, Remark 20, §9 item 5),
+never by scanning a sibling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ivm.query.model import Query
+from ivm.query.variable_order import VariableOrder
+
+
+class Store:
+    """A materialized view: payloads by key (primary index) and lazily built secondary indices.
+
+    A secondary index on key positions P maps ``π_P key`` to ``{key: payload}``
+    so that ``σ_{P = t} V`` is enumerated with constant delay (§2.2).  Every
+    operation is amortized O(1) per index (§2.2 storage contract).
+    """
+
+    __slots__ = ("data", "indexes")
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[Any, ...], Any] = {}
+        self.indexes: dict[tuple[int, ...], dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]] = {}
+
+    def index(self, positions: tuple[int, ...]) -> dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]:
+        idx = self.indexes.get(positions)
+        if idx is None:
+            idx = {}
+            for key, payload in self.data.items():
+                idx.setdefault(tuple(key[p] for p in positions), {})[key] = payload
+            self.indexes[positions] = idx
+        return idx
+
+    def add(self, key: tuple[Any, ...], delta: Any, is_zero: Any) -> None:
+        """``V[key] += delta``, deleting the key when the payload becomes 0 (§9 item 1)."""
+        old = self.data.get(key)
+        new = delta if old is None else old + delta
+        if is_zero(new):
+            if old is None:
+                return
+            del self.data[key]
+            for positions, idx in self.indexes.items():
+                sub = tuple(key[p] for p in positions)
+                bucket = idx[sub]
+                del bucket[key]
+                if not bucket:
+                    del idx[sub]
+            return
+        self.data[key] = new
+        for positions, idx in self.indexes.items():
+            idx.setdefault(tuple(key[p] for p in positions), {})[key] = new
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+@dataclass
+class ViewNode:
+    """``V^{@X}_rels[keys]`` (``var`` X, or an atom leaf when ``atom`` is set)."""
+
+    name: str
+    keys: tuple[str, ...]
+    rels: frozenset[str]
+    var: str | None = None
+    atom: int | None = None
+    children: list[ViewNode] = field(default_factory=list)
+    parent: ViewNode | None = None
+    marginalized: tuple[str, ...] = ()
+    lifted: tuple[str, ...] = ()
+    materialized: bool = False
+    store: Store | None = None
+    plans: list[DeltaPlan] = field(default_factory=list)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.atom is not None
+
+    def walk(self) -> Iterator[ViewNode]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def render(self, depth: int = 0) -> str:
+        mark = " *" if self.materialized else ""
+        lines = ["  " * depth + f"{self.name}[{', '.join(self.keys)}]{mark}"]
+        lines += [child.render(depth + 1) for child in self.children]
+        return "\n".join(lines)
+
+
+@dataclass
+class JoinStep:
+    """Join one sibling: by primary key if ``full``, else through the index on ``bound_pos``."""
+
+    sibling: ViewNode
+    full: bool
+    key_slots: tuple[int, ...]  # slot of each sibling key (full lookups)
+    bound_pos: tuple[int, ...]  # sibling key positions already bound (index lookups)
+    bound_slots: tuple[int, ...]
+    fill: tuple[tuple[int, int], ...]  # (sibling key position, slot) newly bound
+
+
+@dataclass
+class DeltaPlan:
+    """The delta rule of Fig. 7 for the view ``node`` and its child ``child`` (compiled once)."""
+
+    node: ViewNode
+    child: ViewNode
+    width: int  # number of slots: the variables of the join at the node
+    child_slots: tuple[int, ...]
+    steps: list[JoinStep]
+    key_slots: tuple[int, ...]
+    lift_vars: tuple[str, ...]
+    lift_slots: tuple[int, ...]
+
+
+@dataclass
+class ViewTree:
+    """The view tree τ(ω, F) of a query: roots (a forest gives a product at the top) and leaves per relation."""
+
+    query: Query
+    order: VariableOrder
+    free: tuple[str, ...]
+    roots: list[ViewNode]
+    leaves: dict[str, list[ViewNode]]  # relation -> its atom-occurrence leaves, in atom order
+
+    def nodes(self) -> Iterator[ViewNode]:
+        for root in self.roots:
+            yield from root.walk()
+
+    def materialized(self) -> list[ViewNode]:
+        return [n for n in self.nodes() if n.materialized]
+
+    def render(self) -> str:
+        return "\n".join(root.render() for root in self.roots)
+
+
+def build_view_tree(query: Query, order: VariableOrder, free: Collection[str] | None = None) -> ViewTree:
+    """τ(ω, F) (F-IVM Fig. 4): one view per variable, atoms as leaves, private bound chains collapsed.
+
+    O(|Q|²) to build.  ``free`` defaults to the query's free variables; the
+    relational ring builds τ(ω, ∅) and lifts the free variables instead (§6.4).
+
+    >>> from ivm.query.parse import parse
+    >>> from ivm.query.variable_order import variable_order
+    >>> q = parse("Q() :- R(A,B), S(A,C,E), T(C,D)")
+    >>> print(build_view_tree(q, variable_order(q)).render())
+    V^{@A}_{R,S,T}[] *
+      V^{@B}_{R}[A]
+        R[A, B]
+      V^{@C}_{S,T}[A]
+        V^{@E}_{S}[A, C]
+          S[A, C, E]
+        V^{@D}_{T}[C]
+          T[C, D]
+    """
+    F = set(query.free if free is None else free)
+    qfree = set(query.free)
+    children: dict[str | None, list[str]] = {}
+    for v, p in order.parent.items():
+        children.setdefault(p, []).append(v)
+
+    def subtree(v: str) -> list[str]:
+        out = [v]
+        for c in children.get(v, []):
+            out += subtree(c)
+        return out
+
+    def atoms_below(v: str) -> list[int]:
+        return [i for w in subtree(v) for i in order.atoms_at.get(w, ())]
+
+    leaves: dict[str, list[ViewNode]] = {}
+
+    def leaf(i: int) -> ViewNode:
+        atom = query.atoms[i]
+        node = ViewNode(
+            name=atom.relation, keys=tuple(dict.fromkeys(atom.terms)), rels=frozenset({atom.relation}), atom=i
+        )
+        leaves.setdefault(atom.relation, []).append(node)
+        return node
+
+    def rels_name(rels: Collection[str]) -> str:
+        return ",".join(sorted(rels))
+
+    def build(v: str) -> ViewNode:
+        below = subtree(v)
+        keys = tuple(w for w in order.parent if w in order.dep[v] or (w in F and w in below))
+        atoms = atoms_below(v)
+        if v not in F and len(atoms) == 1 and not (qfree & set(below)):
+            child = leaf(atoms[0])
+            marg = tuple(w for w in child.keys if w in below)
+            node = ViewNode(f"V^{{@{v}}}_{{{child.name}}}", keys, child.rels, var=v, children=[child])
+            node.marginalized = marg
+            node.lifted = marg
+            child.parent = node
+            return node
+        kids = [build(c) for c in children.get(v, [])] + [leaf(i) for i in order.atoms_at.get(v, ())]
+        rels = frozenset().union(*(k.rels for k in kids))
+        node = ViewNode(f"V^{{@{v}}}_{{{rels_name(rels)}}}", keys, rels, var=v, children=kids)
+        node.marginalized = () if v in F else (v,)
+        node.lifted = (v,)
+        for k in kids:
+            k.parent = node
+        return node
+
+    roots = [build(r) for r in children.get(None, [])]
+    for root in roots:
+        root.materialized = True
+    # atoms without variables (arity 0) hang directly at the top
+    for i, atom in enumerate(query.atoms):
+        if not atom.terms:
+            node = leaf(i)
+            node.materialized = True
+            roots.append(node)
+    return ViewTree(query, order, tuple(query.free if free is None else free), roots, leaves)
+
+
+def mu(tree: ViewTree, updatable: Collection[str]) -> list[ViewNode]:
+    """μ(τ, U) (F-IVM Fig. 8): mark and return the views to materialize for updatable relations U.
+
+    The roots, plus every view one of whose siblings is over an updatable
+    relation.  Example 10 (T3): U={T} stores the root, V_R^{@B} and V_S^{@E}.
+
+    >>> from ivm.query.parse import parse
+    >>> from ivm.query.variable_order import variable_order
+    >>> q = parse("Q() :- R(A,B), S(A,C,E), T(C,D)")
+    >>> tree = build_view_tree(q, variable_order(q))
+    >>> sorted(n.name for n in mu(tree, {"T"}))
+    ['V^{@A}_{R,S,T}', 'V^{@B}_{R}', 'V^{@E}_{S}']
+    >>> len(mu(tree, {"R", "S", "T"})), [n.name for n in mu(tree, set())]
+    (5, ['V^{@A}_{R,S,T}'])
+    """
+    U = set(updatable)
+    for node in tree.nodes():
+        node.materialized = False
+    for root in tree.roots:
+        root.materialized = True
+    for node in tree.nodes():
+        for i, child in enumerate(node.children):
+            if any(j != i and other.rels & U for j, other in enumerate(node.children)):
+                child.materialized = True
+    return tree.materialized()
+
+
+def compile_plans(tree: ViewTree, lifts: Any) -> None:
+    """Compile :class:`DeltaPlan` for every (view, child) pair (Fig. 7 with the OPTIMIZE join order).
+
+    Siblings are joined greedily: the next is the one with the most keys
+    already bound (a full primary-key lookup first).  ``lifts(var)`` says
+    whether the ring's ``g_var`` is non-trivial (trivial lifts are skipped).
+    """
+    for node in tree.nodes():
+        node.plans = []
+        if node.is_leaf:
+            continue
+        variables: list[str] = []
+        for child in node.children:
+            for k in child.keys:
+                if k not in variables:
+                    variables.append(k)
+        for k in (*node.keys, *node.marginalized):
+            if k not in variables:  # pragma: no cover - keys come from the children
+                variables.append(k)
+        slot = {v: i for i, v in enumerate(variables)}
+        for child in node.children:
+            bound = set(child.keys)
+            rest = [c for c in node.children if c is not child]
+            steps: list[JoinStep] = []
+            while rest:
+                best = max(
+                    rest,
+                    key=lambda c: (sum(k in bound for k in c.keys) == len(c.keys), sum(k in bound for k in c.keys)),
+                )
+                rest.remove(best)
+                full = all(k in bound for k in best.keys)
+                bound_pos = tuple(p for p, k in enumerate(best.keys) if k in bound)
+                fill = tuple((p, slot[k]) for p, k in enumerate(best.keys) if k not in bound)
+                steps.append(
+                    JoinStep(
+                        best,
+                        full,
+                        tuple(slot[k] for k in best.keys),
+                        bound_pos,
+                        tuple(slot[best.keys[p]] for p in bound_pos),
+                        fill,
+                    )
+                )
+                bound |= set(best.keys)
+            lift_vars = tuple(v for v in node.lifted if lifts(v))
+            node.plans.append(
+                DeltaPlan(
+                    node,
+                    child,
+                    len(variables),
+                    tuple(slot[k] for k in child.keys),
+                    steps,
+                    tuple(slot[k] for k in node.keys),
+                    lift_vars,
+                    tuple(slot[v] for v in lift_vars),
+                )
+            )
