@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from ivm.engines import ENGINES, Engine, EngineRefused
 from ivm.policy import Policy
 from ivm.query import Query, parse
+from ivm.query.patterns import UpdatePatterns
 from ivm.updates import Update
 from ivm.view import Outcome, Rejected, View
 
@@ -38,19 +39,24 @@ def maintain(
     eps: float | None = None,
     schema: Mapping[str, Sequence[str]] | None = None,
     policy: Policy | None = None,
+    patterns: UpdatePatterns | Mapping[str, str] | Sequence[str] | None = None,
 ) -> View:
     """Start maintaining ``query`` (rule syntax, or a parsed :class:`Query`).
 
     ``engine`` is ``"auto"`` (the planner chooses) or an engine name from
     :data:`ivm.engines.ENGINES`; an engine that cannot serve the query raises
-    :class:`EngineRefused` with the reason.
+    :class:`EngineRefused` with the reason.  ``patterns`` declares update
+    patterns (``["R=insert-only", "R+S=fifo"]``, DESIGN §3): the planner uses
+    them, and engines that monitor patterns (``propagation``) verify them.
     """
     q = query if isinstance(query, Query) else parse(query, schema)
-    name = _choose_engine(q) if engine == "auto" else engine
+    name = _choose_engine(q, patterns) if engine == "auto" else engine
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {sorted(ENGINES)}")
     options = _engine_options(ENGINES[name], {"eps": eps}, explicit=engine != "auto")
-    return View(q, ENGINES[name](q, **options), policy)
+    if patterns is not None and "patterns" in inspect.signature(ENGINES[name].__init__).parameters:
+        options["patterns"] = patterns
+    return View(q, ENGINES[name](q, **options), policy, patterns=patterns)
 
 
 def _engine_options(cls: type[Engine], given: Mapping[str, object], explicit: bool) -> dict[str, object]:
@@ -67,11 +73,11 @@ def _engine_options(cls: type[Engine], given: Mapping[str, object], explicit: bo
     return options
 
 
-def _choose_engine(query: Query) -> str:
-    """The planner's engine for ``query`` (:func:`ivm.query.plan.plan`), arbitrary update patterns."""
+def _choose_engine(query: Query, patterns: object = None) -> str:
+    """The planner's engine for ``query`` (:func:`ivm.query.plan.plan`) under the declared patterns."""
     from ivm.query.plan import plan
 
-    chosen = plan(query, registered=ENGINES)
+    chosen = plan(query, patterns, registered=ENGINES)  # type: ignore[arg-type]
     if chosen.engine is None:
         raise EngineRefused(f"no engine can maintain {query}: " + "; ".join(chosen.notes))
     return chosen.engine

@@ -42,10 +42,11 @@ class View:
     :class:`Outcome` and change nothing.
     """
 
-    def __init__(self, query: Query, engine: Engine, policy: Policy | None = None) -> None:
+    def __init__(self, query: Query, engine: Engine, policy: Policy | None = None, patterns: Any = None) -> None:
         self.query = query
         self.engine = engine
         self.policy = policy or Policy()
+        self._patterns = patterns
         self._arity = dict(query.relations)
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
@@ -87,13 +88,18 @@ class View:
     def enumerate(self) -> Iterator[tuple[Row, int]]:
         return self.engine.enumerate()
 
+    @property
+    def patterns(self) -> Any:
+        """The update patterns in force: the engine's live ones (declared, minus what its
+        monitors downgraded) when it monitors patterns, else the declared ones."""
+        live = getattr(self.engine, "patterns", None)
+        return live if live is not None else self._patterns
+
     def explain(self) -> dict[str, Any]:
         """The classification, plan and guarantee (the dict of ``ivm explain --json``)."""
         from ivm.query.explain import explain
 
-        return explain(
-            self.query, getattr(self, "patterns", None), eps=getattr(self.engine, "eps", None), engine=self.engine.name
-        )
+        return explain(self.query, self.patterns, eps=getattr(self.engine, "eps", None), engine=self.engine.name)
 
     def stats(self) -> dict[str, int | float]:
         return self.engine.stats()

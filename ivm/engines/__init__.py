@@ -4,6 +4,7 @@ from ivm.engines.base import Engine, EngineRefused
 from ivm.engines.first_order import FirstOrderIVM
 from ivm.engines.fivm import FIVM
 from ivm.engines.ivm_eps import IVMEps
+from ivm.engines.propagation import PropagationEngine
 from ivm.engines.qhier import QHierEngine
 
 ENGINES: dict[str, type[Engine]] = {
@@ -11,6 +12,7 @@ ENGINES: dict[str, type[Engine]] = {
     FIVM.name: FIVM,
     IVMEps.name: IVMEps,
     QHierEngine.name: QHierEngine,
+    PropagationEngine.name: PropagationEngine,
 }
 
 __all__ = ["ENGINES", "Engine", "EngineRefused", "FirstOrderIVM"]
