@@ -281,7 +281,9 @@ class QHierEngine(Engine):
         for relation, row, m in updates:
             if not m:
                 continue
-            rel = base[relation]
+            rel = base.get(relation)
+            if rel is None:
+                raise KeyError(f"relation {relation!r} does not occur in {self.query}")
             nullary = self._tracking and relation in self._nullary
             if nullary:
                 factor_before = self._global_factor()
