@@ -15,6 +15,7 @@ from ivm.engines import ENGINES, Engine, EngineRefused
 from ivm.policy import Policy
 from ivm.query import Query, parse
 from ivm.query.patterns import UpdatePatterns
+from ivm.shards import HyperCube, ShardedView, per_atom_relations
 from ivm.updates import Update
 from ivm.view import Outcome, Rejected, View
 
@@ -25,6 +26,7 @@ __all__ = [
     "Policy",
     "Query",
     "Rejected",
+    "ShardedView",
     "Update",
     "View",
     "maintain",
@@ -40,7 +42,8 @@ def maintain(
     schema: Mapping[str, Sequence[str]] | None = None,
     policy: Policy | None = None,
     patterns: UpdatePatterns | Mapping[str, str] | Sequence[str] | None = None,
-) -> View:
+    shards: int = 1,
+) -> View | ShardedView:
     """Start maintaining ``query`` (rule syntax, or a parsed :class:`Query`).
 
     ``engine`` is ``"auto"`` (the planner chooses) or an engine name from
@@ -48,12 +51,22 @@ def maintain(
     :class:`EngineRefused` with the reason.  ``patterns`` declares update
     patterns (``["R=insert-only", "R+S=fifo"]``, DESIGN §3): the planner uses
     them, and engines that monitor patterns (``propagation``) verify them.
+    ``shards > 1`` splits the state into HyperCube shards (:mod:`ivm.shards`).
     """
     q = query if isinstance(query, Query) else parse(query, schema)
+    if shards > 1:
+        shard_query, _ = per_atom_relations(q)
+        name = _choose_engine(shard_query, patterns) if engine == "auto" else engine
+        views = [_view(shard_query, name, engine, eps, policy, patterns) for _ in range(shards)]
+        return ShardedView(q, views, HyperCube(q, shards))
     name = _choose_engine(q, patterns) if engine == "auto" else engine
+    return _view(q, name, engine, eps, policy, patterns)
+
+
+def _view(q: Query, name: str, requested: str, eps, policy, patterns) -> View:
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {sorted(ENGINES)}")
-    options = _engine_options(ENGINES[name], {"eps": eps}, explicit=engine != "auto")
+    options = _engine_options(ENGINES[name], {"eps": eps}, explicit=requested != "auto")
     if patterns is not None and "patterns" in inspect.signature(ENGINES[name].__init__).parameters:
         options["patterns"] = patterns
     return View(q, ENGINES[name](q, **options), policy, patterns=patterns)
