@@ -2,6 +2,7 @@
 
 from ivm.engines.base import Engine, EngineRefused
 from ivm.engines.first_order import FirstOrderIVM
+from ivm.engines.first_order_general import FirstOrderDelta
 from ivm.engines.fivm import FIVM
 from ivm.engines.ivm_eps import IVMEps
 from ivm.engines.propagation import PropagationEngine
@@ -10,6 +11,7 @@ from ivm.engines.qhier import QHierEngine
 ENGINES: dict[str, type[Engine]] = {
     FirstOrderIVM.name: FirstOrderIVM,
     FIVM.name: FIVM,
+    FirstOrderDelta.name: FirstOrderDelta,
     IVMEps.name: IVMEps,
     QHierEngine.name: QHierEngine,
     PropagationEngine.name: PropagationEngine,
