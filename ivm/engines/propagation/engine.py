@@ -285,3 +285,4 @@ class PropagationEngine(Engine):
         self._rebuild()
         self.rebuilds = rebuilds
         self._retired_work = state["_retired_work"]
+        self.views.work = 0  # the work counter survives; the flip counters restart

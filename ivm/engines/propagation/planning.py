@@ -3,11 +3,11 @@
 Best first (Hu & Wang; 003 §3.2–§3.4):
 
 1. q-hierarchical: the height-1 tree, O(1) worst-case per update (Lemma 2.2, 003 §3.5);
-2. MixDetect accepts σ: the compatible tree (insert-only pairs pre-joined as
+2. every relation deletion-only after the prefix: any free-connex tree, O(1)
+   amortized (App. C: counters only decrease);
+3. MixDetect accepts σ: the compatible tree (insert-only pairs pre-joined as
    FILTER/EXTENDER children, FIFO children hung under their anchors), O(1)
    amortized (Lemma 4.16; Cor 1.6 insert-only; Lemma 3.8 FIFO, height ≤ 2);
-3. every relation deletion-only after the prefix: any free-connex tree, O(1)
-   amortized (App. C: counters only decrease);
 4. otherwise a free-connex tree from repeated anchor reductions (003 §3.2,
    the all-insert-only compatible tree), O(λ) amortized ≤ O(N) (Lemma 1.4):
    correct for any stream, not constant time.
@@ -54,15 +54,15 @@ def choose_tree(query: Query, sigma: UpdatePatterns, deletion_only: bool = False
         return TreePlan(
             height_one_tree(query), "q-hierarchical", True, "O(1) worst-case", "q-hierarchical: height-1 tree"
         )
+    insert_only = UpdatePatterns(dict.fromkeys(query.relations, "I"))
+    tree = compatible_tree(query, insert_only)
+    if deletion_only:
+        return TreePlan(tree, "deletion-only", True, "O(1) amortized", "every relation deletion-only (App. C)")
     mix = mixdetect(query, sigma)
     if mix:
         return TreePlan(
             compatible_tree(query, sigma), "mixdetect", True, "O(1) amortized", f"{mix.reason} (Lemma 4.16)"
         )
-    insert_only = UpdatePatterns(dict.fromkeys(query.relations, "I"))
-    tree = compatible_tree(query, insert_only)
-    if deletion_only:
-        return TreePlan(tree, "deletion-only", True, "O(1) amortized", "every relation deletion-only (App. C)")
     return TreePlan(
         tree,
         "fallback",
