@@ -367,6 +367,15 @@ def _engine_guarantee(name: str, a: Analysis, eps: float | None, best: Guarantee
             True,
             best.lower_bound,
         )
+    if name == "propagation" and a.free_connex and a.query.self_join_free:
+        return Guarantee(
+            "O(N)",
+            "O(λ) amortized ≤ O(N) (enclosureness of the join tree, Hu & Wang Lemma 1.4)",
+            "O(1) answer time" if not a.query.free else "O(1) delay",
+            "O(N)",
+            True,
+            best.lower_bound,
+        )
     return Guarantee(
         "not stated",
         f"not stated for engine {name!r} (the best plan gives {best.update})",
