@@ -31,6 +31,7 @@ class QueryConfig:
     query: str
     engine: str = "auto"
     eps: float | None = None
+    shards: int | None = None  # None: the pipeline's default
 
     @property
     def result_topic(self) -> str:
@@ -55,6 +56,15 @@ class PipelineConfig:
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a container
     checkpoint: str = ""  # empty: a fresh temporary checkpoint per run
+    name: str = "ivm"  # the pipeline: its transactional id, progress topic and state folder
+    state_dir: str = ""  # snapshots; empty: .local/state/<name>
+    snapshot_every: int = 50  # batches between snapshots (0: never)
+    exactly_once: bool = True  # outputs in Kafka transactions, recovery from snapshot + replay
+    shards: int = 1
+
+    @property
+    def progress_topic(self) -> str:
+        return f"{self.name}.progress"
 
     def relation(self, name: str) -> RelationConfig:
         for rel in self.relations:
@@ -79,7 +89,7 @@ def load_config(path: str | Path) -> PipelineConfig:
 
 
 def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
-    known = {"kafka", "spark", "metrics", "policy", "relations", "queries"}
+    known = {"processor", "kafka", "spark", "metrics", "policy", "relations", "queries"}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"unknown top-level keys {sorted(unknown)}; known: {sorted(known)}")
@@ -87,6 +97,7 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
     spark = _table(raw, "spark")
     metrics = _table(raw, "metrics")
     policy_raw = _table(raw, "policy")
+    proc = _table(raw, "processor")
     relations = []
     for i, rel in enumerate(raw.get("relations", [])):
         name = _str(rel, "name", f"relations[{i}]")
@@ -105,6 +116,7 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
                 _str(q, "query", f"queries[{i}]"),
                 _str(q, "engine", f"queries[{i}]", default="auto"),
                 eps,
+                _positive_int(q, "shards", f"queries[{i}]", default=None),
             )
         )
     if not queries:
@@ -129,7 +141,21 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
         checkpoint=_str(spark, "checkpoint", "spark", default=""),
         metrics_port=int(metrics.get("port", 0)),
         metrics_address=_str(metrics, "address", "metrics", default="127.0.0.1"),
+        name=_str(proc, "name", "processor", default="ivm"),
+        state_dir=_str(proc, "state_dir", "processor", default=""),
+        snapshot_every=_positive_int(proc, "snapshot_every", "processor", default=50, zero=True),
+        exactly_once=bool(proc.get("exactly_once", True)),
+        shards=_positive_int(proc, "shards", "processor", default=1),
     )
+
+
+def _positive_int(table: dict[str, Any], key: str, where: str, default: int | None, zero: bool = False):
+    value = table.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero else 1):
+        raise ConfigError(f"{where}.{key} must be an integer >= {0 if zero else 1}, got {value!r}")
+    return value
 
 
 def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:

@@ -101,7 +101,9 @@ def run_demo(
         print(f"  broker on {bootstrap} (log: {broker.log_path})", flush=True)
         create_topics(bootstrap, [*RELATIONS, "triangle.result", "ivm.dead-letter"])
         log = broker.workdir / "processor.log"
-        processor = ProcessorProcess(project_root() / "config" / "demo.toml", bootstrap, log)
+        processor = ProcessorProcess(
+            project_root() / "config" / "demo.toml", bootstrap, log, extra=["--state-dir", str(broker.workdir / "state")]
+        )
         print(
             f"starting the processor (Spark local mode; metrics on :{processor.metrics_port}, log: {log}) ...",
             flush=True,

@@ -1,32 +1,72 @@
 """The Spark Structured Streaming job (DESIGN §5): a thin adapter around :class:`Pipeline`.
 
 Spark's own Kafka source reads the relation topics; each micro-batch is
-collected to the driver, in offset order per partition, and handed to the
-pipeline, which decodes, applies and publishes.  The engines' state lives in
-the driver: one shard, the default on one machine.
+collected to the driver and handed to the pipeline, which decodes, applies and
+publishes.  The engines' state lives in the driver, split into shards when the
+configuration asks for them.
 
-Restart semantics of this first version: the job starts from the earliest
-offsets with a fresh checkpoint and rebuilds the state by replaying the
-relation topics (the topics are the log of the Z-relations).
+Exactly once (``[processor] exactly_once``, the default): each batch's outputs
+and its input positions are committed in one Kafka transaction; on start the
+state comes back from the newest snapshot plus a replay of the inputs
+committed after it (``recovery.py``), and the stream resumes exactly at the
+committed positions.  Spark's own checkpoint is not needed for this.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from processor.config import PipelineConfig
 from processor.local.spark import spark_session
 from processor.metrics import Metrics
-from processor.pipeline import BatchReport, Pipeline, Record
-from processor.sink import KafkaSink
+from processor.pipeline import BatchReport, Pipeline, Positions, Record
+from processor.recovery import StateStore, recover
+from processor.sink import KafkaSink, TransactionalKafkaSink
+from processor.topics import create_topics, partitions_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+
+def state_dir(config: PipelineConfig) -> Path:
+    from processor.local.stack import local_dir
+
+    return Path(config.state_dir) if config.state_dir else local_dir() / "state" / config.name
+
+
+def starting_offsets(config: PipelineConfig, topics: list[str], positions: Positions) -> str:
+    """Spark's ``startingOffsets``: the committed positions, the configured default elsewhere."""
+    if not positions:
+        return config.starting_offsets
+    default = -2 if config.starting_offsets == "earliest" else -1
+    spec: dict[str, dict[str, int]] = {}
+    for topic, partitions in partitions_of(config.bootstrap, topics).items():
+        spec[topic] = {str(p): positions.get((topic, p), default) for p in partitions}
+    return json.dumps(spec)
+
+
+def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
+    """Create the topics, build the pipeline and recover its state (exactly-once mode)."""
+    outputs = [config.dead_letter_topic]
+    for q in config.queries:
+        outputs += [q.result_topic, q.delta_topic]
+    create_topics(config.bootstrap, [r.topic for r in config.relations] + outputs)
+    if not config.exactly_once:
+        return Pipeline(config, KafkaSink(config.bootstrap), metrics)
+    create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
+    pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+    report = recover(pipeline, StateStore(state_dir(config)), config.bootstrap)
+    metrics.recovery_seconds.set(report.seconds)
+    metrics.replayed_records.inc(report.replayed)
+    return pipeline
 
 
 def run_job(
@@ -45,8 +85,9 @@ def run_job(
     metrics = metrics or Metrics()
     if config.metrics_port:
         port = metrics.serve(config.metrics_port, config.metrics_address)
-        log.info("metrics on http://127.0.0.1:%d/metrics", port)
-    pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
+        log.info("metrics on http://%s:%d/metrics", config.metrics_address, port)
+    pipeline = prepare(config, metrics)
+    store = StateStore(state_dir(config)) if config.exactly_once and config.snapshot_every else None
     own_session = spark is None
     if spark is None:
         spark = spark_session("ivm-processor", config.spark_master)
@@ -54,25 +95,31 @@ def run_job(
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap)
         .option("subscribe", ",".join(pipeline.topics))
-        .option("startingOffsets", config.starting_offsets)
+        .option("startingOffsets", starting_offsets(config, pipeline.topics, pipeline.positions))
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
         .option("failOnDataLoss", "true")
         .load()
         .selectExpr("topic", "partition", "offset", "key", "value", "CAST(timestamp AS LONG) * 1000 AS ts")
     )
 
-    def process(batch, batch_id: int) -> None:
+    def process(batch, _spark_batch_id: int) -> None:
         rows = batch.collect()
         # Spark hands binary columns over as bytearray; the Kafka client wants bytes.
         records = [
             Record(r[0], r[1], r[2], None if r[3] is None else bytes(r[3]), None if r[4] is None else bytes(r[4]), r[5])
             for r in rows
         ]
-        report = pipeline.process(batch_id, records)
+        report = pipeline.process(records)
         log.info(
             "batch %d: %d records, %s applied, %d dead letters, %.3fs",
-            batch_id, report.records, report.applied, report.dead_letters, report.seconds,
+            report.batch_id, report.records, report.applied, report.dead_letters, report.seconds,
         )  # fmt: skip
+        if store is not None and report.batch_id % config.snapshot_every == 0:
+            started = time.perf_counter()
+            path, size = store.save(pipeline.state, list(pipeline.views))
+            metrics.snapshot_seconds.observe(time.perf_counter() - started)
+            metrics.snapshot_bytes.set(size)
+            log.info("snapshot %s (%d bytes)", path.name, size)
         if on_batch is not None:
             on_batch(report)
 

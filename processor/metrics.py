@@ -52,6 +52,19 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.last_batch_id = Gauge("ivm_last_batch_id", "Id of the last processed micro-batch", registry=r)
+        self.recovery_seconds = Gauge(
+            "ivm_recovery_seconds", "Time the last start took to restore the snapshot and replay", registry=r
+        )
+        self.replayed_records = Counter(
+            "ivm_replayed_records_total", "Input records applied again during recovery", registry=r
+        )
+        self.snapshot_seconds = Histogram(
+            "ivm_snapshot_seconds",
+            "Time to write one state snapshot",
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.snapshot_bytes = Gauge("ivm_snapshot_bytes", "Size of the last state snapshot", registry=r)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Expose ``/metrics`` on ``addr:port``; returns the bound port."""

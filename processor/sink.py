@@ -1,22 +1,29 @@
-"""Where the processor's outputs go: Kafka topics, through one producer."""
+"""Where the processor's outputs go: Kafka topics, through one producer.
+
+A batch's outputs are sent between ``begin()`` and ``commit()``.  With
+:class:`TransactionalKafkaSink` they form one Kafka transaction: consumers
+reading with ``isolation.level=read_committed`` see all of a batch or none.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Sink(Protocol):
-    """Output topics: ``send`` queues a record, ``flush`` makes all queued records durable."""
+    """Output topics: one batch's records between ``begin`` and ``commit``."""
+
+    def begin(self) -> None: ...
 
     def send(self, topic: str, key: bytes | None, value: bytes) -> None: ...
 
-    def flush(self) -> None: ...
+    def commit(self) -> None: ...
 
 
 class KafkaSink:
-    """A confluent-kafka producer with idempotence; ``flush`` raises on any delivery failure."""
+    """An idempotent producer; ``commit`` flushes and raises on any delivery failure (at least once)."""
 
-    def __init__(self, bootstrap: str, **conf: object) -> None:
+    def __init__(self, bootstrap: str, **conf: Any) -> None:
         from confluent_kafka import Producer
 
         from processor.topics import CLIENT_DEFAULTS
@@ -37,6 +44,9 @@ class KafkaSink:
         if err is not None:
             self._errors.append(str(err))
 
+    def begin(self) -> None:
+        pass
+
     def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         while True:
             try:
@@ -45,10 +55,33 @@ class KafkaSink:
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
 
-    def flush(self) -> None:
+    def commit(self) -> None:
         remaining = self._producer.flush(60)
         if remaining:
             raise RuntimeError(f"{remaining} output records not delivered after 60 s")
         if self._errors:
             errors, self._errors = self._errors, []
             raise RuntimeError(f"output delivery failed: {errors[:3]}")
+
+
+class TransactionalKafkaSink(KafkaSink):
+    """Each batch's outputs in one Kafka transaction (exactly once with read_committed readers).
+
+    ``transactional_id`` is the pipeline's name: a restarted processor's
+    ``init_transactions`` fences the previous instance and aborts its open
+    transaction, so a batch cut short by a crash is never visible.
+    """
+
+    def __init__(self, bootstrap: str, transactional_id: str, **conf: Any) -> None:
+        super().__init__(bootstrap, **{"transactional.id": transactional_id, "transaction.timeout.ms": 60000, **conf})
+        self._producer.init_transactions(60)
+
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+
+    def commit(self) -> None:
+        if self._errors:
+            errors, self._errors = self._errors, []
+            self._producer.abort_transaction(60)
+            raise RuntimeError(f"output delivery failed, transaction aborted: {errors[:3]}")
+        self._producer.commit_transaction(120)

@@ -9,13 +9,19 @@ from typing import Any
 CLIENT_DEFAULTS: dict[str, Any] = {"log_level": 3, "log.connection.close": False}
 
 
-def create_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) -> None:
+def create_topics(
+    bootstrap: str, topics: Sequence[str], partitions: int = 1, config: dict[str, str] | None = None
+) -> None:
     """Create the topics that do not exist yet (one replica: a single broker)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
     existing = set(admin.list_topics(timeout=30).topics)
-    new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
+    new = [
+        NewTopic(t, num_partitions=partitions, replication_factor=1, config=config or {})
+        for t in topics
+        if t not in existing
+    ]
     if not new:
         return
     for topic, future in admin.create_topics(new, operation_timeout=30).items():
@@ -45,3 +51,11 @@ def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], 
         return out
     finally:
         consumer.close()
+
+
+def partitions_of(bootstrap: str, topics: Sequence[str]) -> dict[str, list[int]]:
+    """The partition ids of each existing topic."""
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS}).list_topics(timeout=30)
+    return {t: sorted(metadata.topics[t].partitions) for t in topics if t in metadata.topics}

@@ -18,6 +18,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, help="port of the /metrics endpoint (0: none)")
     p.add_argument("--metrics-address", help="address the /metrics endpoint binds to (default 127.0.0.1)")
     p.add_argument("--master", help="Spark master (overrides [spark].master)")
+    p.add_argument("--name", help="pipeline name: transactional id, progress topic, state folder")
+    p.add_argument("--state-dir", help="folder of the state snapshots")
+    p.add_argument("--shards", type=int, help="shards per query (HyperCube routing)")
     p.add_argument("--max-offsets-per-trigger", type=int, help="input records per micro-batch at most")
     return p
 
@@ -32,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
             metrics_address=args.metrics_address,
             spark_master=args.master,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
+            name=args.name,
+            state_dir=args.state_dir,
+            shards=args.shards,
         )
     except ConfigError as err:
         print(f"ivm run: {err}", file=sys.stderr)

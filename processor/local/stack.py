@@ -29,7 +29,14 @@ def local_dir() -> Path:
 class ProcessorProcess:
     """``ivm run`` as a child process with its log in a file."""
 
-    def __init__(self, config: Path, bootstrap: str, log_path: Path, metrics_port: int | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        bootstrap: str,
+        log_path: Path,
+        metrics_port: int | None = None,
+        extra: list[str] | None = None,
+    ) -> None:
         self.metrics_port = metrics_port if metrics_port is not None else free_port()
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,6 +47,7 @@ class ProcessorProcess:
                 "--config", str(config),
                 "--bootstrap", bootstrap,
                 "--metrics-port", str(self.metrics_port),
+                *(extra or []),
             ],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, cwd=project_root(),
         )  # fmt: skip

@@ -12,17 +12,16 @@ from __future__ import annotations
 import json
 import random
 import time
-from pathlib import Path
 
 import pytest
 
-from ivm.policy import Policy
 from ivm.query import parse
 from processor.codec import OutputCodec, load_relation_codecs
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
+from processor.config import PipelineConfig
 from processor.produce import UpdateProducer
-from processor.subscribe import follow, reflects
+from processor.subscribe import reflects
 from processor.topics import create_topics, end_offsets
+from tests.integration.helpers import consume_raw, pipeline_config, read_until
 from tests.oracles import apply_stream, count
 
 pytestmark = pytest.mark.integration
@@ -31,49 +30,17 @@ TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 CODECS = load_relation_codecs()
 
 
-def _config(kafka, prefix: str, **overrides) -> PipelineConfig:
-    return PipelineConfig(
-        bootstrap=kafka.bootstrap,
-        dead_letter_topic=f"{prefix}dead-letter",
-        relations=tuple(RelationConfig(r, f"{prefix}{r}", Path(f"relations/{r}.avsc")) for r in "RST"),
-        queries=(QueryConfig(f"{prefix}triangle", TRIANGLE, "first_order"),),
-        policy=Policy(),
-        trigger_ms=100,
-        **overrides,
-    )
+def _config(kafka, prefix: str, state_dir, **overrides) -> PipelineConfig:
+    return pipeline_config(kafka.bootstrap, prefix, state_dir, **overrides)
 
 
 def _read_all(kafka, topic: str, until) -> list[dict]:
-    """Records of ``topic`` until ``until(records so far)`` holds (or 60 s pass without one)."""
-    out: list[dict] = []
-    for record in follow(kafka.bootstrap, topic, poll_timeout=0.5, idle_timeout=60):
-        out.append(record)
-        if until(out):
-            break
-    return out
+    return read_until(kafka.bootstrap, topic, until)
 
 
-def _consume_raw(kafka, topic: str) -> list:
-    """(partition, offset, key, value) of every message of ``topic``, in offset order per partition."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    ends = end_offsets(kafka.bootstrap, [topic])
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "raw", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(t, p, 0) for (t, p) in ends])
-    out, want = [], sum(ends.values())
-    deadline = time.monotonic() + 60
-    while len(out) < want and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and not msg.error():
-            out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-    consumer.close()
-    assert len(out) == want
-    return out
-
-
-def test_every_published_result_matches_the_oracle(kafka, start_job, topic_prefix) -> None:
+def test_every_published_result_matches_the_oracle(kafka, start_job, topic_prefix, tmp_path) -> None:
     rng = random.Random(11)
-    config = _config(kafka, topic_prefix, max_offsets_per_trigger=700)
+    config = _config(kafka, topic_prefix, tmp_path, max_offsets_per_trigger=700)
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     create_topics(kafka.bootstrap, list(topics.values()), partitions=3)
     job = start_job(config)
@@ -107,7 +74,7 @@ def test_every_published_result_matches_the_oracle(kafka, start_job, topic_prefi
     # the input, per partition, in offset order
     inputs = {}
     for rel, topic in topics.items():
-        for partition, offset, _key, value in _consume_raw(kafka, topic):
+        for partition, offset, _key, value in consume_raw(kafka.bootstrap, topic):
             inputs.setdefault((topic, partition), []).append((offset, rel, CODECS[rel].decode(value)))
     query = parse(TRIANGLE)
     assert len(results) >= 3, "expected several micro-batches"
@@ -129,8 +96,8 @@ def test_every_published_result_matches_the_oracle(kafka, start_job, topic_prefi
     assert all("absent tuple" in d["reason"] for d in dead)
 
 
-def test_malformed_messages_go_to_the_dead_letter_topic(kafka, start_job, topic_prefix) -> None:
-    config = _config(kafka, topic_prefix)
+def test_malformed_messages_go_to_the_dead_letter_topic(kafka, start_job, topic_prefix, tmp_path) -> None:
+    config = _config(kafka, topic_prefix, tmp_path)
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     create_topics(kafka.bootstrap, [*topics.values(), config.dead_letter_topic])
     producer = UpdateProducer(kafka.bootstrap, CODECS, topics)

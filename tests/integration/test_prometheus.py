@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from ivm.policy import Policy
 from processor.codec import load_relation_codecs
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
 from processor.local.ports import free_port
 from processor.local.prometheus import PrometheusServer
 from processor.metrics import Metrics
 from processor.produce import UpdateProducer
 from processor.subscribe import follow, reflects
 from processor.topics import create_topics, end_offsets
+from tests.integration.helpers import pipeline_config
 from tests.unit.test_deployment import dashboard_expressions, rule_expressions
 
 pytestmark = pytest.mark.integration
@@ -37,15 +36,7 @@ def _wait(prom: PrometheusServer, expr: str, predicate, timeout: float = 60) -> 
 def test_prometheus_scrapes_the_processor(kafka, start_job, topic_prefix, tmp_path: Path) -> None:
     port = free_port()
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
-    config = PipelineConfig(
-        bootstrap=kafka.bootstrap,
-        dead_letter_topic=f"{topic_prefix}dead-letter",
-        relations=tuple(RelationConfig(r, topics[r], Path(f"relations/{r}.avsc")) for r in "RST"),
-        queries=(QueryConfig(f"{topic_prefix}tri", "Q() :- R(a,b), S(b,c), T(c,a)"),),
-        policy=Policy(),
-        trigger_ms=100,
-        metrics_port=port,
-    )
+    config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path / "state", metrics_port=port)
     create_topics(kafka.bootstrap, list(topics.values()))
     producer = UpdateProducer(kafka.bootstrap, CODECS, topics)
     n = 0

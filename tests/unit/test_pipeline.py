@@ -24,10 +24,13 @@ class MemorySink:
         self.sent: list[tuple[str, bytes | None, bytes]] = []
         self.flushes = 0
 
+    def begin(self) -> None:
+        pass
+
     def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         self.sent.append((topic, key, value))
 
-    def flush(self) -> None:
+    def commit(self) -> None:
         self.flushes += 1
 
     def on(self, topic: str) -> list[dict]:
@@ -51,7 +54,7 @@ def test_results_and_dead_letters_per_batch() -> None:
         _record("R", 1, (5, 5), -1),  # delete of an absent tuple
         Record("X", 0, 0, None, b"\x00"),  # a topic no relation reads
     ]
-    report = pipeline.process(0, batch)
+    report = pipeline.process(batch, 0)
     assert report.results == {"triangle": 1}
     assert report.dead_letters == 3
     dead = sink.on("ivm.dead-letter")
@@ -83,7 +86,7 @@ def test_random_batches_match_the_oracle() -> None:
             stream.append((rel, row, mult))
             offsets[rel] += 1
         rng.shuffle(batch)  # the pipeline restores offset order
-        report = pipeline.process(batch_id, batch)
+        report = pipeline.process(batch, batch_id)
         db, _ = apply_stream(stream)
         expected = sum(
             m1 * db["S"].get((b, c), 0) * db["T"].get((c, a), 0) for (a, b), m1 in db["R"].items() for c in range(5)
