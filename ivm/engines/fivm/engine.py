@@ -36,9 +36,10 @@ from itertools import product
 from typing import Any
 
 from ivm.engines.base import Engine
+from ivm.engines.fivm.indicators import add_indicators
 from ivm.engines.fivm.view_tree import DeltaPlan, Store, ViewNode, ViewTree, build_view_tree, compile_plans, mu
-from ivm.query.model import Query
-from ivm.query.variable_order import VariableOrder, update_exponent, variable_order
+from ivm.query.model import Atom, Query
+from ivm.query.variable_order import VariableOrder, _finish, update_exponent, variable_order
 from ivm.rings.base import Pair, PairRing, Ring
 from ivm.rings.covariance import Covariance, CovarianceRing
 from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
@@ -77,15 +78,20 @@ class FIVM(Engine):
         exact: bool = True,
         updatable: Collection[str] | None = None,
         order: VariableOrder | None = None,
+        indicators: bool = False,
+        fds: Sequence[tuple[Collection[str], str]] = (),
     ) -> None:
         super().__init__(query)
+        self.fds = tuple((tuple(lhs), rhs) for lhs, rhs in fds)
         self.ring_name = ring or self._default_ring(query, categorical)
         if self.ring_name not in RING_NAMES:
             raise ValueError(f"unknown ring {self.ring_name!r}; known: {RING_NAMES}")
         self.ring = self._make_ring(query, self.ring_name, categorical, exact)
-        self.order = order or variable_order(query)
+        self.order = order or (fd_variable_order(query, self.fds) if self.fds else variable_order(query))
         relational = self.ring_name in ("listing", "factorized")
         self.tree: ViewTree = build_view_tree(query, self.order, free=() if relational else None)
+        self.indicator_leaves = add_indicators(self.tree) if indicators else []
+        self.indicator_counts: list[dict[tuple[Any, ...], int]] = [{} for _ in self.indicator_leaves]
         self.updatable = frozenset(query.relations if updatable is None else updatable)
         unknown = self.updatable - set(query.relations)
         if unknown:
@@ -143,12 +149,14 @@ class FIVM(Engine):
         for relation, delta in per_relation.items():
             delta = {row: m for row, m in delta.items() if m}
             base = self.base[relation]
+            olds = {row: base.get(row, 0) for row in delta}
             for row, m in delta.items():
-                new = base.get(row, 0) + m
+                new = olds[row] + m
                 if new:
                     base[row] = new
                 else:
                     base.pop(row, None)
+            indicator_deltas = self._indicator_deltas(relation, olds, delta)
             self.updates_applied += len(delta)
             if relation not in self.updatable:
                 rebuild = True
@@ -156,8 +164,40 @@ class FIVM(Engine):
             if not rebuild:
                 for leaf in self.tree.leaves.get(relation, []):
                     self._propagate(leaf, self._leaf_delta(leaf, delta))
+                for leaf, d in indicator_deltas:  # after R's own paths (§7.4)
+                    self._propagate(leaf, d)
         if rebuild:
             self._rebuild()
+
+    def _indicator_deltas(
+        self, relation: str, olds: dict[Row, int], delta: dict[Row, int]
+    ) -> list[tuple[ViewNode, Delta]]:
+        """δ(∃_𝒜 R) from the per-𝒜-value counts of present tuples (Def. 29): O(|δR|) per indicator."""
+        out = []
+        for leaf, counts in zip(self.indicator_leaves, self.indicator_counts, strict=True):
+            atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+            if atom.relation != relation:
+                continue
+            positions = [atom.terms.index(v) for v in leaf.keys]
+            change: dict[tuple[Any, ...], int] = {}
+            for row, m in delta.items():
+                was, now = olds[row] != 0, olds[row] + m != 0
+                if was != now and atom.matches(row):
+                    pk = tuple(row[p] for p in positions)
+                    change[pk] = change.get(pk, 0) + (1 if now else -1)
+            d: Delta = {}
+            for pk, c in change.items():
+                before = counts.get(pk, 0)
+                after = before + c
+                if after:
+                    counts[pk] = after
+                else:
+                    counts.pop(pk, None)
+                if (before > 0) != (after > 0):
+                    d[pk] = self.ring.from_mult(1 if after > 0 else -1)
+            if d:
+                out.append((leaf, d))
+        return out
 
     def _leaf_delta(self, leaf: ViewNode, delta: dict[Row, int]) -> Delta:
         atom = self.query.atoms[leaf.atom]  # type: ignore[index]
@@ -247,7 +287,10 @@ class FIVM(Engine):
 
         def evaluate(node: ViewNode) -> None:
             assert node.store is not None
-            if node.is_leaf:
+            if node in self.indicator_leaves:
+                counts = self.indicator_counts[self.indicator_leaves.index(node)]
+                contents = {pk: self.ring.from_mult(1) for pk, c in counts.items() if c > 0}
+            elif node.is_leaf:
                 rel = self.query.atoms[node.atom].relation  # type: ignore[index]
                 contents = self._leaf_delta(node, self.base[rel])
             else:
@@ -425,4 +468,45 @@ class FIVM(Engine):
             "updates_applied": self.updates_applied,
             "rebuilds": self.rebuilds,
             "update_exponent": update_exponent(self.query, self.order),
+            "indicators": len(self.indicator_leaves),
         }
+
+
+def closure(variables: Collection[str], fds: Sequence[tuple[Collection[str], str]]) -> frozenset[str]:
+    """CLOSURE of a variable set under functional dependencies ``lhs -> rhs`` (§7.3).
+
+    >>> sorted(closure({"A", "B", "C"}, [({"A"}, "D"), ({"B", "D"}, "E")]))
+    ['A', 'B', 'C', 'D', 'E']
+    """
+    out = set(variables)
+    changed = True
+    while changed:
+        changed = False
+        for lhs, rhs in fds:
+            if set(lhs) <= out and rhs not in out:
+                out.add(rhs)
+                changed = True
+    return frozenset(out)
+
+
+def fd_variable_order(query: Query, fds: Sequence[tuple[Collection[str], str]]) -> VariableOrder:
+    """The variable order of the Σ-reduct, used for the original query (§7.3, Theorem 26).
+
+    The Σ-reduct extends every atom's schema by its closure; its (canonical,
+    if q-hierarchical) free-top order is also a variable order of the original
+    query (every original atom lies on the path of its extension), with
+    ``dep`` recomputed for the original atoms.  Example 27 (C and D occur in
+    every atom of the reduct, so ``C → D`` and ``D → C`` are equally canonical):
+
+    >>> from ivm.query.parse import parse
+    >>> q = parse("Q(A, B, C, D) :- R(A,B), S(B,C), T(C,D)")
+    >>> o = fd_variable_order(q, [("B", "C"), ("C", "D")])
+    >>> o.parent, sorted(o.dep["B"]), sorted(o.dep["A"])
+    ({'C': None, 'D': 'C', 'B': 'D', 'A': 'B'}, ['C'], ['B'])
+    """
+    atoms = []
+    for atom in query.atoms:
+        extra = sorted(closure(atom.variables, fds) - atom.variables)
+        atoms.append(Atom(atom.relation, atom.terms + tuple(extra)))
+    reduct = Query(query.name, query.free, tuple(atoms), query.aggregate)
+    return _finish(query, dict(variable_order(reduct).parent))
