@@ -55,9 +55,10 @@ def test_random_bytes_never_escape_as_another_exception(data: bytes) -> None:
         row, mult = codec.decode(data)
     except DecodeError:
         return
-    # accepted input must be exactly the encoding of what it decoded to
-    assert codec.encode(row, mult)[1] == data
+    # accepted input is a whole update (Avro also accepts over-long varints, e.g. 0x81 0x00 for 1)
+    assert len(row) == 2 and all(isinstance(v, int) for v in row)
     assert mult != 0
+    assert codec.decode(codec.encode(row, mult)[1]) == (row, mult)
 
 
 def test_wrong_schema_is_detected_by_length() -> None:
