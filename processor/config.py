@@ -172,3 +172,53 @@ def _str(table: dict[str, Any], key: str, where: str, default: str | None = None
     if not isinstance(value, str):
         raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
     return value
+
+
+def dump_config(config: PipelineConfig) -> str:
+    """The TOML text of a configuration; ``parse_config`` reads it back unchanged."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [
+        "[processor]",
+        f"name = {value(config.name)}",
+        f"state_dir = {value(config.state_dir)}",
+        f"snapshot_every = {config.snapshot_every}",
+        f"exactly_once = {value(config.exactly_once)}",
+        f"shards = {config.shards}",
+        "",
+        "[kafka]",
+        f"bootstrap = {value(config.bootstrap)}",
+        f"dead_letter_topic = {value(config.dead_letter_topic)}",
+        "",
+        "[spark]",
+        f"master = {value(config.spark_master)}",
+        f"max_offsets_per_trigger = {config.max_offsets_per_trigger}",
+        f"trigger_ms = {config.trigger_ms}",
+        f"starting_offsets = {value(config.starting_offsets)}",
+        f"checkpoint = {value(config.checkpoint)}",
+        "",
+        "[metrics]",
+        f"port = {config.metrics_port}",
+        f"address = {value(config.metrics_address)}",
+        "",
+        "[policy]",
+        f"negative = {value(config.policy.negative)}",
+        f"duplicate = {value(config.policy.duplicate)}",
+    ]
+    for rel in config.relations:
+        lines += ["", "[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
+        lines.append(f"schema = {value(str(rel.schema))}")
+    for q in config.queries:
+        lines += ["", "[[queries]]", f"name = {value(q.name)}", f"query = {value(q.query)}"]
+        lines.append(f"engine = {value(q.engine)}")
+        if q.eps is not None:
+            lines.append(f"eps = {q.eps}")
+        if q.shards is not None:
+            lines.append(f"shards = {q.shards}")
+    return "\n".join(lines) + "\n"

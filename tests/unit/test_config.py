@@ -44,3 +44,12 @@ def test_invalid_configs_name_the_key(raw: dict, message: str) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config("/nonexistent.toml")
+
+
+def test_dump_round_trips() -> None:
+    import tomllib
+
+    from processor.config import dump_config
+
+    config = load_config(ROOT / "config" / "demo.toml").with_overrides(name='we"ird', shards=8, metrics_port=9)
+    assert parse_config(tomllib.loads(dump_config(config))) == config
