@@ -102,7 +102,10 @@ def run_demo(
         create_topics(bootstrap, [*RELATIONS, "triangle.result", "ivm.dead-letter"])
         log = broker.workdir / "processor.log"
         processor = ProcessorProcess(
-            project_root() / "config" / "demo.toml", bootstrap, log, extra=["--state-dir", str(broker.workdir / "state")]
+            project_root() / "config" / "demo.toml",
+            bootstrap,
+            log,
+            extra=["--state-dir", str(broker.workdir / "state")],
         )
         print(
             f"starting the processor (Spark local mode; metrics on :{processor.metrics_port}, log: {log}) ...",
