@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -102,3 +103,33 @@ def _copy_one(coord: str, out: Path) -> None:
     with tempfile.TemporaryDirectory() as work:
         Path(work, "pom.xml").write_text(_POM.format(deps=""))
         _mvn(["dependency:copy", f"-Dartifact={coord}", f"-DoutputDirectory={out}"], Path(work))
+
+
+# Apicurio Registry (DESIGN §6), the Schema Registry for the Confluent wire format.
+# Maven Central carries its ready-to-run Quarkus distribution, attached to
+# io.apicurio:apicurio-registry-app with classifier "all" (tar.gz, ~150 MB).  The 3.x
+# line needs Java 21 or newer; the 2.x line runs on Java 17.  The one artifact is
+# fetched alone: its parent POM declares extra repositories these machines cannot reach.
+APICURIO_VERSION = "3.3.3"
+APICURIO_LEGACY_VERSION = "2.6.13.Final"
+
+
+def apicurio_registry_dist(version: str = APICURIO_VERSION) -> Path:
+    """The folder holding the unpacked Apicurio Registry distribution ``version``.
+
+    It contains the runnable jar (``quarkus-run.jar`` for 3.x, ``*-runner.jar`` for 2.x)
+    and its ``lib/`` folder; the downloaded archive is not kept in the cache.
+    """
+    target = cache_dir() / f"apicurio-registry-app-{version}"
+
+    def fetch(tmp: Path) -> None:
+        download = tmp / ".download"
+        _copy_one(f"io.apicurio:apicurio-registry-app:{version}:tar.gz:all", download)
+        archives = sorted(download.glob("*.tar.gz"))
+        if len(archives) != 1:
+            raise ArtifactError(f"expected one Apicurio Registry archive, found {archives}")
+        with tarfile.open(archives[0]) as tar:
+            tar.extractall(tmp, filter="data")
+        shutil.rmtree(download)
+
+    return _ensure(target, fetch)
