@@ -43,6 +43,7 @@ def maintain(
     policy: Policy | None = None,
     patterns: UpdatePatterns | Mapping[str, str] | Sequence[str] | None = None,
     shards: int = 1,
+    options: Mapping[str, object] | None = None,
 ) -> View | ShardedView:
     """Start maintaining ``query`` (rule syntax, or a parsed :class:`Query`).
 
@@ -52,21 +53,24 @@ def maintain(
     patterns (``["R=insert-only", "R+S=fifo"]``, DESIGN §3): the planner uses
     them, and engines that monitor patterns (``propagation``) verify them.
     ``shards > 1`` splits the state into HyperCube shards (:mod:`ivm.shards`).
+    ``options`` are further engine options (for ``fivm``: ``ring``,
+    ``categorical``, ...); the named engine must accept each of them.
     """
     q = query if isinstance(query, Query) else parse(query, schema)
     if shards > 1:
         shard_query, _ = per_atom_relations(q)
         name = _choose_engine(shard_query, patterns) if engine == "auto" else engine
-        views = [_view(shard_query, name, engine, eps, policy, patterns) for _ in range(shards)]
+        views = [_view(shard_query, name, engine, eps, policy, patterns, options) for _ in range(shards)]
         return ShardedView(q, views, HyperCube(q, shards))
     name = _choose_engine(q, patterns) if engine == "auto" else engine
-    return _view(q, name, engine, eps, policy, patterns)
+    return _view(q, name, engine, eps, policy, patterns, options)
 
 
-def _view(q: Query, name: str, requested: str, eps, policy, patterns) -> View:
+def _view(q: Query, name: str, requested: str, eps, policy, patterns, extra=None) -> View:
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {sorted(ENGINES)}")
     options = _engine_options(ENGINES[name], {"eps": eps}, explicit=requested != "auto")
+    options.update(_engine_options(ENGINES[name], dict(extra or {}), explicit=True))
     if patterns is not None and "patterns" in inspect.signature(ENGINES[name].__init__).parameters:
         options["patterns"] = patterns
     return View(q, ENGINES[name](q, **options), policy, patterns=patterns)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+from fastavro.read import SchemaResolutionError
 
 from ivm.updates import Row
 
@@ -61,12 +62,7 @@ class RelationCodec:
         if mult["type"] not in ("long", "int"):
             raise ValueError(f"schema {schema['name']!r}: 'mult' must be an int or long")
         attributes = tuple(n for n in names if n != "mult")
-        key = {
-            "type": "record",
-            "name": f"{schema['name']}Key",
-            "namespace": schema.get("namespace", "ivm.relations"),
-            "fields": [f for f in fields if f["name"] != "mult"],
-        }
+        key = key_schema_of(schema)
         return cls(schema["name"], attributes, fastavro.parse_schema(dict(schema)), fastavro.parse_schema(key))
 
     def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:
@@ -81,13 +77,25 @@ class RelationCodec:
         fastavro.schemaless_writer(value, self.value_schema, record)
         return key.getvalue(), value.getvalue()
 
-    def decode(self, value: bytes | None) -> tuple[Row, int]:
-        """The update in ``value``; :class:`DecodeError` with the reason if it is not one."""
+    def decode(self, value: bytes | None, writer_schema: Any = None) -> tuple[Row, int]:
+        """The update in ``value``; :class:`DecodeError` with the reason if it is not one.
+
+        ``writer_schema`` (a parsed schema) is the schema ``value`` was written
+        with, if not this relation's own; Avro's schema resolution maps it to
+        this relation's schema (used by the Confluent wire format, ``processor.wire``).
+        """
         if not value:
             raise DecodeError(f"empty message: not an Avro {self.relation} update")
         buf = io.BytesIO(value)
         try:
-            record = fastavro.schemaless_reader(buf, self.value_schema, None)
+            if writer_schema is None:
+                record = fastavro.schemaless_reader(buf, self.value_schema, None)
+            else:
+                record = fastavro.schemaless_reader(buf, writer_schema, self.value_schema)
+        except SchemaResolutionError as err:
+            raise DecodeError(
+                f"the writer schema cannot be resolved to relation {self.relation}'s schema: {_short(err)}"
+            ) from None
         except Exception as err:  # fastavro raises many types on bad bytes
             raise DecodeError(f"malformed Avro for relation {self.relation}: {type(err).__name__}: {err}") from None
         if buf.tell() != len(value):
@@ -96,6 +104,21 @@ class RelationCodec:
         if mult == 0:
             raise DecodeError(f"multiplicity 0 in an update of {self.relation}: not an update")
         return tuple(record[a] for a in self.attributes), mult
+
+
+def key_schema_of(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The Kafka key schema of a relation's value schema: the record without ``mult``."""
+    return {
+        "type": "record",
+        "name": f"{schema['name']}Key",
+        "namespace": schema.get("namespace", "ivm.relations"),
+        "fields": [f for f in schema.get("fields", []) if f["name"] != "mult"],
+    }
+
+
+def _short(err: Exception, limit: int = 300) -> str:
+    text = str(err)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class OutputCodec:

@@ -23,6 +23,9 @@ class RelationConfig:
     name: str
     topic: str
     schema: Path
+    window_count: int | None = None  # a sliding window of the last N tuples
+    window_seconds: float | None = None  # a sliding window of the last S seconds (record timestamps)
+    window_group: str | None = None  # relations with the same group share one window (jointly FIFO)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,14 @@ class QueryConfig:
     engine: str = "auto"
     eps: float | None = None
     shards: int | None = None  # None: the pipeline's default
+    patterns: tuple[str, ...] = ()  # declared update patterns, e.g. ("R=insert-only", "R+S=fifo")
+    model: str | None = None  # "linear_regression" or "chow_liu": published to <query>.model
+    label: str | None = None  # the regression's label variable
+    method: str = "gradient_descent"  # or "closed_form"
+
+    @property
+    def model_topic(self) -> str:
+        return f"{self.name}.model"
 
     @property
     def result_topic(self) -> str:
@@ -102,7 +113,16 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
     for i, rel in enumerate(raw.get("relations", [])):
         name = _str(rel, "name", f"relations[{i}]")
         schema = Path(_str(rel, "schema", f"relations[{i}]", default=f"relations/{name}.avsc"))
-        relations.append(RelationConfig(name, _str(rel, "topic", f"relations[{i}]", default=name), schema))
+        seconds = rel.get("window_seconds")
+        if seconds is not None and (not isinstance(seconds, int | float) or seconds <= 0):
+            raise ConfigError(f"relations[{i}].window_seconds must be a positive number, got {seconds!r}")
+        count = _positive_int(rel, "window_count", f"relations[{i}]", default=None)
+        if count is not None and seconds is not None:
+            raise ConfigError(f"relations[{i}]: give window_count or window_seconds, not both")
+        group = rel.get("window_group")
+        relations.append(
+            RelationConfig(name, _str(rel, "topic", f"relations[{i}]", default=name), schema, count, seconds, group)
+        )
     if not relations:
         raise ConfigError("no [[relations]] configured")
     queries = []
@@ -117,6 +137,10 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
                 _str(q, "engine", f"queries[{i}]", default="auto"),
                 eps,
                 _positive_int(q, "shards", f"queries[{i}]", default=None),
+                tuple(_str_list(q, "patterns", f"queries[{i}]")),
+                _model(q, f"queries[{i}]"),
+                q.get("label"),
+                _str(q, "method", f"queries[{i}]", default="gradient_descent"),
             )
         )
     if not queries:
@@ -156,6 +180,22 @@ def _positive_int(table: dict[str, Any], key: str, where: str, default: int | No
     if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero else 1):
         raise ConfigError(f"{where}.{key} must be an integer >= {0 if zero else 1}, got {value!r}")
     return value
+
+
+def _str_list(table: dict[str, Any], key: str, where: str) -> list[str]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}.{key} must be a list of strings, got {value!r}")
+    return value
+
+
+def _model(table: dict[str, Any], where: str) -> str | None:
+    model = table.get("model")
+    if model not in (None, "linear_regression", "chow_liu"):
+        raise ConfigError(f"{where}.model must be 'linear_regression' or 'chow_liu', got {model!r}")
+    if model == "linear_regression" and not isinstance(table.get("label"), str):
+        raise ConfigError(f"{where}: a linear_regression model needs a label (a variable of the COVAR aggregate)")
+    return model
 
 
 def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:
@@ -214,6 +254,12 @@ def dump_config(config: PipelineConfig) -> str:
     for rel in config.relations:
         lines += ["", "[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
         lines.append(f"schema = {value(str(rel.schema))}")
+        if rel.window_count is not None:
+            lines.append(f"window_count = {rel.window_count}")
+        if rel.window_seconds is not None:
+            lines.append(f"window_seconds = {rel.window_seconds}")
+        if rel.window_group is not None:
+            lines.append(f"window_group = {value(rel.window_group)}")
     for q in config.queries:
         lines += ["", "[[queries]]", f"name = {value(q.name)}", f"query = {value(q.query)}"]
         lines.append(f"engine = {value(q.engine)}")
@@ -221,4 +267,11 @@ def dump_config(config: PipelineConfig) -> str:
             lines.append(f"eps = {q.eps}")
         if q.shards is not None:
             lines.append(f"shards = {q.shards}")
+        if q.patterns:
+            lines.append("patterns = [" + ", ".join(value(p) for p in q.patterns) + "]")
+        if q.model is not None:
+            lines.append(f"model = {value(q.model)}")
+        if q.label is not None:
+            lines.append(f"label = {value(q.label)}")
+        lines.append(f"method = {value(q.method)}")
     return "\n".join(lines) + "\n"

@@ -57,7 +57,7 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     """Create the topics, build the pipeline and recover its state (exactly-once mode)."""
     outputs = [config.dead_letter_topic]
     for q in config.queries:
-        outputs += [q.result_topic, q.delta_topic]
+        outputs += [q.result_topic, q.delta_topic] + ([q.model_topic] if q.model else [])
     create_topics(config.bootstrap, [r.topic for r in config.relations] + outputs)
     if not config.exactly_once:
         return Pipeline(config, KafkaSink(config.bootstrap), metrics)

@@ -57,17 +57,25 @@ class ProcessorProcess:
 
     def stop(self, kill: bool = False, timeout: float = 60) -> int:
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            if kill:  # the driver and its JVM at once, as a crash would
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:  # the driver stops the stream and Spark; signalling the JVM too would race it
+                os.kill(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        else:  # the JVM child may outlive a dead Python driver
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # the JVM child may outlive its driver
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self._log.close()
         return self.proc.returncode
+
+    def batches_logged(self) -> int:
+        """Micro-batches this process has logged as committed so far."""
+        if not self.log_path.exists():
+            return 0
+        return self.log_path.read_text(errors="replace").count("processor.job: batch ")
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -110,7 +110,7 @@ def test_kill_dash_nine_at_random_points(own_broker, tmp_path: Path) -> None:
     prefix, domain = "kill.", 120
     topics = {r: f"{prefix}{r}" for r in "RST"}
     config = pipeline_config(
-        bootstrap, prefix, tmp_path / "state", max_offsets_per_trigger=3000, snapshot_every=4, trigger_ms=50
+        bootstrap, prefix, tmp_path / "state", max_offsets_per_trigger=1500, snapshot_every=4, trigger_ms=50
     )
     config_path = tmp_path / "pipeline.toml"
     config_path.write_text(dump_config(config))
@@ -121,7 +121,13 @@ def test_kill_dash_nine_at_random_points(own_broker, tmp_path: Path) -> None:
     progress_at_kill = []
     for i in range(20):
         proc = _start(config_path, bootstrap, tmp_path / f"processor-{i}.log")
-        time.sleep(rng.uniform(2.0, 14.0))
+        if rng.random() < 0.25:  # during start-up or recovery
+            time.sleep(rng.uniform(0.5, 10.0))
+        else:  # mid-stream: once this run is committing batches, at a random moment
+            deadline = time.monotonic() + 90
+            while proc.batches_logged() == 0 and proc.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(rng.uniform(0.0, 1.5))
         proc.stop(kill=True)
         committed = read_committed_progress(bootstrap, config.progress_topic)
         progress_at_kill.append(committed["batch_id"] if committed else -1)

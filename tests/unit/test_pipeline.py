@@ -92,3 +92,66 @@ def test_random_batches_match_the_oracle() -> None:
             m1 * db["S"].get((b, c), 0) * db["T"].get((c, a), 0) for (a, b), m1 in db["R"].items() for c in range(5)
         )
         assert report.results["triangle"] == expected
+
+
+def _pipeline(raw: dict) -> tuple[Pipeline, MemorySink]:
+    from processor.config import parse_config
+
+    sink = MemorySink()
+    return Pipeline(parse_config(raw), sink), sink
+
+
+def test_shared_count_window_expires_in_fifo_order() -> None:
+    pipeline, sink = _pipeline(
+        {
+            "relations": [
+                {"name": "R", "window_count": 3, "window_group": "w"},
+                {"name": "S", "window_count": 3, "window_group": "w"},
+            ],
+            "queries": [{"name": "q", "query": "Q(a) :- R(a,b), S(b,c)", "engine": "fivm"}],
+        }
+    )
+    view = pipeline.views["q"]
+    assert view.explain()["patterns"]["R+S"] == "fifo (joint)"  # the window's pattern reaches the planner
+    stream = [("R", (1, 2)), ("S", (2, 7)), ("R", (3, 2)), ("S", (2, 8)), ("R", (5, 9))]
+    for i, (rel, row) in enumerate(stream):
+        pipeline.process([_record(rel, i, row, 1)], i)
+    # the window holds the last three tuples: R(3,2), S(2,8), R(5,9)
+    assert dict(view.enumerate()) == {(3,): 1}
+    assert view.engine.multiplicity("R", (1, 2)) == 0
+    assert view.engine.multiplicity("S", (2, 7)) == 0
+
+
+def test_linear_regression_model_is_published() -> None:
+    import numpy as np
+
+    pipeline, sink = _pipeline(
+        {
+            "relations": [{"name": "R"}, {"name": "S"}],
+            "queries": [
+                {
+                    "name": "reg",
+                    "query": "Q(COVAR(a, b, c)) :- R(a,b), S(b,c)",
+                    "engine": "fivm",
+                    "model": "linear_regression",
+                    "label": "c",
+                    "method": "closed_form",
+                }
+            ],
+        }
+    )
+    rng = random.Random(1)
+    rows_r = [(rng.randrange(10), rng.randrange(4)) for _ in range(30)]
+    rows_s = [(b, rng.randrange(20)) for b in range(4) for _ in range(3)]
+    batch = [_record("R", i, r, 1) for i, r in enumerate(rows_r)] + [
+        _record("S", i, s, 1) for i, s in enumerate(rows_s)
+    ]
+    pipeline.process(batch, 0)
+    (published,) = [OutputCodec("model").decode(v) for t, _, v in sink.sent if t == "reg.model"]
+    model = json.loads(published["model"])
+    join = [(a, b, c) for a, b in rows_r for b2, c in rows_s if b == b2]
+    X = np.array([[1, a, b] for a, b, _ in join], dtype=float)
+    y = np.array([c for *_, c in join], dtype=float)
+    theta = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert abs(model["intercept"] - theta[0]) < 1e-6
+    assert [round(v, 6) for v in model["coefficients"].values()] == [round(t, 6) for t in theta[1:]]
