@@ -177,3 +177,48 @@ def test_a_json_schema_is_not_an_avro_update(client: RegistryClient, topic: str)
     assert client.schema(json_id).schema_type == "JSON"
     with pytest.raises(DecodeError, match="is a JSON schema, not Avro"):
         codec.decode(frame(json_id, b"{}"))
+
+
+def test_wire_format_through_a_kafka_topic(kafka, client: RegistryClient, topic_prefix: str) -> None:
+    """Keys keep every update of a tuple in one partition; values decode after the trip through the broker."""
+    from confluent_kafka import Consumer, Producer
+
+    from processor.topics import CLIENT_DEFAULTS, create_topics
+
+    topic = f"{topic_prefix}R"
+    create_topics(kafka.bootstrap, [topic], partitions=3)
+    codec = WireCodec.for_relation("R", client, topic)
+    updates = [((i % 4, i % 5), i + 1 if i % 3 else -(i + 1)) for i in range(60)]  # tuples recur
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, **CLIENT_DEFAULTS})
+    for row, mult in updates:
+        key, value = codec.encode(row, mult)
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": f"{topic}.test",
+            "auto.offset.reset": "earliest",
+            **CLIENT_DEFAULTS,
+        }
+    )
+    consumer.subscribe([topic])
+    reader = WireCodec.for_relation("R", RegistryClient(client.url), topic)
+    got: list[tuple[int, tuple, tuple, int]] = []
+    try:
+        while len(got) < len(updates):
+            message = consumer.poll(30)
+            assert message is not None, f"only {len(got)} of {len(updates)} messages arrived"
+            assert message.error() is None, message.error()
+            row, mult = reader.decode(message.value())
+            got.append((message.partition(), reader.decode_key(message.key()), row, mult))
+    finally:
+        consumer.close()
+    assert sorted((row, mult) for _p, _k, row, mult in got) == sorted(updates)
+    assert all(key == row for _p, key, row, _m in got)
+    partition_of: dict[tuple, int] = {}
+    for partition, key, _row, _mult in got:
+        assert partition_of.setdefault(key, partition) == partition
+    assert len(set(partition_of.values())) > 1  # the keys spread over the partitions
+    for key in partition_of:  # every tuple's updates arrive in the order they were produced
+        assert [m for _p, k, _r, m in got if k == key] == [m for row, m in updates if row == key]
