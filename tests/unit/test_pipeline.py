@@ -102,7 +102,7 @@ def _pipeline(raw: dict) -> tuple[Pipeline, MemorySink]:
 
 
 def test_shared_count_window_expires_in_fifo_order() -> None:
-    pipeline, sink = _pipeline(
+    pipeline, _sink = _pipeline(
         {
             "relations": [
                 {"name": "R", "window_count": 3, "window_group": "w"},
