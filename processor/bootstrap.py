@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ivm.updates import Update
+from processor.codec import load_schema, schemas_dir
 from processor.config import PipelineConfig
 from processor.job import state_dir
 from processor.metrics import Metrics
@@ -84,7 +85,9 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
         updates: list[Update] = []
         for relation, path in files.items():
             codec = codecs[relation]
-            fields = {f["name"]: f["type"] for f in codec.value_schema["fields"]}
+            rel_config = next(r for r in config.relations if r.name == relation)
+            schema_path = rel_config.schema if rel_config.schema.is_absolute() else schemas_dir() / rel_config.schema
+            fields = {f["name"]: f["type"] for f in load_schema(schema_path)["fields"]}
             casts = [_AVRO_TO_PYTHON.get(fields[a], lambda v: v) for a in codec.attributes]
             started, n = time.monotonic(), 0
             for row in read_rows(spark, Path(path), list(codec.attributes)):

@@ -26,6 +26,7 @@ class RelationConfig:
     window_count: int | None = None  # a sliding window of the last N tuples
     window_seconds: float | None = None  # a sliding window of the last S seconds (record timestamps)
     window_group: str | None = None  # relations with the same group share one window (jointly FIFO)
+    encoding: str = "avro"  # "avro": plain Avro binary with schemas/; "confluent": wire format + registry
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class QueryConfig:
 class PipelineConfig:
     bootstrap: str = "127.0.0.1:9092"
     dead_letter_topic: str = "ivm.dead-letter"
+    schema_registry: str = ""  # the Confluent-compatible registry URL, for "confluent" encodings
     relations: tuple[RelationConfig, ...] = ()
     queries: tuple[QueryConfig, ...] = ()
     policy: Policy = field(default_factory=Policy)
@@ -155,6 +157,7 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
     return PipelineConfig(
         bootstrap=_str(kafka, "bootstrap", "kafka", default="127.0.0.1:9092"),
         dead_letter_topic=_str(kafka, "dead_letter_topic", "kafka", default="ivm.dead-letter"),
+        schema_registry=_str(kafka, "schema_registry", "kafka", default=""),
         relations=tuple(relations),
         queries=tuple(queries),
         policy=policy,
@@ -235,6 +238,7 @@ def dump_config(config: PipelineConfig) -> str:
         "[kafka]",
         f"bootstrap = {value(config.bootstrap)}",
         f"dead_letter_topic = {value(config.dead_letter_topic)}",
+        f"schema_registry = {value(config.schema_registry)}",
         "",
         "[spark]",
         f"master = {value(config.spark_master)}",
@@ -254,6 +258,7 @@ def dump_config(config: PipelineConfig) -> str:
     for rel in config.relations:
         lines += ["", "[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
         lines.append(f"schema = {value(str(rel.schema))}")
+        lines.append(f"encoding = {value(rel.encoding)}")
         if rel.window_count is not None:
             lines.append(f"window_count = {rel.window_count}")
         if rel.window_seconds is not None:

@@ -34,6 +34,7 @@ from processor.codec import DecodeError, OutputCodec, RelationCodec, load_schema
 from processor.config import PipelineConfig, QueryConfig
 from processor.metrics import Metrics
 from processor.sink import Sink
+from processor.wire import RegistryClient, WireCodec
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +91,11 @@ class Pipeline:
         self.config = config
         self.sink = sink
         self.metrics = metrics or Metrics()
-        self.codecs: dict[str, RelationCodec] = {}
+        self.codecs: dict[str, RelationCodec | WireCodec] = {}
         schema_of = {}
         for rel in config.relations:
             path = rel.schema if rel.schema.is_absolute() else schemas_dir() / rel.schema
-            codec = RelationCodec.from_schema(load_schema(path))
+            codec = relation_codec(config, rel.topic, load_schema(path), rel.encoding)
             self.codecs[rel.topic] = codec
             schema_of[rel.name] = list(codec.attributes)
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
@@ -327,3 +328,14 @@ def _model(q: QueryConfig, view: Any) -> Any:
             raise ValueError(f"query {q.name!r}: label {q.label!r} is not one of the COVAR variables {variables}")
         return LinearRegression(view, variables, q.label, method=q.method)
     return ChowLiuTree(view, variables)
+
+
+def relation_codec(config: PipelineConfig, topic: str, schema: dict[str, Any], encoding: str) -> Any:
+    """The codec of a relation topic: plain Avro, or the Confluent wire format with the registry.
+
+    A registry that cannot be reached raises (the batch fails and is retried after
+    recovery); only messages that are themselves bad go to the dead-letter topic.
+    """
+    if encoding == "confluent":
+        return WireCodec(schema, RegistryClient(config.schema_registry), topic)
+    return RelationCodec.from_schema(schema)

@@ -30,7 +30,7 @@ from processor.pipeline import Pipeline, PipelineState, Positions, Record
 from processor.topics import CLIENT_DEFAULTS
 
 log = logging.getLogger(__name__)
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # bump whenever PipelineState changes shape
 
 
 class StateStore:

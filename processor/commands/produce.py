@@ -27,6 +27,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--delete", action="store_true", help="produce deletes (-1) instead of inserts")
     p.add_argument("--sample", type=float, default=1.0, help="keep each tuple with this probability")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    p.add_argument(
+        "--encoding", choices=["avro", "confluent"], default="avro",
+        help="plain Avro (schemas/) or the Confluent wire format with --schema-registry",
+    )  # fmt: skip
+    p.add_argument("--schema-registry", help="URL of the Confluent-compatible registry API")
     return p
 
 
@@ -36,6 +41,14 @@ def run(args: argparse.Namespace) -> int:
     from processor.topics import create_topics
 
     codecs = load_relation_codecs()
+    if args.encoding == "confluent":
+        if not args.schema_registry:
+            print("ivm produce: --encoding confluent needs --schema-registry URL", file=sys.stderr)
+            return 2
+        from processor.wire import RegistryClient, WireCodec
+
+        registry = RegistryClient(args.schema_registry)
+        codecs = {name: WireCodec.for_relation(name, registry) for name in codecs}
     unknown = [r for r in args.relation if r not in codecs]
     if unknown:
         print(f"ivm produce: no schema for relations {unknown}; known: {sorted(codecs)}", file=sys.stderr)
