@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns clean
+.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e clean
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
@@ -58,6 +58,9 @@ bench-fivm: setup
 
 bench-patterns: setup
 	$(BIN)/python bench/patterns.py
+
+bench-e2e: setup
+	$(BIN)/python bench/e2e.py
 
 clean:
 	rm -rf .local/demo .local/test-logs .pytest_cache

@@ -176,6 +176,7 @@ def recover(pipeline: Pipeline, store: StateStore | None, bootstrap: str) -> Rec
         # nothing committed on this cluster: the snapshot belongs to another run
         log.warning("a snapshot exists but no batch was committed on this cluster: starting empty")
         snapshot = None
+    snapshot_batch = snapshot.last_batch_id if snapshot is not None else None
     if snapshot is not None:
         pipeline.state = snapshot
     replayed = 0
@@ -190,7 +191,7 @@ def recover(pipeline: Pipeline, store: StateStore | None, bootstrap: str) -> Rec
         pipeline.state.last_batch_id = committed["batch_id"]
     report = RecoveryReport(
         time.perf_counter() - started,
-        snapshot.last_batch_id if snapshot is not None else None,
+        snapshot_batch,
         committed["batch_id"] if committed is not None else None,
         replayed,
     )
