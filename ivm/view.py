@@ -99,7 +99,11 @@ class View:
         """The classification, plan and guarantee (the dict of ``ivm explain --json``)."""
         from ivm.query.explain import explain
 
-        return explain(self.query, self.patterns, eps=getattr(self.engine, "eps", None), engine=self.engine.name)
+        out = explain(self.query, self.patterns, eps=getattr(self.engine, "eps", None), engine=self.engine.name)
+        choice = getattr(self.engine, "choice", None)
+        if callable(choice):
+            out["choice"] = choice()  # a data-dependent choice made at run time (e.g. eps per relation)
+        return out
 
     def stats(self) -> dict[str, int | float]:
         return self.engine.stats()

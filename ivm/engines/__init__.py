@@ -5,6 +5,7 @@ from ivm.engines.first_order import FirstOrderIVM
 from ivm.engines.first_order_general import FirstOrderDelta
 from ivm.engines.fivm import FIVM
 from ivm.engines.ivm_eps import IVMEps
+from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
 from ivm.engines.propagation import PropagationEngine
 from ivm.engines.qhier import QHierEngine
 
@@ -13,6 +14,7 @@ ENGINES: dict[str, type[Engine]] = {
     FIVM.name: FIVM,
     FirstOrderDelta.name: FirstOrderDelta,
     IVMEps.name: IVMEps,
+    IVMEpsAdaptive.name: IVMEpsAdaptive,
     QHierEngine.name: QHierEngine,
     PropagationEngine.name: PropagationEngine,
 }

@@ -45,6 +45,8 @@ from ivm.query.verdict import Verdict
 from ivm.query.weak_q_hierarchical import weak_q_hierarchical
 
 DEFAULT_EPS = 0.5
+#: the triangle count's engine under ``engine="auto"``: IVM^ε with eps chosen per relation from the data
+ADAPTIVE = "ivm_eps_auto"
 FALLBACK_ORDER = ("fivm", "propagation", "qhier", "ivm_eps", "first_order")
 
 
@@ -152,8 +154,22 @@ def plan(
 
         registered = ENGINES
     best, eps_used, guarantee, constant, structure, views, why, mix = _best(analysis, sigma, eps, notes)
-    chosen = _registered_engine(query, engine or best, registered, notes, forced=engine is not None)
-    if engine is not None and engine != best:
+    want = engine or best
+    if (
+        want == best == "ivm_eps"
+        and eps is None
+        and ADAPTIVE in registered
+        and registered[ADAPTIVE].refuses(query) is None
+    ):
+        want = ADAPTIVE  # eps depends on the data, not the query: chosen at run time (ivm.engines.ivm_eps.adaptive)
+    chosen = _registered_engine(query, want, registered, notes, forced=engine is not None)
+    if chosen == ADAPTIVE:
+        notes.append(
+            "eps is chosen per relation from the observed degrees: first-order (eps = 1) while every key has "
+            "degree < 8·√N, eps = 0.5 for a relation once one of its keys reaches it, back below 2·√N; "
+            "the view's explain() ('choice') and stats() ('eps', 'partitioned') show the current choice"
+        )
+    if engine is not None and engine != best and not (engine == ADAPTIVE and best == "ivm_eps"):
         notes.append(
             f"engine {engine!r} was requested; the papers' best plan for this query is {best!r} ({guarantee.update})"
         )
@@ -362,6 +378,16 @@ def _engine_guarantee(name: str, a: Analysis, eps: float | None, best: Guarantee
         return Guarantee(
             "O(N^1.5)",
             f"O(N^{_fmt(max(e, 1 - e))}) amortized",
+            "O(1) answer time",
+            f"O(N^{_fmt(1 + min(e, 1 - e))})",
+            True,
+            best.lower_bound,
+        )
+    if name == ADAPTIVE and isinstance(a.triangle, TriangleShape):
+        e = DEFAULT_EPS if eps is None else eps
+        return Guarantee(
+            "O(1) from empty; O(N^1.5) bulk load",
+            f"O(N^{_fmt(max(e, 1 - e))}) amortized (first-order while degrees < 8·√N: O(√N) worst-case)",
             "O(1) answer time",
             f"O(N^{_fmt(1 + min(e, 1 - e))})",
             True,
