@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from processor.config import PipelineConfig
 from processor.local.spark import spark_session
-from processor.metrics import Metrics
+from processor.metrics import LagMonitor, Metrics
 from processor.pipeline import BatchReport, Pipeline, Positions, Record
 from processor.recovery import StateStore, recover
 from processor.sink import KafkaSink, TransactionalKafkaSink
@@ -99,7 +99,9 @@ def run_job(
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
         .option("failOnDataLoss", "true")
         .load()
-        .selectExpr("topic", "partition", "offset", "key", "value", "CAST(timestamp AS LONG) * 1000 AS ts")
+        .selectExpr(
+            "topic", "partition", "offset", "key", "value", "CAST(CAST(timestamp AS DOUBLE) * 1000 AS LONG) AS ts"
+        )
     )
 
     def process(batch, _spark_batch_id: int) -> None:
@@ -127,6 +129,10 @@ def run_job(
     if config.checkpoint:
         writer = writer.option("checkpointLocation", config.checkpoint)
     query = writer.start()
+    lag = LagMonitor(
+        config.bootstrap, pipeline.topics, lambda: pipeline.positions, metrics,
+        from_earliest=config.starting_offsets == "earliest",
+    ).start()  # fmt: skip
     try:
         while query.isActive:
             if stop is not None and stop.wait(0.5):
@@ -136,6 +142,7 @@ def run_job(
         if query.exception() is not None:
             raise RuntimeError(f"the streaming query failed: {query.exception()}")
     finally:
+        lag.stop()
         query.stop()
         if own_session:
             spark.stop()

@@ -1,13 +1,53 @@
 """The processor's Prometheus metrics (prometheus-client).
 
-Names follow the Prometheus conventions: a ``ivm_`` prefix, base units,
-``_total`` for counters.  The monitoring issue extends this set; dashboards
-and alert rules in ``monitoring/`` use these names.
+Names follow the Prometheus conventions: an ``ivm_`` prefix, base units
+(seconds, bytes, records), ``_total`` for counters, and labels of bounded
+cardinality only (query, relation, view, shard, reason, topic, partition: all
+fixed by the configuration and the query, never by the data).  The dashboards
+and alert rules in ``monitoring/`` use these names; ``tests/unit/test_deployment.py``
+and ``tests/integration/test_prometheus.py`` check that every expression there
+still finds its metrics.
+
+The pipeline calls :meth:`Metrics.observe_view` after each batch (result,
+state size, engine internals) and :meth:`Metrics.observe_inputs` with the
+batch's input records (consumed records, end-to-end latency); the job runs a
+:class:`LagMonitor` thread for the consumer lag per partition.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+LAG_INTERVAL_SECONDS = 5.0  # how often the lag monitor reads the input topics' end offsets
+
+# Engine stats (flat numbers of ``view.stats()``) that are exported as named metrics.
+# The key that stands for the state's tuples and for its view entries differs per engine.
+_TUPLE_STATS = ("state_tuples", "base_tuples")
+_VIEW_ENTRY_STATS = ("view_entries", "view_keys", "items", "tuples")
+_DOWNGRADE_STATS = {
+    "pattern_downgrades_relation": "relation",
+    "pattern_downgrades_pair": "pair",
+    "pattern_downgrades_deletion_only": "deletion_only",
+}
+# How a stat of several shards combines into one number for the whole view (default: sum).
+_COMBINE_MAX = re.compile(
+    r"^(threshold_base|tree_height|update_exponent|pattern_level\..*|pattern_.*|plan_changes|rebuilds)$"
+)
+_COMBINE_MIN = re.compile(r"^constant_time$")
+
+
+class _Record(Protocol):
+    topic: str
+    timestamp_ms: int
 
 
 class Metrics:
@@ -16,6 +56,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # -- updates and batches ---------------------------------------------------------------
         self.updates_applied = Counter(
             "ivm_updates_applied_total",
             "Updates applied to a query's state",
@@ -40,18 +81,107 @@ class Metrics:
             buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
             registry=r,
         )
-        self.result_value = Gauge(
-            "ivm_result_value", "Current scalar result of a query (counts)", ["query"], registry=r
+        self.latency = Histogram(
+            "ivm_end_to_end_latency_seconds",
+            "Per batch: from the Kafka timestamp of its oldest input record to its outputs being committed",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+            registry=r,
         )
         self.batches = Counter("ivm_batches_total", "Micro-batches processed", registry=r)
+        self.last_batch_id = Gauge("ivm_last_batch_id", "Id of the last processed micro-batch", registry=r)
+        self.last_batch_time = Gauge(
+            "ivm_last_batch_timestamp_seconds", "Unix time the last micro-batch was committed", registry=r
+        )
         self.dead_letters = Counter(
             "ivm_dead_letters_total", "Messages written to the dead-letter topic", ["topic"], registry=r
+        )
+        # -- Kafka input ---------------------------------------------------------------------------
+        self.records_consumed = Counter(
+            "ivm_records_consumed_total",
+            "Input records read from a relation topic (redeliveries excluded)",
+            ["topic"],
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "ivm_consumer_lag_records",
+            "Records of an input partition not yet applied: its end offset minus the processor's position",
+            ["topic", "partition"],
+            registry=r,
+        )
+        # -- results and state ---------------------------------------------------------------------
+        self.result_value = Gauge(
+            "ivm_result_value", "Current scalar result of a query (counts, sums)", ["query"], registry=r
+        )
+        self.state_tuples = Gauge("ivm_state_tuples", "Base tuples a query's state holds", ["query"], registry=r)
+        self.state_view_entries = Gauge(
+            "ivm_state_view_entries", "Entries of a query's materialized views", ["query"], registry=r
         )
         self.engine_stat = Gauge(
             "ivm_engine_stat", "Engine internals as reported by Engine.stats()", ["query", "engine", "stat"],
             registry=r,
         )  # fmt: skip
-        self.last_batch_id = Gauge("ivm_last_batch_id", "Id of the last processed micro-batch", registry=r)
+        self.constant_time = Gauge(
+            "ivm_constant_time",
+            "1 while the query's plan guarantees O(1) amortized updates with O(1)-delay enumeration",
+            ["query"],
+            registry=r,
+        )
+        self.plan_changes = Counter(
+            "ivm_plan_changes_total", "Maintenance plan changes (a new tree after a pattern change)", ["query"],
+            registry=r,
+        )  # fmt: skip
+        # -- IVM^eps -------------------------------------------------------------------------------
+        self.eps_heavy_keys = Gauge(
+            "ivm_eps_heavy_keys", "IVM^eps: keys in the heavy part of a relation", ["query", "relation"], registry=r
+        )
+        self.eps_light_keys = Gauge(
+            "ivm_eps_light_keys", "IVM^eps: keys in the light part of a relation", ["query", "relation"], registry=r
+        )
+        self.eps_threshold_base = Gauge(
+            "ivm_eps_threshold_base", "IVM^eps: the threshold base N (N/4 <= |D| < N)", ["query"], registry=r
+        )
+        self.eps_threshold = Gauge(
+            "ivm_eps_heavy_threshold", "IVM^eps: the heavy/light degree threshold N^eps of a relation",
+            ["query", "relation"], registry=r,
+        )  # fmt: skip
+        self.rebalances = Counter(
+            "ivm_rebalances_total", "IVM^eps rebalancing steps, by kind (minor, major)", ["query", "kind"],
+            registry=r,
+        )  # fmt: skip
+        self.tuples_moved = Counter(
+            "ivm_eps_tuples_moved_total", "IVM^eps: tuples moved between heavy and light parts", ["query"],
+            registry=r,
+        )  # fmt: skip
+        # -- F-IVM -----------------------------------------------------------------------------------
+        self.fivm_views = Gauge(
+            "ivm_fivm_materialized_views", "F-IVM: materialized views of the view tree", ["query"], registry=r
+        )
+        self.fivm_view_keys = Gauge(
+            "ivm_fivm_view_keys", "F-IVM: keys (payload entries) of one materialized view", ["query", "view"],
+            registry=r,
+        )  # fmt: skip
+        # -- update patterns ---------------------------------------------------------------------
+        self.pattern_level = Gauge(
+            "ivm_pattern_level",
+            "Current update pattern of a relation: 0 insert-only, 1 FIFO, 2 arbitrary",
+            ["query", "relation"],
+            registry=r,
+        )
+        self.pattern_downgrades = Counter(
+            "ivm_pattern_downgrades_total",
+            "Update-pattern downgrades seen by the monitors, by kind (relation, pair, deletion_only)",
+            ["query", "kind"],
+            registry=r,
+        )
+        # -- shards ------------------------------------------------------------------------------
+        self.shard_tuples = Gauge(
+            "ivm_shard_tuples", "Tuples held by one shard of a query's state", ["query", "shard"], registry=r
+        )
+        self.shard_updates = Counter(
+            "ivm_shard_updates_applied_total", "Updates applied by one shard (replicas included)",
+            ["query", "shard"], registry=r,
+        )  # fmt: skip
+        # -- recovery and snapshots ------------------------------------------------------------------
         self.recovery_seconds = Gauge(
             "ivm_recovery_seconds", "Time the last start took to restore the snapshot and replay", registry=r
         )
@@ -65,8 +195,224 @@ class Metrics:
             registry=r,
         )
         self.snapshot_bytes = Gauge("ivm_snapshot_bytes", "Size of the last state snapshot", registry=r)
+        self._seen: dict[tuple[Any, ...], float] = {}  # last value of each engine-side cumulative count
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Expose ``/metrics`` on ``addr:port``; returns the bound port."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         return server.server_port
+
+    # -- observations ----------------------------------------------------------------------------
+
+    def observe_inputs(self, records: Iterable[_Record], now: float | None = None) -> None:
+        """A committed batch's input records: consumed records per topic and the end-to-end latency
+        (now minus the Kafka timestamp of the batch's oldest record)."""
+        now = time.time() if now is None else now
+        per_topic: dict[str, int] = {}
+        oldest = 0
+        for record in records:
+            per_topic[record.topic] = per_topic.get(record.topic, 0) + 1
+            if record.timestamp_ms > 0 and (oldest == 0 or record.timestamp_ms < oldest):
+                oldest = record.timestamp_ms
+        for topic, n in per_topic.items():
+            self.records_consumed.labels(topic).inc(n)
+        if oldest:
+            self.latency.observe(max(0.0, now - oldest / 1000))
+        self.last_batch_time.set(now)
+
+    def observe_lag(
+        self,
+        ends: Mapping[tuple[str, int], int],
+        positions: Mapping[tuple[str, int], int],
+        from_earliest: bool = True,
+    ) -> None:
+        """Consumer lag per input partition.  A partition the processor has not read yet
+        counts from offset 0 when the job starts at the earliest offsets, else it is skipped."""
+        for (topic, partition), end in ends.items():
+            position = positions.get((topic, partition))
+            if position is None and not from_earliest:
+                continue
+            self.consumer_lag.labels(topic, str(partition)).set(max(0, end - (position or 0)))
+
+    def observe_view(self, query: str, view: Any, value: Any = None) -> None:
+        """A query's result (``value``, read from the view when not given), state size and
+        engine internals (a ``View`` or ``ShardedView``)."""
+        value = view.result() if value is None else value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            self.result_value.labels(query).set(value)
+        shards = list(getattr(view, "shards", None) or [view])
+        per_shard = [s.stats() for s in shards]
+        stats = _combine(per_shard) if len(per_shard) > 1 else dict(per_shard[0])
+        engine = view.engine.name
+        for stat, number in stats.items():
+            if isinstance(number, int | float):
+                self.engine_stat.labels(query, engine, stat).set(number)
+        if (tuples := _first(stats, _TUPLE_STATS)) is not None:
+            self.state_tuples.labels(query).set(tuples)
+        if (entries := _first(stats, _VIEW_ENTRY_STATS)) is not None:
+            self.state_view_entries.labels(query).set(entries)
+        for i, s in enumerate(per_shard):
+            shard = str(i)
+            if (tuples := _first(s, _TUPLE_STATS + _VIEW_ENTRY_STATS)) is not None:
+                self.shard_tuples.labels(query, shard).set(tuples)
+            if "updates_applied" in s:
+                self._count(self.shard_updates, (query, shard), s["updates_applied"])
+        if "constant_time" in stats:
+            self.constant_time.labels(query).set(stats["constant_time"])
+        if "plan_changes" in stats:
+            self._count(self.plan_changes, (query,), stats["plan_changes"])
+        for stat, kind in _DOWNGRADE_STATS.items():
+            if stat in stats:
+                self._count(self.pattern_downgrades, (query, kind), stats[stat])
+        for stat, number in stats.items():
+            if stat.startswith("pattern_level."):
+                self.pattern_level.labels(query, stat.removeprefix("pattern_level.")).set(number)
+        if "major_rebalances" in stats:
+            self._count(self.rebalances, (query, "major"), stats["major_rebalances"])
+            self._count(self.rebalances, (query, "minor"), stats.get("minor_rebalances", 0))
+            self._count(self.tuples_moved, (query,), stats.get("tuples_moved", 0))
+            self.eps_threshold_base.labels(query).set(stats.get("threshold_base", 0))
+        engines = [s.engine for s in shards]
+        self._observe_ivm_eps(query, engines)
+        self._observe_fivm(query, engines)
+
+    def _observe_ivm_eps(self, query: str, engines: Sequence[Any]) -> None:
+        """Heavy and light keys and the threshold per relation (summed over shards)."""
+        heavy: dict[str, int] = {}
+        light: dict[str, int] = {}
+        threshold: dict[str, float] = {}
+        for engine in engines:
+            n = getattr(engine, "N", None)
+            for relation, part in _partitions(engine):
+                relation = relation.split("#")[0]  # a self-joined relation's per-atom copy
+                heavy[relation] = heavy.get(relation, 0) + len(part.hf)
+                light[relation] = light.get(relation, 0) + len(part.lf)
+                if n is not None:
+                    threshold[relation] = max(threshold.get(relation, 0.0), float(n) ** part.eps)
+        for relation in heavy:
+            self.eps_heavy_keys.labels(query, relation).set(heavy[relation])
+            self.eps_light_keys.labels(query, relation).set(light[relation])
+            if relation in threshold:
+                self.eps_threshold.labels(query, relation).set(threshold[relation])
+
+    def _observe_fivm(self, query: str, engines: Sequence[Any]) -> None:
+        """The materialized views of the F-IVM view tree and their sizes (summed over shards)."""
+        sizes: dict[str, int] = {}
+        for engine in engines:
+            tree = getattr(engine, "tree", None)
+            materialized = getattr(tree, "materialized", None)
+            if engine.name != "fivm" or materialized is None:
+                continue
+            for node in materialized():
+                if node.store is not None:
+                    sizes[node.name] = sizes.get(node.name, 0) + len(node.store)
+        if not sizes:
+            return
+        self.fivm_views.labels(query).set(len(sizes))
+        for name, size in sizes.items():
+            self.fivm_view_keys.labels(query, name).set(size)
+
+    def _count(self, counter: Counter, labels: tuple[str, ...], total: float) -> None:
+        """Advance a counter to an engine-side cumulative count (a lower count, e.g. after a
+        rebuild, only resets the baseline: Prometheus counters never go down)."""
+        key = (counter._name, *labels)
+        child = counter.labels(*labels)
+        last = self._seen.get(key)
+        self._seen[key] = total
+        if last is None:
+            child.inc(total)
+        elif total > last:
+            child.inc(total - last)
+
+
+def _first(stats: Mapping[str, Any], keys: Sequence[str]) -> float | None:
+    for key in keys:
+        if isinstance(stats.get(key), int | float):
+            return stats[key]
+    return None
+
+
+def _combine(per_shard: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """One view's stats from its shards': sums, except levels, bases and flags."""
+    out: dict[str, float] = {}
+    for stats in per_shard:
+        for key, value in stats.items():
+            if not isinstance(value, int | float):
+                continue
+            if key not in out:
+                out[key] = value
+            elif _COMBINE_MAX.match(key):
+                out[key] = max(out[key], value)
+            elif _COMBINE_MIN.match(key):
+                out[key] = min(out[key], value)
+            else:
+                out[key] += value
+    out["shards"] = len(per_shard)
+    return out
+
+
+def _partitions(engine: Any) -> list[tuple[str, Any]]:
+    """(relation, heavy/light partition) pairs of an IVM^eps engine; empty for other engines."""
+    if not engine.name.startswith("ivm_eps"):
+        return []
+    parts = getattr(engine, "parts", None)
+    occurrences = getattr(engine, "occurrences", None)
+    if parts is not None and occurrences is not None:
+        return [(relation, parts[i]) for relation, occs in occurrences.items() for i, _flipped in occs]
+    part = getattr(engine, "part", None)
+    relation = getattr(engine, "relation", None)
+    return [(relation, part)] if part is not None and relation is not None else []
+
+
+class LagMonitor:
+    """A background thread: every ``interval`` seconds, the end offset of every input partition
+    minus the pipeline's position, as ``ivm_consumer_lag_records``."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Sequence[str],
+        positions: Callable[[], Mapping[tuple[str, int], int]],
+        metrics: Metrics,
+        interval: float = LAG_INTERVAL_SECONDS,
+        from_earliest: bool = True,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.from_earliest = from_earliest
+        self.topics = list(topics)
+        self.positions = positions
+        self.metrics = metrics
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ivm-lag-monitor", daemon=True)
+
+    def start(self) -> LagMonitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 35)
+
+    def poll(self) -> None:
+        """Read the end offsets once and update the lag gauges."""
+        from processor.topics import end_offsets
+
+        ends = end_offsets(self.bootstrap, self.topics)
+        for _attempt in range(3):  # the batch thread may add a partition while we copy
+            try:
+                positions = dict(self.positions())
+                break
+            except RuntimeError:
+                continue
+        else:
+            return
+        self.metrics.observe_lag(ends, positions, self.from_earliest)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception as err:  # a broker hiccup must not end the job
+                log.warning("consumer lag: %s", err)
+            self._stop.wait(self.interval)

@@ -91,6 +91,7 @@ class Pipeline:
         self.config = config
         self.sink = sink
         self.metrics = metrics or Metrics()
+        self.metrics.dead_letters.labels(config.dead_letter_topic)  # exported from 0: increase() sees the first
         self.codecs: dict[str, RelationCodec | WireCodec] = {}
         schema_of = {}
         for rel in config.relations:
@@ -168,6 +169,9 @@ class Pipeline:
         self.metrics.batch_size.observe(report.records)
         self.metrics.batch_duration.observe(report.seconds)
         self.metrics.last_batch_id.set(batch_id)
+        # every fresh input once: the applied ones, and the dead letters no query saw
+        inputs = [r for r in applied.sources if r is not None] + [d[0] for d in applied.dead if d[3] is None]
+        self.metrics.observe_inputs(inputs)
         return report
 
     def replay(self, records: Iterable[Record]) -> int:
@@ -257,11 +261,7 @@ class Pipeline:
                 text = json.dumps(list(answer))
                 delta = {"query": q.name, "batch_id": batch_id, "answer": text, "mult": mult}
                 self.sink.send(q.delta_topic, text.encode(), self._delta.encode(delta))
-        if isinstance(value, int):
-            self.metrics.result_value.labels(q.name).set(value)
-        for stat, number in view.stats().items():
-            if isinstance(number, int | float):
-                self.metrics.engine_stat.labels(q.name, view.engine.name, stat).set(number)
+        self.metrics.observe_view(q.name, view, value)
         return value
 
     def _publish_progress(self, batch_id: int) -> None:
