@@ -37,7 +37,7 @@ def test_confluent_topics(kafka, schema_registry, start_job, topic_prefix, tmp_p
     evolved = load_schema(schemas_dir() / "relations" / "T.avsc")
     evolved["fields"].append({"name": "note", "type": "string", "default": ""})
     evolved_codec = WireCodec(evolved, registry, topics["T"])
-    key, value = evolved_codec.encode((3, 4), 1)
+    key, value = evolved_codec.encode((3, 4, "written by a newer producer"), 1)
     producer.send_raw(topics["T"], key, value)
     producer.send_raw(topics["S"], b"k", frame(987654, b"\x02\x04\x02"))  # unknown schema id
     producer.send_raw(topics["S"], b"k", b"\x02\x04\x02")  # plain Avro on a wire-format topic
