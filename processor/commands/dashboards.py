@@ -110,12 +110,15 @@ def render_dashboard(
     step = max(1.0, range_seconds / 240)
     panels = dashboard["panels"]
     rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    fig = plt.figure(figsize=(16, rows * 0.42 + 0.8), dpi=72)
-    grid = fig.add_gridspec(rows, 24, hspace=4.5, wspace=2.5, top=1 - 0.8 / (rows * 0.42 + 0.8), bottom=0.03)
+    unit, header = 0.42, 0.8  # inches per grid row, title band
+    height = rows * unit + header
+    fig = plt.figure(figsize=(16, height), dpi=72)
+    grid = fig.add_gridspec(rows + 1, 24, hspace=0, wspace=4, top=1 - header / height, bottom=0.01, left=0.05)
     fig.suptitle(dashboard["title"], fontsize=14, fontweight="bold")
     for panel in panels:
         pos = panel["gridPos"]
-        ax = fig.add_subplot(grid[pos["y"] : pos["y"] + pos["h"], pos["x"] : pos["x"] + pos["w"]])
+        # the first grid row of each panel holds the title above and the tick labels below
+        ax = fig.add_subplot(grid[pos["y"] + 1 : pos["y"] + pos["h"], pos["x"] : pos["x"] + pos["w"]])
         ax.set_title(panel["title"], fontsize=9, loc="left")
         ax.tick_params(labelsize=7)
         series = []
