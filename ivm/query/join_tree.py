@@ -250,6 +250,9 @@ def validate_join_tree(tree: JoinTree, query: Query, patterns: UpdatePatterns | 
         covered |= nodes[i].attrs
     for n in nodes:
         if n.role == "extender":
+            parent = nodes[n.parent].attrs if n.parent is not None else frozenset()
+            if not (n.attrs & parent) <= free:  # its outputs are enumerated from the key e ∩ p (003 §3.2)
+                problems.append(f"connex: extender {query.atoms[n.atom]} joins its parent on bound attributes")
             covered |= n.attrs & free
     if not free <= covered:
         problems.append(f"connex: E_con misses the outputs {_sorted(free - covered)}")

@@ -5,7 +5,8 @@ For a free-connex query and a pattern σ (:class:`UpdatePatterns`):
 1. *Simplify*: while some e is reducible with anchor e' (``V•`` of the current
    query) and both are insertion-only, remove e (it becomes a FILTER of e').
 2. *Base case 1*: if the simplified query is not weak-q-hierarchical, false
-   (it contains a hook or path core).
+   (it contains a hook or path core: Lemma 3.11, with the hook core corrected
+   in :mod:`ivm.query.weak_q_hierarchical`).
 3. Build the query-update graph H: an edge ``e' -> e`` iff e is not in the
    skeleton, e' anchors e, and σ({e}) = I or σ({e, e'}) ∈ {I, F}.  ``E∘`` is the
    set of nodes of in-degree 0 plus one representative of every source SCC of H

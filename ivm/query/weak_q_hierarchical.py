@@ -14,6 +14,27 @@ is free-connex and ``Q[E•]`` is q-hierarchical; then it is maintainable in O(1
 amortized time under FIFO updates (Lemma 3.8), and otherwise needs
 Ω(√|D|^(1−ε)) (Thm 3.12).  Atoms are read as distinct relations (the paper
 assumes no self-joins).
+
+Equivalently (Lemma 3.7), the query has a free-connex join tree of height ≤ 2,
+counting EXTENDER leaves (003 §3.3) as covering their outputs; without them
+the only-if direction fails for ``Q_cx`` (003 §1.6).
+
+Lemma 3.11 as printed is too narrow [derived]: its hook core asks for
+``x2 ∈ e1 ∩ e2 − e3``, yet ``Q(c) :- R0(a,b), R1(a,b), R2(a,c)`` is not
+weak-q-hierarchical (``b`` is not unique, so TRIM drops only one twin and the
+skeleton {R1, R2} has the q-core ``c ∈ y``, ``a ∈ ȳ``), has no height-≤2 tree,
+and has no hook or path core of the printed form.  The proof of Lemma A.1
+takes ``e3`` as a child of ``e2`` holding ``x3`` but never shows ``x2 ∉ e3``.
+The corrected hook core drops that condition: ``x1 ∈ y``; ``x2, x3 ∈ ȳ``;
+``x1, x2 ∈ e1``; ``x2, x3 ∈ e2``; ``x3 ∈ e3 ≠ e2``; no atom holds both ``x1``
+and ``x3``.  Thm 3.9's OMv reduction still applies: ``e3`` holds ``(x2, x3)``
+pairs inserted before the vector arrives and expiring just after its query,
+``e2`` the vector's pairs inserted late, so their join lives only for one
+round while every lifespan has the same length (a FIFO stream).  With this
+hook core, "not weak-q-hierarchical iff a hook or path core" holds on every
+free-connex query with ≤ 5 atoms over 4 variables (exhaustive check) and on
+random ones with up to 7 atoms, and TRIM agrees with a brute-force search for
+height-≤2 trees (``tests/unit/query/test_brute_force.py``).
 """
 
 from __future__ import annotations
@@ -110,6 +131,11 @@ def weak_q_hierarchical(query: Query) -> Verdict:
     ((0, 1), 'ii', 'x1', 'x2')
     >>> bool(weak_q_hierarchical(parse("Q() :- R1(x1,x2), R2(x2), R3(x1)")))
     True
+
+    Twin atoms do not cancel out (corrected Lemma 3.11, see the module docstring):
+
+    >>> weak_q_hierarchical(parse("Q(c) :- R0(a,b), R1(a,b), R2(a,c)")).reason.split(", condition")[0]
+    'not weak-q-hierarchical: the TRIM skeleton {R1(a, b), R2(a, c)} is not q-hierarchical'
     """
     fc = free_connex(query)
     if not fc:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ivm.query import parse
@@ -140,8 +141,15 @@ def _min_core_size(query: Query) -> int:
     return n
 
 
-def _hook_or_path_core(query: Query) -> bool:
-    """Lemma 3.11's hardness cores, searched exhaustively."""
+def _hook_or_path_core(query: Query, printed_hook: bool = False) -> bool:
+    """Lemma 3.11's hardness cores (Hu & Wang §3.3), searched exhaustively.
+
+    The hook core is the corrected one (``ivm/query/weak_q_hierarchical.py``): x1 ∈ y, x2, x3 ∈ ȳ,
+    x1, x2 ∈ e1, x2, x3 ∈ e2, x3 ∈ e3 ≠ e2, no atom holds x1 and x3.  ``printed_hook`` adds the
+    paper's ``x2 ∉ e3``, which misses twins such as ``Q(c) :- R0(a,b), R1(a,b), R2(a,c)``.
+    The path core is as printed: x_i ∈ e_i ∩ e_(i+1) and no atom holds x_i, x_j for |i − j| > 1
+    (which makes e1..e5 distinct).
+    """
     free = set(query.free)
     sets = [a.variables for a in query.atoms]
     variables = sorted(query.variables)
@@ -154,7 +162,9 @@ def _hook_or_path_core(query: Query) -> bool:
         if x1 not in free or x2 in free or x3 in free or together(x1, x3):
             continue
         for e1, e2, e3 in itertools.permutations(idx, 3):
-            if x1 in sets[e1] and x2 in sets[e1] & sets[e2] and x2 not in sets[e3] and x3 in sets[e2] & sets[e3]:
+            if printed_hook and x2 in sets[e3]:
+                continue
+            if x1 in sets[e1] and x2 in sets[e1] & sets[e2] and x3 in sets[e2] & sets[e3]:
                 return True
     for xs in itertools.permutations(variables, 4):
         if any(together(xs[i], xs[j]) for i in range(4) for j in range(i + 2, 4)):
@@ -163,6 +173,70 @@ def _hook_or_path_core(query: Query) -> bool:
             if all(xs[i] in sets[es[i]] & sets[es[i + 1]] for i in range(4)):
                 return True
     return False
+
+
+def _has_height_two_tree(query: Query, extenders: bool = True) -> bool:
+    """Is there a free-connex join tree of height ≤ 2 (003 §1.6: cover, connect, above, guard, connex)?
+
+    Brute force over the atoms' places.  By *above* and height ≤ 2, an atom sits either at level 1
+    (the root, or under generalized nodes only) or is a leaf under a level-1 atom p.  Then:
+
+    - connect: every attribute a leaf e shares with another atom is in p;
+    - connex: a leaf with outputs outside p holds them alone, so it is in ``E_con``: ``e ∩ p ⊆ y``
+      and p is in ``E_con``.  With ``extenders`` (003 §3.3 [PROPOSAL]) such a leaf is an EXTENDER
+      enumerated from its key ``e ∩ p ⊆ y``, and p need not be in ``E_con``;
+    - without the leaves, the level-1 atoms form a height-1 free-connex tree of ``Q[L1]`` (its
+      outputs are covered there), with every p that must be in ``E_con`` marked by a fresh output
+      attribute only p holds; by Lemma 2.2 such a tree exists iff that query is q-hierarchical.
+
+    Conversely, hanging the leaves under their p in the Lemma 2.2 tree gives a valid tree.
+    """
+    sets = [a.variables for a in query.atoms]
+    free = set(query.free)
+    n = len(sets)
+    places: list[list[int]] = []  # per atom: itself (level 1) or a possible level-1 parent
+    for e in range(n):
+        shared = sets[e] & set().union(*(sets[j] for j in range(n) if j != e))
+        own_free = sets[e] & free
+        options = [e]
+        for p in range(n):
+            if p == e or not shared <= sets[p]:
+                continue
+            if own_free - sets[p] and not sets[e] & sets[p] <= free:
+                continue
+            options.append(p)
+        places.append(options)
+    for parent in itertools.product(*places):
+        if any(parent[parent[e]] != parent[e] for e in range(n)):
+            continue  # a leaf's parent must sit at level 1
+        level_one = [e for e in range(n) if parent[e] == e]
+        attrs = {p: set(sets[p]) for p in level_one}
+        marks: list[str] = []
+        if not extenders:
+            for e in range(n):
+                if parent[e] != e and sets[e] & free - sets[parent[e]]:
+                    marks.append(f"_in_connex_{parent[e]}")
+                    attrs[parent[e]].add(marks[-1])
+        atoms = tuple(Atom(f"L{p}", tuple(sorted(attrs[p]))) for p in level_one)
+        held = set().union(*attrs.values())
+        if q_hierarchical(Query("Q", tuple(sorted(free & held)) + tuple(marks), atoms)):
+            return True
+    return False
+
+
+Q_CX = parse("Q(z,x,u) :- R1(z,x,w,a), R7(a), R6(z,x,w,p), R8(p), R3(z,q), R9(q), R2(x,u)")
+"""003 §1.6: weak-q-hierarchical, no hardness core, a height-2 tree only with an EXTENDER."""
+
+TWINS = parse("Q(c) :- R0(a,b), R1(a,b), R2(a,c)")
+"""Not weak-q-hierarchical, no height-2 tree; only the corrected hook core (x2 = a ∈ e3) finds it."""
+
+HYPOTHESIS_FINDS = [
+    TWINS,
+    parse("Q(d) :- R0(a,b), R1(a,b,c), R2(d,b)"),
+    parse("Q(b,c) :- R0(a,d), R1(a,b,c), R2(a,b,d)"),
+    parse("Q(a) :- R0(a), R1(a,b), R2(b,c), R3(b,c,d)"),
+]
+"""Queries on which the printed hook core (x2 ∉ e3) disagreed with TRIM."""
 
 
 # ------------------------------------------------------------ the tests
@@ -210,20 +284,40 @@ def test_3r_hierarchical_iff_at_most_one_pair_join_tuple(query):
         assert (verdict.witness.i <= 1) == bool(hierarchical(query))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(queries(max_atoms=5, max_vars=5))
-def test_weak_q_matches_hardness_cores(query):
-    """Lemma 3.11: a free-connex query is weak-q-hierarchical iff it has no hook or path core.
+def test_weak_q_matches_height_two_tree(query):
+    """Lemma 3.7 with EXTENDER leaves (003 §3.3): weak-q-hierarchical iff a height-≤2 free-connex tree."""
+    if free_connex(query):
+        assert bool(weak_q_hierarchical(query)) == _has_height_two_tree(query)
 
-    Twin atoms (equal variable sets) are excluded: ``Q(c) :- R0(a,b), R1(a,b), R2(a,c)`` has no
-    hook or path core, yet TRIM (with V• fixed on the original query, where b is not unique)
-    keeps {R1, R2}, which is not q-hierarchical, and no free-connex tree of height <= 2 exists;
-    Def. 3.4 (TRIM) is the definition we implement.
-    """
-    if len({a.variables for a in query.atoms}) < len(query.atoms):
-        return
+
+@settings(max_examples=200, deadline=None)
+@given(queries(max_atoms=5, max_vars=5))
+@example(TWINS)
+@example(HYPOTHESIS_FINDS[1])
+@example(HYPOTHESIS_FINDS[2])
+@example(HYPOTHESIS_FINDS[3])
+def test_weak_q_matches_hardness_cores(query):
+    """Lemma 3.11 (hook core corrected) with Thm 3.12 and Lemma 3.8: a free-connex query is
+    weak-q-hierarchical iff it has no hook or path core."""
     if free_connex(query):
         assert bool(weak_q_hierarchical(query)) == (not _hook_or_path_core(query))
+
+
+@pytest.mark.parametrize("query", HYPOTHESIS_FINDS, ids=str)
+def test_printed_hook_core_misses_twins(query):
+    """Lemma 3.11 as printed (x2 ∉ e3) finds no core, yet no height-2 tree exists."""
+    assert free_connex(query) and not weak_q_hierarchical(query)
+    assert not _has_height_two_tree(query) and not _has_height_two_tree(query, extenders=False)
+    assert _hook_or_path_core(query) and not _hook_or_path_core(query, printed_hook=True)
+
+
+def test_q_cx_needs_an_extender():
+    """003 §1.6: Q_cx is weak-q-hierarchical with no hardness core; its height-2 tree needs an EXTENDER."""
+    assert weak_q_hierarchical(Q_CX) and not _hook_or_path_core(Q_CX)
+    assert _has_height_two_tree(Q_CX) and not _has_height_two_tree(Q_CX, extenders=False)
+    assert validate_join_tree(fifo_tree(Q_CX), Q_CX) == []
 
 
 @settings(max_examples=120, deadline=None)
