@@ -23,17 +23,17 @@ def pipeline_config(
     **overrides,
 ) -> PipelineConfig:
     """A pipeline of its own (topics, name, state) on the shared broker."""
-    return PipelineConfig(
-        bootstrap=bootstrap,
-        dead_letter_topic=f"{prefix}dead-letter",
-        relations=tuple(RelationConfig(r, f"{prefix}{r}", Path(f"relations/{r}.avsc")) for r in relations),
-        queries=(QueryConfig(f"{prefix}q", query, engine),),
-        policy=Policy(),
-        trigger_ms=100,
-        name=f"{prefix}pipe",
-        state_dir=str(state_dir),
-        **overrides,
-    )
+    settings = {
+        "bootstrap": bootstrap,
+        "dead_letter_topic": f"{prefix}dead-letter",
+        "relations": tuple(RelationConfig(r, f"{prefix}{r}", Path(f"relations/{r}.avsc")) for r in relations),
+        "queries": (QueryConfig(f"{prefix}q", query, engine),),
+        "policy": Policy(),
+        "trigger_ms": 100,
+        "name": f"{prefix}pipe",
+        "state_dir": str(state_dir),
+    }
+    return PipelineConfig(**{**settings, **overrides})
 
 
 def read_until(bootstrap: str, topic: str, until, idle_timeout: float = 60) -> list[dict]:
