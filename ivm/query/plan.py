@@ -2,9 +2,14 @@
 
 The rules, best first (each cites the result that makes it optimal):
 
-1. the query (its core, with self-joins) is q-hierarchical: ``qhier``, O(N)
-   preprocessing, O(1) worst-case updates, O(1) delay (Berkholz et al. Thm 3.2);
-   nothing can be faster.
+1. the query is q-hierarchical: ``qhier``, O(N) preprocessing, O(1)
+   worst-case updates, O(1) delay (Berkholz et al. Thm 3.2); nothing can be
+   faster.  A query with self-joins that is q-hierarchical only through its
+   core is not planned on ``qhier``: COUNT over Z-relations (bag semantics,
+   the library's default) counts the query's valuations, which the core does
+   not preserve (002 §8 example F); the O(1) bound of Thm 3.4/3.5 holds for
+   set semantics on the core (``QHierEngine(query, semantics="set")``), and
+   the plan says so in its notes.
 2. free-connex, self-join-free, and MixDetect accepts the update patterns:
    ``propagation`` over a compatible join tree, O(1) amortized updates, O(1)
    delay (Hu & Wang Lemma 4.16; Cor 1.6 for insert-only, Lemma 3.8 for FIFO).
@@ -189,10 +194,9 @@ def _best(
     delay_word = "O(1) answer time" if counting else "O(1) delay"
     if not query.self_join_free and len(a.core.atoms) < len(query.atoms):
         notes.append(f"the query has self-joins; its core is {a.core} (same answers, Chandra–Merlin)")
-    if a.core_q_hierarchical:
-        target = a.core
-        tree = height_one_tree(target)
-        via = " (via its core)" if target is not query else ""
+    if a.core_q_hierarchical and not a.q_hierarchical:
+        notes.append(_set_semantics_note(a))
+    if a.q_hierarchical:
         return (
             "qhier",
             None,
@@ -205,9 +209,9 @@ def _best(
                 "optimal: constant update and answer time cannot be improved",
             ),
             True,
-            tree.render(target),
+            height_one_tree(query).render(query),
             ("one weight and fit-list per q-tree node value (Berkholz et al. §6)",),
-            f"q-hierarchical{via}: every atom's variables form a root path of the q-tree (Berkholz et al. Thm 3.2)",
+            "q-hierarchical: every atom's variables form a root path of the q-tree (Berkholz et al. Thm 3.2)",
             None,
         )
     mix: Verdict | None = None
@@ -315,6 +319,24 @@ def _best(
     )
 
 
+def _set_semantics_note(a: Analysis) -> str:
+    """Why a query that is q-hierarchical only through its core is not planned on ``qhier``.
+
+    The core has the same *set* of answers (Chandra–Merlin), not the same
+    multiplicities: on 002 §8 example F the query counts 5 valuations and its
+    core 3.  Berkholz et al. Thm 3.4/3.5 give O(1) for the Boolean answer and
+    the number of distinct answers, which is what ``QHierEngine(query,
+    semantics="set")`` maintains on the core.
+    """
+    return (
+        f"only the core {a.core} is q-hierarchical; COUNT over Z-relations (bag semantics, the default) "
+        "counts the valuations of the query itself, which the core does not preserve (002 §8 F: bag count 5 "
+        "on the query, 3 on its core), so the plan computes the exact count without qhier. Under set semantics "
+        "(relations and answers as sets) QHierEngine(query, semantics='set') evaluates the core with expected "
+        "O(1) updates (hash tables) and O(1) answer/delay (Berkholz et al. Thm 3.4/3.5)"
+    )
+
+
 def _lower_bound(a: Analysis, sigma: UpdatePatterns, mix: Verdict | None) -> str:
     query = a.query
     parts = []
@@ -324,7 +346,13 @@ def _lower_bound(a: Analysis, sigma: UpdatePatterns, mix: Verdict | None) -> str
         parts.append(
             "not free-connex: not O(1) even for insert-only updates (BMM/Triangle/HyperClique, Hu & Wang Thm 1.7)"
         )
-    if query.self_join_free or not query.free:
+    if not query.free and a.core_q_hierarchical:
+        parts.append(
+            "the bag count is the number of answers of the body with every variable free, which is not "
+            "hierarchical: no O(N^(0.5-γ)) update with O(N^(0.5-γ)) count time unless OMv or OV fails "
+            "(Berkholz et al. Thm 3.5); only the Boolean answer is easy, via the core (Thm 3.4)"
+        )
+    elif query.self_join_free or not query.free:
         which = "count" if not query.free else "enumeration"
         parts.append(
             f"not q-hierarchical: no O(N^(0.5-γ)) update with O(N^(0.5-γ)) {which} time unless OMv fails "

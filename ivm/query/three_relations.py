@@ -38,9 +38,17 @@ def three_relation_class(query: Query) -> Verdict:
     '3R^1: one nonempty pair-join tuple (hierarchical, O(1) updates)'
     >>> three_relation_class(parse("Q() :- R(r,x), S(s,x), T(t,x)")).witness.i
     0
+
+    Three occurrences of one relation are not three relations (an update of E
+    changes every atom at once):
+
+    >>> three_relation_class(parse("Q() :- E(x,x), E(x,y), E(y,y)")).reason
+    'a 3R query joins three distinct relations, this one has self-joins'
     """
     if len(query.atoms) != 3:
         return Verdict(False, f"a 3R query has three atoms, this one has {len(query.atoms)}")
+    if not query.self_join_free:
+        return Verdict(False, "a 3R query joins three distinct relations, this one has self-joins")
     if query.free:
         return Verdict(False, f"a 3R query is a count without free variables, this one has {query.free}")
     sets = [a.variables for a in query.atoms]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
+import ivm
 from ivm.query import parse
 from ivm.query.explain import explain, render_text
 from ivm.query.parse import QuerySyntaxError
 from ivm.query.plan import plan
 from processor.commands import explain as explain_command
+from tests.oracles import apply_stream, count, count_answers
 
 SCHEMA = {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "A"]}
 
@@ -68,7 +71,7 @@ CHOICES = [
     ("Q() :- R(a,b), S(b,c), T(c,a)", [], "ivm_eps", "O(N^0.5) amortized", False),
     ("Q() :- E(a,b), E(b,c), E(c,a)", [], "ivm_eps", "O(N^0.5) amortized", False),
     ("Q(x) :- R(x,y), S(x,z), T(x)", [], "qhier", "O(1) worst-case", True),
-    ("Q() :- E(x,x), E(x,y), E(y,y)", [], "qhier", "O(1) worst-case", True),
+    ("Q() :- E(x,x), E(x,y), E(y,y)", [], "fivm", "O(N) per single-tuple update", False),  # 002 §8 D
     (
         "Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)",
         ["R2=insert-only", "R3=insert-only"],
@@ -88,6 +91,59 @@ def test_planner_choices(text, patterns, engine, update, constant):
     assert (p.best_engine, p.guarantee.update, p.constant_time) == (engine, update, constant)
     assert p.engine is None  # nothing registered: the plan says so
     assert any("cannot run here" in note for note in p.notes)
+
+
+def test_core_only_q_hierarchical_is_not_planned_on_qhier():
+    """002 §8 D: only the core E(x,x) is q-hierarchical; the bag count needs the query itself."""
+    p = plan(parse("Q() :- E(x,x), E(x,y), E(y,y)"))
+    assert p.best_engine != "qhier" and p.engine in ("fivm", "first_order_delta")
+    assert not p.constant_time
+    assert any("semantics='set'" in note and "expected O(1)" in note for note in p.notes)
+    assert "OV" in p.guarantee.lower_bound
+
+
+SELF_JOIN_EXAMPLES = [
+    # 002 §8 D: E = {(1,2),(2,3)} is false, +E(3,3) true, -E(3,3) false; then on
+    # E = {(1,1),(1,2),(2,2),(2,3)} the query counts 3 valuations, its core E(x,x) only 2
+    (
+        "Q() :- E(x,x), E(x,y), E(y,y)",
+        [(1, [(1, 2), (2, 3)]), (1, [(3, 3)]), (-1, [(3, 3)]), (1, [(1, 1), (2, 2)])],
+        [0, 1, 0, 3],
+    ),
+    # 002 §8 F: bag count 5, +E(2,2) 9, -E(1,1) 5
+    (
+        "Q(x,y) :- E(x,y), E(x,z), E(x,x)",
+        [(1, [(1, 1), (1, 2), (2, 3), (3, 3)]), (1, [(2, 2)]), (-1, [(1, 1)])],
+        [5, 9, 5],
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "steps", "bag_counts"), SELF_JOIN_EXAMPLES)
+def test_maintain_self_join_examples_match_the_oracle(text, steps, bag_counts):
+    """002 §8 D and F under ``engine="auto"``: the bag count of the query itself, not of its core."""
+    query = parse(text)
+    view = ivm.maintain(text)
+    stream: list[tuple[str, tuple[int, int], int]] = []
+    present: set[tuple[int, int]] = set()
+
+    def step(updates: list[tuple[str, tuple[int, int], int]]) -> None:
+        stream.extend(updates)
+        view.apply(updates)
+        db, rejected = apply_stream(stream)
+        assert not rejected
+        expected = count_answers(query, db) if query.free else count(query, db)
+        assert view.result() == expected
+
+    for (sign, rows), bag in zip(steps, bag_counts, strict=True):
+        step([("E", row, sign) for row in rows])
+        present ^= set(rows)
+        assert count(query, apply_stream(stream)[0]) == bag
+    rng = random.Random(7)
+    for _ in range(200):
+        row = (rng.randint(1, 4), rng.randint(1, 4))
+        step([("E", row, -1 if row in present else 1)])
+        present ^= {row}
 
 
 def test_planner_falls_back_to_a_registered_engine():
