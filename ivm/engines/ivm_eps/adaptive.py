@@ -204,8 +204,13 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         relation = self.shape.edges[i].relation
         self.max_degree = max(self.max_degree, degree)
         who = f"key {key!r} of" if key is not None else "a key of"
+        slots = [i]
+        for other, part in enumerate(self.parts):  # one repartition for every slot over the cutoff
+            hot = other != i and part.eps == 1.0
+            if hot and max((len(r) for r in part.lf.values()), default=0) >= self.hot_cutoff:
+                slots.append(other)
         self._switch(
-            [i],
+            slots,
             self.hot_eps,
             1,
             f"{who} {relation} (slot {i}) has degree {degree} ≥ {self.skew:g}·√N = {self.hot_cutoff} (N = {self.N})",
@@ -253,7 +258,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
 
     def _apply_partitioned(self, updates: Sequence[Any], start: int) -> int:
         occurrences = self.occurrences
-        on_update = self.on_update
+        # the cold (first-order) slots need the skew test after each of their updates
+        on_update = self.on_update if any(p.eps == 1.0 for p in self.parts) else super().on_update
         for k in range(start, len(updates)):
             relation, row, m = updates[k]
             if not m:
@@ -266,8 +272,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             self.updates_applied += 1
             if self.updates_applied >= self.next_check:
                 self._checkpoint()
-            if not self.partitioned:
-                return k + 1
+                if not self.partitioned or on_update != self.on_update:
+                    return k + 1  # the mode or the set of cold slots may have changed
         return len(updates)
 
     def on_update(self, i: int, x: object, y: object, m: int) -> None:
