@@ -78,14 +78,16 @@ def test_prometheus_scrapes_the_processor(kafka, start_job, topic_prefix, tmp_pa
         _wait(prom, f'sum(ivm_updates_applied_total{{query="{tri}"}})', _value(n))
         _wait(prom, 'sum(ivm_updates_rejected_total{reason="malformed"})', _value(1))
         _wait(prom, f'ivm_constant_time{{query="{pat}"}}', _value(1))  # insert-only so far: O(1)
-        # a delete in S breaks its declared insert-only pattern and costs query pat its O(1) guarantee
+        # a delete in S breaks its declared insert-only pattern and costs query pat its O(1) guarantee;
+        # a second malformed message, after Prometheus has scraped the first, makes increase() see a rise
         producer.send_raw(topics["S"], *CODECS["S"].encode((0, 0), -1))
+        producer.send_raw(topics["T"], b"k", b"\x02")
         producer.flush()
         _wait(prom, f'ivm_result_value{{query="{tri}"}}', _value(210))
         _wait(prom, f'ivm_constant_time{{query="{pat}"}}', _value(0))
         _wait(prom, f'ivm_pattern_level{{query="{pat}",relation="S"}}', _value(1))  # FIFO now
         _wait(prom, f'sum(ivm_pattern_downgrades_total{{query="{pat}"}})', _value(1))
-        _wait(prom, "sum(ivm_records_consumed_total)", _value(n + 2))
+        _wait(prom, "sum(ivm_records_consumed_total)", _value(n + 3))
         _wait(prom, "sum(ivm_consumer_lag_records)", _value(0), timeout=30)  # the lag thread caught up
         _wait(prom, f'count(ivm_consumer_lag_records{{topic="{topics["R"]}"}})', _value(1))
         _wait(prom, "ivm_end_to_end_latency_seconds_count", lambda r: r and float(r[0]["value"][1]) >= 2)
