@@ -30,7 +30,9 @@ import time
 from pathlib import Path
 
 import ivm
+from ivm.policy import Policy
 from processor.codec import load_relation_codecs
+from processor.config import PipelineConfig, QueryConfig, RelationConfig
 from processor.job import run_job
 from processor.local.kafka import KafkaBroker
 from processor.local.spark import spark_session
@@ -38,7 +40,6 @@ from processor.pipeline import Pipeline, Record
 from processor.produce import UpdateProducer, read_edges
 from processor.subscribe import follow, reflects
 from processor.topics import create_topics, end_offsets
-from tests.integration.helpers import pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
 FACEBOOK = ROOT.parent / "shared" / "data" / "graphs" / "facebook_combined.edges"
@@ -48,6 +49,19 @@ WORKLOADS = {
     "triangle": ("Q() :- R(a,b), S(b,c), T(c,a)", "RST"),
     "q-hierarchical": ("Q() :- R(a,b), S(a,c)", "RS"),
 }
+
+
+def pipeline_config(bootstrap: str, prefix: str, state_dir: Path, query: str, relations: str, **overrides):
+    return PipelineConfig(
+        bootstrap=bootstrap,
+        dead_letter_topic=f"{prefix}dead-letter",
+        relations=tuple(RelationConfig(r, f"{prefix}{r}", Path(f"relations/{r}.avsc")) for r in relations),
+        queries=(QueryConfig(f"{prefix}q", query, "auto"),),
+        policy=Policy(),
+        name=f"{prefix}pipe",
+        state_dir=str(state_dir),
+        **overrides,
+    )
 
 
 def updates_for(workload: str, n: int) -> list[tuple[str, tuple[int, int], int]]:
@@ -80,7 +94,7 @@ def stages(workload: str, updates) -> dict[str, float]:
     t = time.perf_counter()
     view.apply(updates)
     engine = len(updates) / (time.perf_counter() - t)
-    config = pipeline_config("unused:1", "", Path(tempfile.mkdtemp()), query=query, engine="auto", relations=relations)
+    config = pipeline_config("unused:1", "", Path(tempfile.mkdtemp()), query=query, relations=relations)
     pipeline = Pipeline(config, NullSink())
     records = [Record(rel, 0, i, None, value) for i, (rel, value) in enumerate(encoded)]
     t = time.perf_counter()
@@ -94,7 +108,7 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
     query, relations = WORKLOADS[workload]
     prefix = f"b{random.randrange(10**8)}."
     config = pipeline_config(
-        broker.bootstrap, prefix, Path(tempfile.mkdtemp()), query=query, engine="auto", relations=relations,
+        broker.bootstrap, prefix, Path(tempfile.mkdtemp()), query=query, relations=relations,
         shards=shards, max_offsets_per_trigger=100_000, trigger_ms=50, snapshot_every=1000,
     )  # fmt: skip
     topics = {r: f"{prefix}{r}" for r in relations}
@@ -119,7 +133,7 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
     done = dict.fromkeys(topics.values(), 0)
     last = None
     for record in follow(broker.bootstrap, config.queries[0].result_topic, idle_timeout=120):
-        committed = record["timestamp_ms"] / 1000
+        committed = record["timestamp_ms"].timestamp()  # fastavro reads timestamp-millis as a datetime
         for o in record["offsets"]:
             for s in sent_at.get(o["topic"], [])[done.get(o["topic"], 0) : o["offset"]]:
                 latencies.append(committed - s)

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     status = {
         "pipeline": config.name,
         "last_committed_batch": committed["batch_id"] if committed else None,
-        "committed_at": committed["timestamp_ms"] if committed else None,
+        "committed_at": committed["timestamp_ms"].isoformat() if committed else None,
         "lag": lag,
         "total_lag": sum(lag.values()),
         "snapshots": [p.name for p in snapshots],
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if committed is None:
         print("no batch committed yet")
     else:
-        age = time.time() - committed["timestamp_ms"] / 1000
+        age = time.time() - committed["timestamp_ms"].timestamp()  # a datetime (timestamp-millis)
         print(f"last committed batch {committed['batch_id']} ({age:.0f}s ago)")
     for partition, behind in lag.items():
         print(f"  {partition:<30} lag {behind:>10,}")
