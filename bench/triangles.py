@@ -46,7 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-FACEBOOK = Path("/work/shared/data/graphs/facebook_combined.edges")
+# shared/ sits beside the checkout (locally and in CI)
+FACEBOOK = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "graphs" / "facebook_combined.edges"
 OUT = ROOT / "bench" / "out"
 QUERY = "Q() :- R(a,b), S(b,c), T(c,a)"
 METHODS = ("ivm_eps", "first_order", "recompute")
