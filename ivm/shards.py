@@ -28,14 +28,14 @@ from __future__ import annotations
 import operator
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import reduce
 from typing import Any
 
 from ivm.query.model import Query
-from ivm.updates import Row, Update, as_updates
-from ivm.view import Outcome, Rejected, View
+from ivm.updates import Row, Update
+from ivm.view import View
 
 _MIX = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
@@ -132,22 +132,20 @@ def per_atom_relations(query: Query) -> tuple[Query, dict[str, list[int]]]:
     return replace(query, atoms=tuple(renamed)), dict(atoms_of)
 
 
-class ShardedView:
+class ShardedView(View):
     """A view whose state is split into ``len(shards)`` self-contained :class:`View` shards.
 
-    Same interface as :class:`View`.  The input policy is checked once per
-    update, on the first shard that holds its tuple, so a rejection is reported
-    once however many shards the tuple is replicated to.
+    Same interface as :class:`View` and the same validation; the input policy
+    is checked once per update, on the first shard that holds its tuple, so a
+    rejection is reported once however many shards the tuple is replicated to.
     """
 
     def __init__(self, query: Query, shards: list[View], router: HyperCube) -> None:
-        self.query = query
+        # shard 0's engine stands for all shards where a name or type is asked for
+        super().__init__(query, shards[0].engine, shards[0].policy, patterns=shards[0]._patterns)
         self.shards = shards
         self.router = router
-        self.policy = shards[0].policy
-        self.engine = shards[0].engine  # its name and type stand for all shards
         self.shard_query, self._atoms_of = per_atom_relations(query)
-        self._arity = dict(query.relations)
 
     def _targets(self, update: Update) -> list[tuple[int, Update]]:
         """(shard, update of a per-atom relation) pairs for one original update."""
@@ -158,37 +156,20 @@ class ShardedView:
                 out.append((shard, Update(atom.relation, update.row, update.mult)))
         return out
 
-    def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
-        outcome = Outcome()
+    def _current(self, update: Update) -> int:
+        shard, routed = self._targets(update)[0]
+        return self.shards[shard].engine.multiplicity(routed.relation, routed.row)
+
+    def _apply_valid(self, valid: list[Update]) -> None:
         per_shard: dict[int, list[Update]] = defaultdict(list)
-        pending: dict[tuple[str, Row], int] = {}
-        for index, update in enumerate(as_updates(updates)):
-            violation = self._violation(update, pending)
-            if violation:
-                outcome.rejected.append(Rejected(index, update, *violation))
-                continue
-            key = (update.relation, update.row)
-            pending[key] = pending.get(key, 0) + update.mult
+        for update in valid:
             for shard, routed in self._targets(update):
                 per_shard[shard].append(routed)
-            outcome.applied += 1
         for shard, batch in per_shard.items():
             self.shards[shard].engine.apply(batch)
-        return outcome
-
-    def _violation(self, update: Update, pending: dict[tuple[str, Row], int]) -> tuple[str, str] | None:
-        arity = self._arity.get(update.relation)
-        if arity is None:
-            return "unknown_relation", f"unknown relation {update.relation!r} (query uses {sorted(self._arity)})"
-        if len(update.row) != arity:
-            return "arity", f"relation {update.relation} has arity {arity}, tuple {update.row!r} has {len(update.row)}"
-        shard, routed = self._targets(update)[0]
-        current = self.shards[shard].engine.multiplicity(routed.relation, routed.row)
-        return self.policy.check(current + pending.get((update.relation, update.row), 0), update.mult)
 
     def multiplicity(self, relation: str, row: Row) -> int:
-        shard, routed = self._targets(Update(relation, tuple(row), 1))[0]
-        return self.shards[shard].engine.multiplicity(routed.relation, routed.row)
+        return self._current(Update(relation, tuple(row), 1))
 
     def result(self) -> Any:
         results = [s.result() for s in self.shards]

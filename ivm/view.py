@@ -62,9 +62,17 @@ class View:
             pending[key] = pending.get(key, 0) + update.mult
             valid.append(update)
         if valid:
-            self.engine.apply(valid)
+            self._apply_valid(valid)
         outcome.applied = len(valid)
         return outcome
+
+    def _current(self, update: Update) -> int:
+        """The multiplicity ``update``'s tuple has now (its relation and arity are valid)."""
+        return self.engine.multiplicity(update.relation, update.row)
+
+    def _apply_valid(self, valid: list[Update]) -> None:
+        """Hand the validated updates of one batch to the state."""
+        self.engine.apply(valid)
 
     def _violation(self, update: Update, pending: dict[tuple[str, Row], int]) -> tuple[str, str] | None:
         arity = self._arity.get(update.relation)
@@ -78,8 +86,7 @@ class View:
                 "arity",
                 f"relation {update.relation} has arity {arity}, tuple {update.row!r} has {len(update.row)}",
             )
-        current = self.engine.multiplicity(update.relation, update.row)
-        current += pending.get((update.relation, update.row), 0)
+        current = self._current(update) + pending.get((update.relation, update.row), 0)
         return self.policy.check(current, update.mult)
 
     def result(self) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ivm.updates import Row, Update
 from processor.codec import RelationCodec
-from processor.topics import CLIENT_DEFAULTS
+from processor.sink import KafkaSink
 
 
 def read_edges(path: str | Path) -> Iterator[tuple[int, int]]:
@@ -54,39 +54,17 @@ def edge_updates(
 
 
 class UpdateProducer:
-    """Produce updates to their relation topics, keyed by tuple."""
+    """Produce updates to their relation topics, keyed by tuple (an idempotent producer)."""
 
     def __init__(self, bootstrap: str, codecs: dict[str, RelationCodec], topics: dict[str, str] | None = None) -> None:
-        from confluent_kafka import Producer
-
         self.codecs = codecs
         self.topics = topics or {name: name for name in codecs}
         self.sent = 0
-        self._errors: list[str] = []
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "linger.ms": 20,
-                "enable.idempotence": True,
-                "compression.type": "lz4",
-                **CLIENT_DEFAULTS,
-            }
-        )
-
-    def _on_delivery(self, err: object, _msg: object) -> None:
-        if err is not None:
-            self._errors.append(str(err))
+        self._sink = KafkaSink(bootstrap, flush_timeout=120, **{"linger.ms": 20})
 
     def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        while True:
-            try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
-                break
-            except BufferError:
-                self._producer.poll(0.05)
+        self._sink.send(topic, key, value)
         self.sent += 1
-        if self.sent % 10_000 == 0:
-            self._producer.poll(0)
 
     def send(self, update: Update) -> None:
         try:
@@ -103,7 +81,5 @@ class UpdateProducer:
         return self.sent - before
 
     def flush(self) -> None:
-        if self._producer.flush(120):
-            raise RuntimeError("updates not delivered after 120 s")
-        if self._errors:
-            raise RuntimeError(f"delivery failed: {self._errors[:3]}")
+        """Wait until every update is delivered; raises on any delivery failure."""
+        self._sink.commit()

@@ -15,7 +15,7 @@ class Sink(Protocol):
 
     def begin(self) -> None: ...
 
-    def send(self, topic: str, key: bytes | None, value: bytes) -> None: ...
+    def send(self, topic: str, key: bytes | None, value: bytes | None) -> None: ...
 
     def commit(self) -> None: ...
 
@@ -23,11 +23,13 @@ class Sink(Protocol):
 class KafkaSink:
     """An idempotent producer; ``commit`` flushes and raises on any delivery failure (at least once)."""
 
-    def __init__(self, bootstrap: str, **conf: Any) -> None:
+    def __init__(self, bootstrap: str, flush_timeout: float = 60, **conf: Any) -> None:
         from confluent_kafka import Producer
 
         from processor.topics import CLIENT_DEFAULTS
 
+        self.flush_timeout = flush_timeout
+        self._queued = 0
         self._errors: list[str] = []
         self._producer = Producer(
             {
@@ -47,18 +49,21 @@ class KafkaSink:
     def begin(self) -> None:
         pass
 
-    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
-                return
+                break
             except BufferError:  # local queue full: let deliveries drain
-                self._producer.poll(0.1)
+                self._producer.poll(0.05)
+        self._queued += 1
+        if self._queued % 10_000 == 0:  # serve delivery reports during long batches
+            self._producer.poll(0)
 
     def commit(self) -> None:
-        remaining = self._producer.flush(60)
+        remaining = self._producer.flush(self.flush_timeout)
         if remaining:
-            raise RuntimeError(f"{remaining} output records not delivered after 60 s")
+            raise RuntimeError(f"{remaining} output records not delivered after {self.flush_timeout:.0f} s")
         if self._errors:
             errors, self._errors = self._errors, []
             raise RuntimeError(f"output delivery failed: {errors[:3]}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from processor.local.artifacts import kafka_jars
 from processor.local.ports import free_port, wait_for_port
+from processor.local.process import stop_group
 
 _LOG4J2 = """status = warn
 appender.file.type = File
@@ -129,14 +129,7 @@ class KafkaBroker:
 
     def stop(self, kill: bool = False) -> None:
         """Stop the broker (SIGTERM, then SIGKILL after 30 s; ``kill`` kills at once)."""
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc, kill=kill)
 
     def restart(self, timeout: float = 90.0) -> KafkaBroker:
         """Stop and start again on the same ports with the same data."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.local.ports import free_port, wait_for_port
+from processor.local.process import stop_group
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "rules"
 
@@ -103,13 +103,7 @@ class PrometheusServer:
         return body["data"]["result"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, timeout=20)
 
     def __enter__(self) -> PrometheusServer:
         return self

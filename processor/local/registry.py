@@ -18,7 +18,6 @@ import glob
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from processor.local.artifacts import APICURIO_LEGACY_VERSION, APICURIO_VERSION, apicurio_registry_dist
 from processor.local.ports import free_port
+from processor.local.process import stop_group
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
 # Java major version each release line needs.
@@ -170,14 +170,7 @@ class SchemaRegistry:
 
     def stop(self, kill: bool = False) -> None:
         """Stop the registry (SIGTERM, then SIGKILL after 30 s; ``kill`` kills at once)."""
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc, kill=kill)
 
     def __enter__(self) -> SchemaRegistry:
         return self

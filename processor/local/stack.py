@@ -5,9 +5,7 @@ Used by ``ivm local`` and ``ivm demo``; logs go under the stack's folder.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ from pathlib import Path
 
 from processor.local.kafka import KafkaBroker
 from processor.local.ports import free_port
+from processor.local.process import stop_group
 
 
 def project_root() -> Path:
@@ -56,18 +55,9 @@ class ProcessorProcess:
         return self.proc.poll() is None
 
     def stop(self, kill: bool = False, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            if kill:  # the driver and its JVM at once, as a crash would
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            else:  # the driver stops the stream and Spark; signalling the JVM too would race it
-                os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        with contextlib.suppress(ProcessLookupError):  # the JVM child may outlive its driver
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        # a crash takes the driver and its JVM at once; a graceful stop signals only the driver,
+        # which stops the stream and Spark (signalling the JVM too would race it)
+        stop_group(self.proc, kill=kill, timeout=timeout, term_group=False)
         self._log.close()
         return self.proc.returncode
 

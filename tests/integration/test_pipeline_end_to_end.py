@@ -16,8 +16,7 @@ import time
 import pytest
 
 from ivm.query import parse
-from processor.codec import OutputCodec, load_relation_codecs
-from processor.config import PipelineConfig
+from processor.codec import load_relation_codecs
 from processor.produce import UpdateProducer
 from processor.subscribe import reflects
 from processor.topics import create_topics, end_offsets
@@ -30,17 +29,9 @@ TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 CODECS = load_relation_codecs()
 
 
-def _config(kafka, prefix: str, state_dir, **overrides) -> PipelineConfig:
-    return pipeline_config(kafka.bootstrap, prefix, state_dir, **overrides)
-
-
-def _read_all(kafka, topic: str, until) -> list[dict]:
-    return read_until(kafka.bootstrap, topic, until)
-
-
 def test_every_published_result_matches_the_oracle(kafka, start_job, topic_prefix, tmp_path) -> None:
     rng = random.Random(11)
-    config = _config(kafka, topic_prefix, tmp_path, max_offsets_per_trigger=700)
+    config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path, max_offsets_per_trigger=700)
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     create_topics(kafka.bootstrap, list(topics.values()), partitions=3)
     job = start_job(config)
@@ -67,7 +58,7 @@ def test_every_published_result_matches_the_oracle(kafka, start_job, topic_prefi
         producer.flush()
         time.sleep(rng.random())
     final = end_offsets(kafka.bootstrap, list(topics.values()))
-    results = _read_all(kafka, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
+    results = read_until(kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
     job.stop()
     assert reflects(results[-1], final), "the last result does not reflect all input"
 
@@ -91,13 +82,13 @@ def test_every_published_result_matches_the_oracle(kafka, start_job, topic_prefi
     all_input = [(rel, row, mult) for messages in inputs.values() for _o, rel, (row, mult) in messages]
     _db, rejected = apply_stream(all_input)
     assert rejected, "the stream should contain deletes of absent tuples"
-    dead = _read_all(kafka, config.dead_letter_topic, lambda rs: len(rs) >= len(rejected))
+    dead = read_until(kafka.bootstrap, config.dead_letter_topic, lambda rs: len(rs) >= len(rejected))
     assert len(dead) == len(rejected)
     assert all("absent tuple" in d["reason"] for d in dead)
 
 
 def test_malformed_messages_go_to_the_dead_letter_topic(kafka, start_job, topic_prefix, tmp_path) -> None:
-    config = _config(kafka, topic_prefix, tmp_path)
+    config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path)
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     create_topics(kafka.bootstrap, [*topics.values(), config.dead_letter_topic])
     producer = UpdateProducer(kafka.bootstrap, CODECS, topics)
@@ -119,8 +110,8 @@ def test_malformed_messages_go_to_the_dead_letter_topic(kafka, start_job, topic_
         )
     job = start_job(config)
     final = end_offsets(kafka.bootstrap, list(topics.values()))
-    results = _read_all(kafka, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
-    dead = _read_all(kafka, config.dead_letter_topic, lambda rs: len(rs) >= len(expected_dead))
+    results = read_until(kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
+    dead = read_until(kafka.bootstrap, config.dead_letter_topic, lambda rs: len(rs) >= len(expected_dead))
     job.stop()
     assert json.loads(results[-1]["value"]) == 2  # triangles (1,2,3) and (4,2,3)
     got = {(d["topic"], d["offset"]): d for d in dead}
@@ -133,4 +124,3 @@ def test_malformed_messages_go_to_the_dead_letter_topic(kafka, start_job, topic_
     assert sum("malformed Avro" in d["reason"] for d in dead) == 2
     assert any("empty message" in d["reason"] for d in dead)
     assert any("multiplicity 0" in d["reason"] for d in dead)
-    OutputCodec("dead_letter")  # the schema the records were read with

@@ -35,7 +35,7 @@ def _wait(prom: PrometheusServer, expr: str, predicate: Callable[[list], bool], 
         if predicate(result):
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"{expr} never satisfied the check; last value {result}")
+            raise TimeoutError(f"{expr} never satisfied the check; last value {result}")
         time.sleep(0.5)
 
 
