@@ -59,14 +59,12 @@ class LiveCount:
         self._thread.start()
 
     def _run(self, bootstrap: str, topic: str) -> None:
-        for record in follow(bootstrap, topic, poll_timeout=0.5, idle_timeout=None):
+        for record in follow(bootstrap, topic, poll_timeout=0.5, stop=self._stop):
             if not self.quiet and (self.latest is None or record["value"] != self.latest["value"]):
                 print(f"  batch {record['batch_id']:>4}: triangle count = {int(record['value']):>12,}", flush=True)
             with self.changed:
                 self.latest = record
                 self.changed.notify_all()
-            if self._stop.is_set():
-                return
 
     def wait_for(self, offsets: dict[tuple[str, int], int], timeout: float, alive=lambda: True) -> dict:
         deadline = time.monotonic() + timeout
@@ -80,7 +78,9 @@ class LiveCount:
             return self.latest
 
     def stop(self) -> None:
+        """Close the consumer (before the broker goes away)."""
         self._stop.set()
+        self._thread.join(10)
 
 
 def run_demo(
@@ -96,6 +96,7 @@ def run_demo(
     print("starting a local Kafka broker (KRaft) ...", flush=True)
     broker = start_broker("demo")
     processor = None
+    live = None
     try:
         bootstrap = broker.bootstrap
         print(f"  broker on {bootstrap} (log: {broker.log_path})", flush=True)
@@ -133,6 +134,7 @@ def run_demo(
               f"x 6 = {6 * len(deleted):,} updates", flush=True)  # fmt: skip
         producer.send_all(edge_updates(deleted, RELATIONS, -1, both_directions=True))
         producer.flush()
+        del producer  # its client would keep reconnecting once the broker is gone
         after_deletes = live.wait_for(end_offsets(bootstrap, RELATIONS), timeout, processor.alive)
         count = int(after_deletes["value"])
         gone = set(deleted)
@@ -144,13 +146,14 @@ def run_demo(
             f"({time.monotonic() - t0:.0f}s)",
             flush=True,
         )
-        live.stop()
         return ok_inserts and ok_deletes
     except Exception:
         if processor is not None:
             print("processor log (last lines):\n" + processor.tail(), flush=True)
         raise
     finally:
+        if live is not None:
+            live.stop()
         if processor is not None:
             processor.stop()
         broker.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,10 +26,12 @@ def follow(
     from_beginning: bool = True,
     poll_timeout: float = 1.0,
     idle_timeout: float | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Decoded records of an output topic, read with isolation.level=read_committed.
 
-    Stops after ``idle_timeout`` seconds without a record (never, if ``None``).
+    Stops after ``idle_timeout`` seconds without a record (never, if ``None``), or
+    once ``stop`` is set.
     """
     import time
 
@@ -48,7 +51,7 @@ def follow(
     consumer.subscribe([topic])
     last = time.monotonic()
     try:
-        while True:
+        while stop is None or not stop.is_set():
             msg = consumer.poll(poll_timeout)
             if msg is None:
                 if idle_timeout is not None and time.monotonic() - last > idle_timeout:
