@@ -65,6 +65,7 @@ class PipelineConfig:
     spark_master: str = "local[2]"
     max_offsets_per_trigger: int = 200_000
     trigger_ms: int = 200
+    fetch_bytes: int = 32 << 20  # Spark's Kafka consumer: max.partition.fetch.bytes (Kafka's default is 1 MiB)
     starting_offsets: str = "earliest"
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a container
@@ -164,6 +165,7 @@ def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
         spark_master=_str(spark, "master", "spark", default="local[2]"),
         max_offsets_per_trigger=int(spark.get("max_offsets_per_trigger", 200_000)),
         trigger_ms=int(spark.get("trigger_ms", 200)),
+        fetch_bytes=_positive_int(spark, "fetch_bytes", "spark", default=32 << 20),
         starting_offsets=_str(spark, "starting_offsets", "spark", default="earliest"),
         checkpoint=_str(spark, "checkpoint", "spark", default=""),
         metrics_port=int(metrics.get("port", 0)),
@@ -244,6 +246,7 @@ def dump_config(config: PipelineConfig) -> str:
         f"master = {value(config.spark_master)}",
         f"max_offsets_per_trigger = {config.max_offsets_per_trigger}",
         f"trigger_ms = {config.trigger_ms}",
+        f"fetch_bytes = {config.fetch_bytes}",
         f"starting_offsets = {value(config.starting_offsets)}",
         f"checkpoint = {value(config.checkpoint)}",
         "",

@@ -1,9 +1,16 @@
 """The Spark Structured Streaming job (DESIGN §5): a thin adapter around :class:`Pipeline`.
 
 Spark's own Kafka source reads the relation topics; each micro-batch is
-collected to the driver and handed to the pipeline, which decodes, applies and
-publishes.  The engines' state lives in the driver, split into shards when the
-configuration asks for them.
+collected to the driver as an Arrow table and handed to the pipeline, which
+decodes, applies and publishes.  The engines' state lives in the driver, split
+into shards when the configuration asks for them.
+
+In exactly-once mode the pipeline runs on a worker thread (:class:`Handoff`):
+``foreachBatch`` returns as soon as the batch is in Python, so Spark reads the
+next micro-batch from Kafka while the engines apply this one.  At most one
+batch waits; Spark's bookkeeping may run one batch ahead of the committed
+outputs, which is harmless because the positions committed with the outputs,
+not Spark's, decide where a restart resumes.
 
 Exactly once (``[processor] exactly_once``, the default): each batch's outputs
 and its input positions are committed in one Kafka transaction; on start the
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +33,7 @@ from typing import TYPE_CHECKING
 from processor.config import PipelineConfig
 from processor.local.spark import spark_session
 from processor.metrics import LagMonitor, Metrics
-from processor.pipeline import BatchReport, Pipeline, Positions, Record
+from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
 from processor.recovery import StateStore, recover
 from processor.sink import KafkaSink, TransactionalKafkaSink
 from processor.topics import create_topics, partitions_of
@@ -97,25 +105,30 @@ def run_job(
         .option("subscribe", ",".join(pipeline.topics))
         .option("startingOffsets", starting_offsets(config, pipeline.topics, pipeline.positions))
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+        .option("kafka.max.partition.fetch.bytes", str(config.fetch_bytes))
+        .option("kafka.fetch.max.bytes", str(max(config.fetch_bytes, 64 << 20)))
         .option("failOnDataLoss", "true")
         .load()
         .selectExpr(
-            "topic", "partition", "offset", "key", "value", "CAST(CAST(timestamp AS DOUBLE) * 1000 AS LONG) AS ts"
+            "topic",
+            "partition",
+            "offset",
+            "key",
+            "value",
+            "CAST(CAST(timestamp AS DOUBLE) * 1000 AS LONG) AS timestamp_ms",
         )
     )
 
-    def process(batch, _spark_batch_id: int) -> None:
-        rows = batch.collect()
-        # Spark hands binary columns over as bytearray; the Kafka client wants bytes.
-        records = [
-            Record(r[0], r[1], r[2], None if r[3] is None else bytes(r[3]), None if r[4] is None else bytes(r[4]), r[5])
-            for r in rows
-        ]
-        report = pipeline.process(records)
+    def apply(batch: RecordBatch) -> None:
+        report = pipeline.process(batch)
         log.info(
             "batch %d: %d records, %s applied, %d dead letters, %.3fs",
-            report.batch_id, report.records, report.applied, report.dead_letters, report.seconds,
-        )  # fmt: skip
+            report.batch_id,
+            report.records,
+            report.applied,
+            report.dead_letters,
+            report.seconds,
+        )
         if store is not None and report.batch_id % config.snapshot_every == 0:
             started = time.perf_counter()
             path, size = store.save(pipeline.state, list(pipeline.views))
@@ -124,6 +137,15 @@ def run_job(
             log.info("snapshot %s (%d bytes)", path.name, size)
         if on_batch is not None:
             on_batch(report)
+
+    handoff = Handoff(apply) if config.exactly_once else None
+
+    def process(df, _spark_batch_id: int) -> None:
+        batch = RecordBatch.from_arrow(df.toArrow())
+        if handoff is None:
+            apply(batch)
+        else:
+            handoff.put(batch)
 
     writer = stream.writeStream.foreachBatch(process).trigger(processingTime=f"{config.trigger_ms} milliseconds")
     if config.checkpoint:
@@ -139,10 +161,61 @@ def run_job(
                 break
             if stop is None:
                 query.awaitTermination(1)
+            if handoff is not None and handoff.error is not None:
+                break
         if query.exception() is not None:
             raise RuntimeError(f"the streaming query failed: {query.exception()}")
     finally:
         lag.stop()
         query.stop()
+        if handoff is not None:
+            handoff.close()  # finish the batch handed over last
         if own_session:
             spark.stop()
+    if handoff is not None and handoff.error is not None:
+        raise RuntimeError(f"a batch failed: {handoff.error}") from handoff.error
+
+
+class Handoff:
+    """Apply micro-batches on a worker thread, in the order they are put, at most one waiting.
+
+    ``put`` blocks while a batch waits (back-pressure on Spark) and raises the
+    worker's error, if it had one, so that the streaming query fails with it.
+    """
+
+    def __init__(self, apply: Callable[[RecordBatch], None]) -> None:
+        self.error: BaseException | None = None
+        self._apply = apply
+        self._queue: queue.Queue[RecordBatch | None] = queue.Queue(maxsize=1)
+        self._worker = threading.Thread(target=self._run, name="ivm-pipeline", daemon=True)
+        self._worker.start()
+
+    def put(self, batch: RecordBatch) -> None:
+        while self.error is None:
+            try:
+                self._queue.put(batch, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+        raise RuntimeError(f"the pipeline failed on an earlier batch: {self.error}") from self.error
+
+    def close(self) -> None:
+        """Apply what was handed over, then stop the worker."""
+        while self._worker.is_alive():
+            try:
+                self._queue.put(None, timeout=0.5)
+                break
+            except queue.Full:
+                continue
+        self._worker.join()
+
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None or self.error is not None:
+                return
+            try:
+                self._apply(batch)
+            except BaseException as err:  # reported by put() and run_job
+                log.exception("the pipeline failed")
+                self.error = err

@@ -207,17 +207,21 @@ class Metrics:
     def observe_inputs(self, records: Iterable[_Record], now: float | None = None) -> None:
         """A committed batch's input records: consumed records per topic and the end-to-end latency
         (now minus the Kafka timestamp of the batch's oldest record)."""
-        now = time.time() if now is None else now
         per_topic: dict[str, int] = {}
         oldest = 0
         for record in records:
             per_topic[record.topic] = per_topic.get(record.topic, 0) + 1
             if record.timestamp_ms > 0 and (oldest == 0 or record.timestamp_ms < oldest):
                 oldest = record.timestamp_ms
+        self.observe_input_counts(per_topic, oldest, now)
+
+    def observe_input_counts(self, per_topic: Mapping[str, int], oldest_ms: int, now: float | None = None) -> None:
+        """:meth:`observe_inputs` from the batch's counts per topic and its oldest Kafka timestamp (0: none)."""
+        now = time.time() if now is None else now
         for topic, n in per_topic.items():
             self.records_consumed.labels(topic).inc(n)
-        if oldest:
-            self.latency.observe(max(0.0, now - oldest / 1000))
+        if oldest_ms:
+            self.latency.observe(max(0.0, now - oldest_ms / 1000))
         self.last_batch_time.set(now)
 
     def observe_lag(
