@@ -34,7 +34,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from typing import Any
 import fastavro
 
 from ivm.updates import Row
-from processor.codec import DecodeError, RelationCodec, key_schema_of, load_schema, schemas_dir
+from processor.codec import DecodeError, RelationCodec, decode_each, key_schema_of, load_schema, schemas_dir
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")
@@ -316,6 +316,11 @@ class WireCodec:
             return self.codec.decode(body, writer)
         except DecodeError as err:
             raise DecodeError(f"{err} (schema id {schema_id}, topic {self.topic})") from None
+
+    def decode_many(self, values: Sequence[bytes | None]) -> tuple[list[Row | None], list[int], dict[int, str]]:
+        """:meth:`decode` of each value, as ``RelationCodec.decode_many`` returns it (each message names
+        its own writer schema, so there is no bulk path)."""
+        return decode_each(self, values)
 
     def decode_key(self, key: bytes | None) -> Row:
         """The tuple in a wire-format ``key``, resolved to the relation's key schema.
