@@ -28,14 +28,14 @@ from __future__ import annotations
 import operator
 import zlib
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import reduce
 from typing import Any
 
 from ivm.query.model import Query
 from ivm.updates import Row, Update
-from ivm.view import View
+from ivm.view import Outcome, View
 
 _MIX = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
@@ -96,26 +96,36 @@ class HyperCube:
         self.shards = shards
         self.shares = shares(query, shards)
         self.dims = sorted(self.shares)
-        self._stride = {}
+        self._stride: dict[str, int] = {}
+        self._plans: dict[tuple[str, ...], tuple[tuple[tuple[int, int, int, int], ...], tuple[int, ...]]] = {}
         stride = 1
         for v in self.dims:
             self._stride[v] = stride
             stride *= self.shares[v]
 
     def route(self, terms: Sequence[str], row: Row) -> list[int]:
-        """The shards that must hold ``row`` of an atom with these ``terms``."""
-        fixed: dict[str, int] = {}
-        for var, value in zip(terms, row, strict=True):
-            if var in self.shares:
-                fixed[var] = stable_hash(value, self.dims.index(var)) % self.shares[var]
-        targets = [0]
+        """The shards that must hold ``row`` of an atom with these ``terms``: O(shards it goes to)."""
+        fixed, spread = self.plan(tuple(terms))
+        base = 0
+        for position, salt, share, stride in fixed:
+            base += (stable_hash(row[position], salt) % share) * stride
+        return [base + offset for offset in spread]
+
+    def plan(self, terms: tuple[str, ...]) -> tuple[tuple[tuple[int, int, int, int], ...], tuple[int, ...]]:
+        """How to route an atom with ``terms``: ``(position, salt, share, stride)`` of each of its
+        variables with a share (the hash of ``row[position]`` fixes that coordinate), and the
+        offsets of the shards along the dimensions it does not fix (where it is replicated)."""
+        cached = self._plans.get(terms)
+        if cached is not None:
+            return cached
+        last = {var: position for position, var in enumerate(terms)}
+        fixed = tuple((last[v], i, self.shares[v], self._stride[v]) for i, v in enumerate(self.dims) if v in last)
+        spread = [0]
         for v in self.dims:
-            stride, share = self._stride[v], self.shares[v]
-            if v in fixed:
-                targets = [t + fixed[v] * stride for t in targets]
-            else:
-                targets = [t + c * stride for t in targets for c in range(share)]
-        return targets
+            if v not in last:
+                spread = [t + c * self._stride[v] for t in spread for c in range(self.shares[v])]
+        self._plans[terms] = (fixed, tuple(spread))
+        return self._plans[terms]
 
 
 def per_atom_relations(query: Query) -> tuple[Query, dict[str, list[int]]]:
@@ -146,14 +156,35 @@ class ShardedView(View):
         self.shards = shards
         self.router = router
         self.shard_query, self._atoms_of = per_atom_relations(query)
+        self._routed: dict[tuple[str, Row], list[tuple[int, Update]]] = {}
+        # per original relation: (per-atom relation, HyperCube plan) of each atom it feeds
+        self._plans = {
+            relation: [(self.shard_query.atoms[i].relation, *router.plan(query.atoms[i].terms)) for i in atoms]
+            for relation, atoms in self._atoms_of.items()
+        }
+
+    def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
+        try:
+            return super().apply(updates)
+        finally:
+            self._routed.clear()
 
     def _targets(self, update: Update) -> list[tuple[int, Update]]:
-        """(shard, update of a per-atom relation) pairs for one original update."""
+        """(shard, update of a per-atom relation) pairs for one original update (kept for the batch:
+        validation and application route each update once)."""
+        key = (update.relation, update.row)
+        out = self._routed.get(key)
+        if out is not None and out[0][1].mult == update.mult:
+            return out
         out = []
-        for i in self._atoms_of[update.relation]:
-            atom = self.shard_query.atoms[i]
-            for shard in self.router.route(self.query.atoms[i].terms, update.row):
-                out.append((shard, Update(atom.relation, update.row, update.mult)))
+        row = update.row
+        for relation, fixed, spread in self._plans[update.relation]:
+            base = 0
+            for position, salt, share, stride in fixed:
+                base += (stable_hash(row[position], salt) % share) * stride
+            routed = tuple.__new__(Update, (relation, row, update.mult))
+            out += [(base + offset, routed) for offset in spread]
+        self._routed[key] = out
         return out
 
     def _current(self, update: Update) -> int:

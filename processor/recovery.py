@@ -30,7 +30,7 @@ from processor.pipeline import Pipeline, PipelineState, Positions, Record
 from processor.topics import CLIENT_DEFAULTS
 
 log = logging.getLogger(__name__)
-SNAPSHOT_FORMAT = 2  # bump whenever PipelineState changes shape
+SNAPSHOT_FORMAT = 3  # bump whenever PipelineState, a view or an engine changes shape (3: ShardedView routes per batch)
 
 
 class StateStore:
@@ -65,7 +65,7 @@ class StateStore:
                 log.warning("snapshot %s unreadable (%s); trying an older one", path, err)
                 continue
             if data.get("format") != SNAPSHOT_FORMAT or data.get("queries") != sorted(queries):
-                log.warning("snapshot %s was taken with other queries; not used", path)
+                log.warning("snapshot %s was taken with other queries or another format; not used", path)
                 continue
             return data["state"]
         return None
