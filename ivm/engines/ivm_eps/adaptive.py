@@ -34,28 +34,33 @@ unskewed data.  Cutoffs are rechecked whenever N changes (a halving of N
 lowers the cutoff: all first-order slots are rescanned, O(|D|), amortized over
 the ≥ N/4 updates between two changes of N, §4.1).
 
-The first-order mode runs its own tight loop over the light indexes of the
-partitions (the same data structures, so a switch is a repartition, never a
-copy); when every stored multiplicity of the two intersected slots is 1 (set
-semantics, tracked by a per-slot counter of other values) the intersection
-``Σ_z out[z]·into[z]`` is ``len(out.keys() & into.keys())``, computed in C.
+While no relation is partitioned the slots are
+:class:`~ivm.engines.ivm_eps.partition.AllLightPartition` values (the
+partition at eps = 1 stored as key sets, the multiplicities other than 1
+aside) and updates run the first-order loop of
+:func:`~ivm.engines.first_order.apply_first_order`, which counts
+``Σ_z K_j(β,z)·K_k(z,α)`` as ``|K_j(β,·) ∩ K_k(·,α)|`` with one set
+intersection in C when neither slot stores another multiplicity.  A promotion
+turns the key sets into heavy/light partitions before its major rebalancing,
+and the return of the last partitioned relation turns them back, each O(|D|),
+within the O(N^{1+min}) of the rebalancing itself.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ivm.engines.first_order import apply_first_order, first_order_plan
 from ivm.engines.ivm_eps.engine import IVMEps
-from ivm.engines.ivm_eps.triangle import IVMEpsTriangle, intersect
+from ivm.engines.ivm_eps.partition import AllLightPartition
+from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
 from ivm.query.model import Query
 from ivm.updates import Row, Update
 
 DEFAULT_SKEW = 8.0
 DEFAULT_DWELL = 0.25
-NEXT = (1, 2, 0)
-PREV = (2, 0, 1)
 
 #: numeric codes of :attr:`IVMEpsAdaptive.reason_code` (the metric); the words are in ``choice()``
 REASONS = {0: "no skew observed", 1: "a key reached the skew cutoff", 2: "skew faded", 3: "requested"}
@@ -93,7 +98,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.dwell = float(dwell)
         self.hot_cutoff = 1
         self._set_cutoffs()
-        self.nonunit = [0, 0, 0]  # per slot: stored multiplicities other than 1 (first-order mode)
+        # first-order mode (no relation partitioned): the slots are key-set partitions at eps = 1
+        self.parts = (AllLightPartition(), AllLightPartition(), AllLightPartition())  # type: ignore[assignment]
+        self.plan = first_order_plan(self.parts, self.occurrences)  # type: ignore[arg-type]
         self.promotions = 0
         self.demotions = 0
         self.reason_code = 0
@@ -113,6 +120,22 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             if not isinstance(shape, str) and is_direct_self_join(shape):
                 return "the one-relation triangle has its own engine (IVM^eps App. B, ivm_eps)"
         return reason
+
+    def multiplicity(self, relation: str, row: Row) -> int:
+        """``relation(row)`` in O(1), inlined for key-set slots (the input policy asks for every update)."""
+        i, flipped = self.occurrences[relation][0]
+        if flipped:
+            y, x = row
+        else:
+            x, y = row
+        part = self.parts[i]
+        if type(part) is not AllLightPartition:
+            return part.get(x, y)
+        r = part.lf.get(x)
+        if r is None or y not in r:
+            return 0
+        other = part.other
+        return other.get((x, y), 1) if other else 1
 
     # -- the current choice ------------------------------------------------------------
 
@@ -165,7 +188,13 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.cold_cutoff = self.skew / 4 * root
 
     def _switch(self, slots: list[int], eps: float, code: int, detail: str) -> None:
-        """Set ``eps`` on ``slots`` and repartition (major rebalancing machinery; Q unchanged)."""
+        """Set ``eps`` on ``slots`` and repartition (major rebalancing machinery; Q unchanged).
+
+        Leaving first-order mode turns the key-set slots into heavy/light partitions
+        first; when no relation stays partitioned they become key sets again (O(|D|) each).
+        """
+        if not self.partitioned:
+            self.parts = tuple(p.to_heavy_light() for p in self.parts)  # type: ignore[union-attr]
         for i in slots:
             self.parts[i].eps = eps
             self.last_switch[i] = self.updates_applied
@@ -181,24 +210,37 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.reason_code = code
         self.reason = detail
         if not self.partitioned:
-            self._count_nonunit()
+            self._to_first_order()
         self.next_check = self.updates_applied + self._check_every()
 
-    def _count_nonunit(self) -> None:
-        self.nonunit = [sum(1 for row in p.lf.values() for m in row.values() if m != 1) for p in self.parts]
+    def _to_first_order(self) -> None:
+        """Store every slot as key sets (all relations at eps = 1, no views); O(|D|)."""
+        convert = AllLightPartition.from_heavy_light
+        parts = tuple(p if isinstance(p, AllLightPartition) else convert(p) for p in self.parts)
+        self.parts = parts  # type: ignore[assignment]
+        self.views = ({}, {}, {})
+        self.plan = first_order_plan(parts, self.occurrences)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a snapshot; one taken before the key-set slots existed is converted."""
+        self.__dict__.update(state)
+        self.__dict__.pop("nonunit", None)
+        if not self.partitioned:
+            self._to_first_order()
 
     def _check_every(self) -> int:
         return max(self.min_check, self.size // 8)
 
     def _promote_hot_slots(self) -> None:
-        """Promote every first-order slot with a key of degree ≥ the cutoff (O(keys) scan)."""
+        """Promote the first-order slots with a key of degree ≥ the cutoff (O(keys) scan, one switch)."""
         for i, part in enumerate(self.parts):
             if part.eps != 1.0:
                 continue
             deg = max((len(r) for r in part.lf.values()), default=0)
             self.max_degree = max(self.max_degree, deg)
             if deg >= self.hot_cutoff:
-                self._promote(i, None, deg)
+                self._promote(i, None, deg)  # also takes every other slot over the cutoff
+                return
 
     def _promote(self, i: int, key: object, degree: int) -> None:
         relation = self.shape.edges[i].relation
@@ -236,13 +278,27 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             names = ", ".join(self.shape.edges[i].relation for i in cold)
             self._switch(cold, 1.0, 2, f"the largest degree of {names} fell below {self.skew / 4:g}·√N")
 
-    def bulk_load(self, updates: Any) -> None:
-        """Static loading (Appendix A.3) in first-order form, then the skew test on the loaded degrees."""
-        super().bulk_load(updates)
+    def bulk_load(self, updates: Iterable[Update | tuple[str, Row, int]]) -> None:
+        """Load a database into an empty engine, then run the skew test on the loaded degrees.
+
+        The tuples go in by the first-order loop with no switch and no size
+        invariant on the way (Appendix A.3: static counting, O(|D|^{3/2}) in all,
+        since an update costs the smaller of two degrees); then ``N = 2|D| + 1``
+        (the initial state of Definition 7) and the slots whose largest degree
+        reaches ``skew·√N`` are partitioned by one major rebalancing.  A
+        non-empty engine falls back to :meth:`apply`.
+        """
+        batch = list(updates)
+        if self.size or self.partitioned:
+            self.apply(batch)
+            return
+        _, self.count, applied, _ = apply_first_order(self.parts, self.plan, batch, 0, self.count)  # type: ignore[arg-type]
+        self.size = sum(p.lsize for p in self.parts)
+        self.updates_applied += applied
+        self.N = 2 * self.size + 1
+        self.strict = True
         self._set_cutoffs()
-        if not self.partitioned:
-            self._count_nonunit()
-            self._promote_hot_slots()
+        self._promote_hot_slots()
 
     # -- updates -----------------------------------------------------------------------
 
@@ -296,114 +352,42 @@ class IVMEpsAdaptive(IVMEpsTriangle):
     def _apply_first_order(self, updates: Sequence[Any], start: int) -> int:
         """First-order IVM (IVM^eps §1.1, eps = 1 everywhere) from ``updates[start]`` on.
 
-        Returns the index of the next update to apply: the end, or just after the
-        update that made a key reach the skew cutoff (then one slot is partitioned).
-        Keeps the size invariant ``⌊N/4⌋ ≤ |D| < N`` (Definition 7) so that a
-        switch finds the state of a major rebalancing.
+        Runs :func:`~ivm.engines.first_order.apply_first_order` until the end or
+        an update after which a key reached the skew cutoff or ``|D|`` left
+        ``[⌊N/4⌋, N)``; then keeps the size invariant (Definition 7: ``N := 2N``
+        or ``N := ⌊N/2⌋ - 1``, a major rebalancing whose strict repartition moves
+        nothing at eps = 1), moves the cutoffs with N and partitions a slot whose
+        key reached the cutoff.  Returns the index of the next update to apply.
         """
-        parts = self.parts
-        fwd = (parts[0].lf, parts[1].lf, parts[2].lf)
-        bwd = (parts[0].lb, parts[1].lb, parts[2].lb)
-        lsize = [parts[0].lsize, parts[1].lsize, parts[2].lsize]
-        nonunit = self.nonunit
-        occurrences = self.occurrences
-        count, size, n, hot, skew = self.count, self.size, self.N, self.hot_cutoff, self.skew
-        applied = 0
-        stop = len(updates)
-        hit: tuple[int, object, int] | None = None
-        rescan = False
-        resized = 0
-        k = start
-        for k in range(start, stop):
-            relation, row, m = updates[k]
-            if not m:
-                continue
-            for i, flipped in occurrences[relation]:
-                if flipped:
-                    x, y = row[1], row[0]
-                else:
-                    x, y = row[0], row[1]
-                j, p = NEXT[i], PREV[i]
-                out = fwd[j].get(y)
-                if out is not None:
-                    into = bwd[p].get(x)
-                    if into is not None:
-                        if nonunit[j] or nonunit[p]:
-                            count += m * intersect(out, into)
-                        else:
-                            count += m * len(out.keys() & into.keys())
-                f, b = fwd[i], bwd[i]
-                r = f.get(x)
-                if r is None:
-                    f[x] = {y: m}
-                    col = b.get(y)
-                    if col is None:
-                        b[y] = {x: m}
-                    else:
-                        col[x] = m
-                    size += 1
-                    lsize[i] += 1
-                    if m != 1:
-                        nonunit[i] += 1
-                    if hot <= 1:
-                        hit = (i, x, 1)
-                else:
-                    old = r.get(y, 0)
-                    new = old + m
-                    if new:
-                        r[y] = new
-                        col = b.get(y)
-                        if col is None:
-                            b[y] = {x: new}
-                        else:
-                            col[x] = new
-                        if not old:
-                            size += 1
-                            lsize[i] += 1
-                            if len(r) >= hot:
-                                hit = (i, x, len(r))
-                        if new != 1:
-                            if old == 1 or not old:
-                                nonunit[i] += 1
-                        elif old:
-                            nonunit[i] -= 1
-                    else:
-                        del r[y]
-                        if not r:
-                            del f[x]
-                        col = b[y]
-                        del col[x]
-                        if not col:
-                            del b[y]
-                        size -= 1
-                        lsize[i] -= 1
-                        if old != 1:
-                            nonunit[i] -= 1
-                if size == n:
-                    n *= 2
-                    resized += 1
-                    hot = max(1, math.ceil(skew * math.sqrt(n) - 1e-9))
-                elif size < n // 4:
-                    n = n // 2 - 1
-                    resized += 1
-                    rescan = True
-            applied += 1
-            if hit is not None or rescan:
-                break
-        self.count, self.size = count, size
-        for i in range(3):
-            parts[i].lsize = lsize[i]
+        n = self.N
+        nxt, self.count, applied, hit = apply_first_order(
+            self.parts,  # type: ignore[arg-type]
+            self.plan,
+            updates,
+            start,
+            self.count,
+            n // 4,
+            n,
+            self.hot_cutoff,
+        )
+        self.size = size = sum(p.lsize for p in self.parts)
         self.updates_applied += applied
+        while size >= n:
+            n *= 2
+            self.major_rebalances += 1
+        while size < n // 4:
+            n = n // 2 - 1
+            self.major_rebalances += 1
         if n != self.N:
+            lower = self.hot_cutoff
             self.N = n
             self._set_cutoffs()
-        # each change of N is a major rebalancing whose strict repartition moves nothing at eps = 1
-        self.major_rebalances += resized
-        if hit is not None:
+            if self.hot_cutoff < lower:  # a smaller N lowers the cutoff: rescan, O(|D|) per change of N
+                self._promote_hot_slots()
+                return nxt
+        if hit is not None and hit[2] >= self.hot_cutoff:
             self._promote(*hit)
-        elif rescan:
-            self._promote_hot_slots()
-        return k + 1 if stop > start else start
+        return nxt
 
 
 __all__ = ["IVMEps", "IVMEpsAdaptive"]

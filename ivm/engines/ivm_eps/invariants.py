@@ -13,6 +13,10 @@ O(|D|^2) at worst, so it is meant for tests, which run it after every update.
 5. Every view equals its definition and stores no zero entry.
 6. Q equals a brute-force count (and, for listing, the answers a brute-force listing).
 7. ``|D|`` is the sum of the part sizes, which are the numbers of stored entries; no zeros.
+   ``nonunit`` counts the stored multiplicities other than 1.  A key-set slot
+   (:class:`AllLightPartition`, the adaptive engine's first-order mode, all
+   slots or none) stores its multiplicities other than 1, and only those, in
+   ``other``.
 8. Cost bounds: at most ``2N^{1-eps}`` heavy keys per part, and
    ``|V[i]| ≤ min(1.5·N^{1+eps_{i+1}}, 2·N^{2-eps_i})``.
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index
+from ivm.engines.ivm_eps.partition import AllLightPartition, HeavyLightPartition, Index
 
 
 class InvariantViolation(AssertionError):
@@ -48,6 +52,8 @@ def _check_part(name: str, part: HeavyLightPartition, n: int, strict: bool) -> N
         back = {(x, y): m for y, col in bwd.items() for x, m in col.items()}
         _require(back == entries, f"{name} {label}: backward index disagrees with forward index")
         _require(size == len(entries), f"{name} {label}: size {size} but {len(entries)} entries (inv. 7)")
+    nonunit = sum(1 for m in (heavy | light).values() if m != 1)
+    _require(part.nonunit == nonunit, f"{name}: nonunit = {part.nonunit} but {nonunit} multiplicities ≠ 1 (inv. 7)")
     shared = set(part.hf) & set(part.lf)
     _require(not shared, f"{name}: keys {sorted(map(repr, shared))[:3]} in both parts (inv. 2)")
     theta = float(n) ** part.eps
@@ -65,6 +71,24 @@ def _check_part(name: str, part: HeavyLightPartition, n: int, strict: bool) -> N
         _require(not part.hf, f"{name}: eps = 1 but the heavy part is not empty (inv. 4)")
     bound = 2 * float(n) ** (1 - part.eps)
     _require(len(part.hf) <= bound + 1e-9, f"{name}: {len(part.hf)} heavy keys > 2N^(1-eps) (inv. 8)")
+
+
+def _check_all_light(name: str, part: AllLightPartition) -> None:
+    """Invariants 2, 4 and 7 of a key-set slot (eps = 1, no heavy part)."""
+    _require(part.eps == 1.0 and not part.hf and not part.hb and part.hsize == 0, f"{name}: key sets with a heavy part")
+    _require(all(part.lf.values()) and all(part.lb.values()), f"{name}: an empty key set is stored")
+    keys = {(x, y) for x, row in part.lf.items() for y in row}
+    back = {(x, y) for y, col in part.lb.items() for x in col}
+    _require(back == keys, f"{name}: backward key sets disagree with the forward ones (inv. 2)")
+    _require(part.lsize == len(keys), f"{name}: size {part.lsize} but {len(keys)} entries (inv. 7)")
+    _require(set(part.other) <= keys, f"{name}: a multiplicity is kept for an absent tuple")
+    _require(all(m not in (0, 1) for m in part.other.values()), f"{name}: a multiplicity 0 or 1 is kept aside")
+
+
+def _slot_entries(part: HeavyLightPartition | AllLightPartition) -> dict[tuple[object, object], int]:
+    if isinstance(part, AllLightPartition):
+        return {(x, y): part.other.get((x, y), 1) for x, row in part.lf.items() for y in row}
+    return _entries(part.hf) | _entries(part.lf)
 
 
 def _join(heavy: Index, light: Index) -> dict[tuple[object, object], int]:
@@ -123,14 +147,19 @@ def check_invariants(engine: Any) -> None:
         _require(engine.count == expected, f"Q = {engine.count}, brute force {expected} (inv. 6)")
         return
     parts = engine.parts
+    key_sets = [isinstance(p, AllLightPartition) for p in parts]
+    _require(all(key_sets) or not any(key_sets), "key-set slots mixed with heavy/light partitions")
     for i, part in enumerate(parts):
-        _check_part(f"slot {i} ({engine.shape.edges[i].relation})", part, n, engine.strict)
+        if isinstance(part, AllLightPartition):
+            _check_all_light(f"slot {i} ({engine.shape.edges[i].relation})", part)
+        else:
+            _check_part(f"slot {i} ({engine.shape.edges[i].relation})", part, n, engine.strict)
     _require(size == sum(p.hsize + p.lsize for p in parts), "|D| is not the sum of the part sizes (inv. 7)")
     for i in range(3):
         nxt = parts[(i + 1) % 3]
         bound = min(1.5 * n * float(n) ** nxt.eps, 2 * n * float(n) ** (1 - parts[i].eps))
         _check_view(f"V[{i}]", engine.views[i], _join(parts[i].hf, nxt.lf), bound)
-    slots = [_entries(p.hf) | _entries(p.lf) for p in parts]
+    slots = [_slot_entries(p) for p in parts]
     answers = brute_force_triangles(slots)
     expected = sum(answers.values())
     _require(engine.count == expected, f"Q = {engine.count}, brute force {expected} (inv. 6)")

@@ -95,9 +95,11 @@ class HeavyLightPartition:
     ``hf``/``hb`` are the forward/backward indexes of the heavy part, ``lf``/``lb``
     those of the light part; ``hsize``/``lsize`` count distinct tuples.
     ``eps`` is this relation's own exponent (per-relation eps, §3 / Appendix A.2).
+    ``nonunit`` counts the stored multiplicities other than 1 (both parts): while
+    it is 0 (set semantics) ``Σ_z K(β,z)·K'(z,α)`` is the size of a key intersection.
     """
 
-    __slots__ = ("down", "eps", "hb", "hf", "hsize", "lb", "lf", "lsize", "strict", "up")
+    __slots__ = ("down", "eps", "hb", "hf", "hsize", "lb", "lf", "lsize", "nonunit", "strict", "up")
 
     def __init__(self, eps: float) -> None:
         if not 0.0 <= eps <= 1.0:
@@ -109,7 +111,15 @@ class HeavyLightPartition:
         self.lb: Index = {}
         self.hsize = 0
         self.lsize = 0
+        self.nonunit = 0
         self.strict, self.up, self.down = cutoffs(1, eps)
+
+    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
+        """Restore a pickled partition; one pickled before ``nonunit`` existed gets it counted."""
+        for name, value in state[1].items():
+            setattr(self, name, value)
+        if "nonunit" not in state[1]:
+            self.nonunit = sum(1 for fwd in (self.hf, self.lf) for row in fwd.values() for m in row.values() if m != 1)
 
     def set_threshold(self, n: int) -> None:
         """Recompute the cutoffs for threshold base ``n`` (only major rebalancing changes it)."""
@@ -124,12 +134,45 @@ class HeavyLightPartition:
         return x in self.hf or self.eps == 0.0
 
     def add(self, heavy: bool, x: object, y: object, m: int) -> int:
-        """``K_r(x, y) += m`` on part ``r``; returns the change in distinct tuples."""
+        """``K_r(x, y) += m`` on part ``r`` in O(1) (:func:`index_add`, inlined); returns the
+        change in distinct tuples and keeps ``nonunit``."""
+        fwd, bwd = (self.hf, self.hb) if heavy else (self.lf, self.lb)
+        row = fwd.get(x)
+        if row is None:
+            fwd[x] = {y: m}
+            col = bwd.get(y)
+            if col is None:
+                bwd[y] = {x: m}
+            else:
+                col[x] = m
+            old, new, delta = 0, m, 1
+        else:
+            old = row.get(y, 0)
+            new = old + m
+            if new:
+                row[y] = new
+                col = bwd.get(y)
+                if col is None:
+                    bwd[y] = {x: new}
+                else:
+                    col[x] = new
+                delta = 0 if old else 1
+            else:
+                del row[y]
+                if not row:
+                    del fwd[x]
+                col = bwd[y]
+                del col[x]
+                if not col:
+                    del bwd[y]
+                delta = -1
+        if old != 1 and old:
+            self.nonunit -= 1
+        if new != 1 and new:
+            self.nonunit += 1
         if heavy:
-            delta = index_add(self.hf, self.hb, x, y, m)
             self.hsize += delta
         else:
-            delta = index_add(self.lf, self.lb, x, y, m)
             self.lsize += delta
         return delta
 
@@ -165,3 +208,118 @@ class HeavyLightPartition:
                 self.hsize += len(row)
             else:
                 self.lsize += len(row)
+
+
+KeySets = dict[object, set[object]]
+
+
+class AllLightPartition:
+    """The partition at ``eps = 1`` (Appendix A.1, first-order IVM): every key light, no heavy part.
+
+    The light part is stored as key sets, ``lf[x] = {y : K(x,y) ≠ 0}`` and
+    ``lb[y] = {x : K(x,y) ≠ 0}``, and the multiplicities other than 1 aside, in
+    ``other[(x, y)]``.  Under set semantics (every multiplicity 1, the common
+    case) ``other`` is empty and the first-order delta ``Σ_z K(β,z)·K'(z,α)``
+    is ``|lf[β] ∩ lb'[α]|``: one set intersection in C that iterates the
+    smaller set, O(min(deg)).  With non-unit multiplicities each common ``z``
+    is weighted from ``other``, in the same O(min(deg)).  The read-only
+    interface of :class:`HeavyLightPartition` (``hf``/``hb`` empty, ``hsize = 0``,
+    :meth:`get`, :meth:`items`) is kept, so code that only reads a partition
+    reads this one too.
+
+    >>> p = AllLightPartition()
+    >>> p.add(1, 2, 1), p.add(1, 3, 2), p.add(1, 3, -1), p.lf, p.other, p.get(1, 3)
+    (1, 1, 0, {1: {2, 3}}, {}, 1)
+    """
+
+    __slots__ = ("eps", "hb", "hf", "hsize", "lb", "lf", "lsize", "other")
+
+    def __init__(self) -> None:
+        self.eps = 1.0
+        self.hf: Index = {}
+        self.hb: Index = {}
+        self.lf: KeySets = {}
+        self.lb: KeySets = {}
+        self.other: dict[tuple[object, object], int] = {}
+        self.hsize = 0
+        self.lsize = 0
+
+    @property
+    def size(self) -> int:
+        return self.lsize
+
+    def add(self, x: object, y: object, m: int) -> int:
+        """``K(x, y) += m`` in O(1); returns the change in distinct tuples (+1, 0 or -1)."""
+        if not m:
+            return 0
+        row = self.lf.get(x)
+        if row is None or y not in row:
+            if row is None:
+                self.lf[x] = {y}
+            else:
+                row.add(y)
+            self.lb.setdefault(y, set()).add(x)
+            if m != 1:
+                self.other[(x, y)] = m
+            self.lsize += 1
+            return 1
+        old = self.other.get((x, y), 1)
+        new = old + m
+        if new == 1:
+            del self.other[(x, y)]
+        elif new:
+            self.other[(x, y)] = new
+        else:
+            self.other.pop((x, y), None)
+            row.remove(y)
+            if not row:
+                del self.lf[x]
+            col = self.lb[y]
+            col.remove(x)
+            if not col:
+                del self.lb[y]
+            self.lsize -= 1
+            return -1
+        return 0
+
+    def get(self, x: object, y: object) -> int:
+        """``K(x, y)``; O(1)."""
+        row = self.lf.get(x)
+        if row is None or y not in row:
+            return 0
+        return self.other.get((x, y), 1) if self.other else 1
+
+    def items(self) -> Iterator[tuple[object, object, int]]:
+        """All tuples ``(x, y, m)``."""
+        other = self.other
+        for x, row in self.lf.items():
+            for y in row:
+                yield x, y, other.get((x, y), 1)
+
+    def to_heavy_light(self) -> HeavyLightPartition:
+        """The same relation as a :class:`HeavyLightPartition` at eps = 1 (all light); O(|K|)."""
+        part = HeavyLightPartition(1.0)
+        other = self.other
+        if other:
+            part.lf = {x: {y: other.get((x, y), 1) for y in row} for x, row in self.lf.items()}
+            part.lb = {y: {x: other.get((x, y), 1) for x in col} for y, col in self.lb.items()}
+        else:
+            part.lf = {x: dict.fromkeys(row, 1) for x, row in self.lf.items()}
+            part.lb = {y: dict.fromkeys(col, 1) for y, col in self.lb.items()}
+        part.lsize = self.lsize
+        part.nonunit = len(other)
+        return part
+
+    @classmethod
+    def from_heavy_light(cls, part: HeavyLightPartition) -> AllLightPartition:
+        """``part`` (both of its parts) as one all-light key-set partition; O(|K|)."""
+        out = cls()
+        for fwd in (part.hf, part.lf):
+            for x, row in fwd.items():
+                out.lf[x] = set(row)
+                for y, m in row.items():
+                    out.lb.setdefault(y, set()).add(x)
+                    if m != 1:
+                        out.other[(x, y)] = m
+        out.lsize = part.hsize + part.lsize
+        return out

@@ -227,19 +227,30 @@ class IVMEpsTriangle(IVMEps):
         j_light_row = pj.lf.get(y)  # K_j^l(β,·); at most one of the two is non-empty
         k_heavy_col = pk.hb.get(x)  # K_k^h(·,α)
         if count:
+            # set semantics in both slots: Σ_z K(β,z)·K'(z,α) is a key intersection, in C
+            unit = not (pj.nonunit or pk.nonunit)
             delta = 0
             if j_heavy_row is not None:
-                if k_heavy_col is not None:
-                    delta = intersect(j_heavy_row, k_heavy_col)  # δQ_rhh, O(N^{1-eps})
+                if k_heavy_col is not None:  # δQ_rhh, O(N^{1-eps})
+                    if unit:
+                        delta = len(j_heavy_row.keys() & k_heavy_col.keys())
+                    else:
+                        delta = intersect(j_heavy_row, k_heavy_col)
                 vrow = self.views[(i + 1) % 3].get(y)
                 if vrow is not None:
                     delta += vrow.get(x, 0)  # δQ_rhl = V[j](β,α), O(1)
             elif j_light_row is not None:
-                if k_heavy_col is not None:
-                    delta = intersect(j_light_row, k_heavy_col)  # δQ_rlh, O(N^min)
+                if k_heavy_col is not None:  # δQ_rlh, O(N^min)
+                    if unit:
+                        delta = len(j_light_row.keys() & k_heavy_col.keys())
+                    else:
+                        delta = intersect(j_light_row, k_heavy_col)
                 k_light_col = pk.lb.get(x)
-                if k_light_col is not None:
-                    delta += intersect(j_light_row, k_light_col)  # δQ_rll, O(N^eps)
+                if k_light_col is not None:  # δQ_rll, O(N^eps)
+                    if unit:
+                        delta += len(j_light_row.keys() & k_light_col.keys())
+                    else:
+                        delta += intersect(j_light_row, k_light_col)
             self.count += m * delta
         if heavy:
             if j_light_row is not None:
