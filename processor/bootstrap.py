@@ -10,11 +10,12 @@ then recovers that state and continues from those offsets.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ivm.updates import Update
 from processor.codec import load_schema, schemas_dir
@@ -22,11 +23,18 @@ from processor.config import PipelineConfig
 from processor.job import state_dir
 from processor.metrics import Metrics
 from processor.pipeline import Pipeline
+from processor.progress import ProgressBar
 from processor.recovery import StateStore, read_committed_progress
 from processor.sink import TransactionalKafkaSink
 from processor.topics import create_topics, end_offsets
 
 log = logging.getLogger(__name__)
+_CHUNK = 50_000  # tuples per progress step
+
+
+def _bar_stream(progress: bool) -> TextIO:
+    return sys.stderr if progress else open(os.devnull, "w")
+
 
 _AVRO_TO_PYTHON: dict[str, Callable[[Any], Any]] = {
     "long": int,
@@ -42,8 +50,9 @@ class BootstrapError(RuntimeError):
     """The bootstrap cannot run (the message says why); nothing was committed."""
 
 
-def read_rows(spark, path: Path, attributes: list[str]) -> Iterator[tuple[Any, ...]]:
-    """The rows of a CSV (with a header) or Parquet file or folder, as attribute tuples."""
+def read_rows(spark, path: Path, attributes: list[str]) -> tuple[list[list[Any]], list[int] | None]:
+    """The columns ``attributes`` (and ``mult``, if the file has one) of a CSV (with a header) or
+    Parquet file or folder, read with Spark and handed over as Arrow."""
     text = str(path)
     if text.endswith(".csv"):
         frame = spark.read.option("header", True).option("inferSchema", True).csv(text)
@@ -52,19 +61,18 @@ def read_rows(spark, path: Path, attributes: list[str]) -> Iterator[tuple[Any, .
     missing = [a for a in attributes if a not in frame.columns]
     if missing:
         raise BootstrapError(f"{path}: no columns {missing} (it has {frame.columns})")
-    columns = list(attributes) + (["mult"] if "mult" in frame.columns else [])
-    for row in frame.select(*columns).toLocalIterator():
-        yield tuple(row)
-
-
-def _progress(relation: str, n: int, started: float, done: bool = False) -> None:
-    rate = n / max(time.monotonic() - started, 1e-9)
-    end = "\n" if done else ""
-    print(f"\r  {relation}: {n:>12,} tuples  ({rate:,.0f}/s)", end=end, file=sys.stderr, flush=True)
+    has_mult = "mult" in frame.columns
+    table = frame.select(*attributes, *(["mult"] if has_mult else [])).toArrow()
+    columns = [table.column(a).to_pylist() for a in attributes]
+    return columns, table.column("mult").to_pylist() if has_mult else None
 
 
 def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, progress: bool = True) -> dict[str, Any]:
-    """Load ``files`` (relation name -> CSV/Parquet path) as the initial database; returns the results."""
+    """Load ``files`` (relation name -> CSV/Parquet path) as the initial database; returns the results.
+
+    With ``progress`` a bar per relation (tuples converted) and per query (tuples preprocessed)
+    goes to stderr.
+    """
     from processor.local.spark import spark_session
 
     unknown = set(files) - {r.name for r in config.relations}
@@ -81,6 +89,7 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     codecs = {codec.relation: codec for codec in pipeline.codecs.values()}
     own = spark is None
     spark = spark or spark_session("ivm-bootstrap", config.spark_master)
+    width = max(len(r) for r in [*files, *pipeline.views])
     try:
         updates: list[Update] = []
         for relation, path in files.items():
@@ -89,16 +98,18 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
             schema_path = rel_config.schema if rel_config.schema.is_absolute() else schemas_dir() / rel_config.schema
             fields = {f["name"]: f["type"] for f in load_schema(schema_path)["fields"]}
             casts = [_AVRO_TO_PYTHON.get(fields[a], lambda v: v) for a in codec.attributes]
-            started, n = time.monotonic(), 0
-            for row in read_rows(spark, Path(path), list(codec.attributes)):
-                values = tuple(cast(v) for cast, v in zip(casts, row, strict=False))
-                mult = int(row[len(codec.attributes)]) if len(row) > len(codec.attributes) else 1
-                updates.append(Update(relation, values, mult))
-                n += 1
-                if progress and n % 50_000 == 0:
-                    _progress(relation, n, started)
             if progress:
-                _progress(relation, n, started, done=True)
+                print(f"reading {path} with Spark ...", file=sys.stderr, flush=True)
+            columns, mults = read_rows(spark, Path(path), list(codec.attributes))
+            n = len(columns[0]) if columns else 0
+            with ProgressBar(f"load {relation:<{width}}", n, unit="tuples", stream=_bar_stream(progress)) as bar:
+                for start in range(0, n, _CHUNK):
+                    stop = min(start + _CHUNK, n)
+                    cast_columns = [list(map(cast, col[start:stop])) for cast, col in zip(casts, columns, strict=True)]
+                    chunk_mults = [int(m) for m in mults[start:stop]] if mults is not None else [1] * (stop - start)
+                    rows = zip(*cast_columns, strict=True)
+                    updates += (Update(relation, row, m) for row, m in zip(rows, chunk_mults, strict=True))
+                    bar.advance(stop - start)
     finally:
         if own:
             spark.stop()
@@ -107,18 +118,25 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     for name, view in pipeline.views.items():
         mine = [u for u in updates if u.relation in view.query.relations]
         bulk = getattr(view.engine, "bulk_load", None)
+        started = time.perf_counter()
         if bulk is not None and not hasattr(view, "shards") and config.policy.negative == "reject":
             negative = [u for u in mine if u.mult < 0]
             if negative:
                 raise BootstrapError(f"bulk data of {negative[0].relation} has a negative multiplicity: {negative[0]}")
-            started = time.perf_counter()
+            if progress:
+                print(f"preprocessing {name}: {len(mine):,} tuples in one static pass ...", file=sys.stderr, flush=True)
             bulk(mine)
         else:
-            started = time.perf_counter()
-            outcome = view.apply(mine)
-            if outcome.rejected:
-                first = outcome.rejected[0]
-                raise BootstrapError(f"bulk data rejected ({len(outcome.rejected)} tuples), first: {first.reason}")
+            with ProgressBar(f"apply {name:<{width}}", len(mine), unit="tuples", stream=_bar_stream(progress)) as bar:
+                for start in range(0, len(mine), _CHUNK):
+                    chunk = mine[start : start + _CHUNK]
+                    outcome = view.apply(chunk)
+                    if outcome.rejected:
+                        first = outcome.rejected[0]
+                        raise BootstrapError(
+                            f"bulk data rejected ({len(outcome.rejected)} tuples of a chunk), first: {first.reason}"
+                        )
+                    bar.advance(len(chunk))
         log.info("query %s: preprocessing %d tuples took %.2fs", name, len(mine), time.perf_counter() - started)
     pipeline.positions.update(positions)
     report = pipeline.process([], batch_id=0)

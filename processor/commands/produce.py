@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ivm.updates import Update
     from processor.produce import UpdateProducer, edge_updates, read_csv, read_edges, sample
+    from processor.progress import ProgressBar
     from processor.topics import create_topics
 
     codecs = load_relation_codecs()
@@ -60,13 +61,17 @@ def run(args: argparse.Namespace) -> int:
     producer = UpdateProducer(args.bootstrap, codecs)
     if fmt == "edges":
         edges = sample(read_edges(args.file), args.sample, args.seed)
-        producer.send_all(edge_updates(edges, args.relation, mult, args.both_directions))
+        updates = list(edge_updates(edges, args.relation, mult, args.both_directions))
     else:
+        updates = []
         for relation in args.relation:
             codec = codecs[relation]
             types = [int] * len(codec.attributes)
             rows = sample(read_csv(args.file, codec.attributes, types), args.sample, args.seed)
-            producer.send_all(Update(relation, row, mult) for row in rows)
-    producer.flush()
+            updates += [Update(relation, row, mult) for row in rows]
+    with ProgressBar("produce", len(updates), unit="updates") as bar:
+        for start in range(0, len(updates), 10_000):
+            bar.advance(producer.send_all(updates[start : start + 10_000]))
+        producer.flush()
     print(f"produced {producer.sent:,} updates in {time.monotonic() - started:.1f}s")
     return 0
