@@ -7,10 +7,28 @@ update a single tuple with multiplicity +1 or -1, committed in batches):
   ego-Facebook, each undirected edge inserted into R, S and T in both
   orientations (6 updates per edge): 529,404 inserts, then the first half
   (264,702) deleted.
-- ``triangle/skewed``: the same query over the adversarial stream of
-  ``bench/triangles.py`` (two hubs take half of N = 10^6 tuples), then half of
-  it deleted; after the inserts, 1,000 single-tuple hub-hub probes (insert and
-  delete), the updates whose first-order delta intersects two Θ(N) lists.
+- ``triangle/skewed``: the same query over a heavy-tailed graph, in two phases.
+  *Load*: a Chung-Lu graph (each edge's endpoints drawn independently with
+  probability proportional to a weight ``w_v = (v+1)^(-1/(β-1))``, a power
+  law of exponent ``β = 2.1``, the in-degree exponent of the web graph,
+  Broder et al. 2000; self-loops and repeated edges redrawn) with as many
+  vertices as give the facebook graph's average degree (43.7), until it has
+  ``⌈N/6⌉`` edges, each inserted as 6 tuples like facebook's: N = 10^6
+  distinct tuples (10^5 with ``--quick``).  *Update stream*: ``⌈N/12⌉`` edge
+  updates (6 tuple updates each, N/2 in all), each an insert or a delete with
+  probability 1/2: an insert draws both endpoints in proportion to the same
+  weights (the expected degrees: popular vertices gain edges, so hub-hub
+  updates come at the rate a Chung-Lu graph has hub-hub edges), a delete
+  removes a uniformly random present edge (whose endpoints are then degree-
+  proportional too).  The stream is stationary: the graph stays a Chung-Lu
+  graph of the same size.  Both phases are timed; the target compares the
+  update stream.  ``--skew-beta`` and ``--skew-degree`` change β and the
+  average degree; the generator's statistics (largest degree, keys of degree
+  ≥ √N, the share of stream updates between two such keys) are printed.
+- ``triangle/adversarial``: the adversarial stream of ``bench/triangles.py``
+  (two hubs take half of N = 10^6 tuples), loaded, then 1,000 single-tuple
+  hub-hub probes (insert and delete) timed one commit each: the updates whose
+  first-order delta intersects two Θ(N) lists (this project's engines only).
 - ``qhier``: ``Q() :- R(a,b), S(a,c)`` (q-hierarchical), 400,000 inserts with
   keys over 50,000 values, then half deleted.
 - ``sum``: ``Q(SUM(p)) :- C(c,n), O(o,c), L(o,p)`` (a join-aggregate with SUM,
@@ -21,29 +39,34 @@ triangle the adaptive IVM^eps), ``first_order`` / ``eps=0.5`` (triangle only),
 ``first_order_delta`` (the other queries), Pathway (Differential Dataflow with
 a Python API: the query written as joins and a reduce, one commit per batch,
 each commit waited for before the next), DuckDB (the query re-run after each
-batch over tables kept up to date with INSERT / DELETE).
+batch over tables kept up to date with INSERT / DELETE of the batch's net changes).
 
-Every (workload, system) cell runs in a fresh process: the inserts are timed in
-batches of ``--batch`` (1,000) for at most ``--budget`` seconds; whatever is
-left is then loaded untimed (Pathway and DuckDB: in one batch) and the deletes
-are timed the same way.  Printed per cell: updates/s for inserts, deletes and
-both together (total updates / total time), the mean and worst time per commit
-(apply the batch and read the result; for Pathway from commit to the end of
-that logical time at the output), the peak resident memory of the process, and
-the result (checked equal across systems that finished).  Saves
-``bench/out/compare.json`` and ``bench/out/compare.png``.
+Every (workload, system) cell runs in a fresh process; its phases (inserts,
+then the update stream, probes or deletes) are timed in batches of ``--batch``
+(1,000; probes one update per commit) for at most ``--budget`` seconds each;
+inserts left over are then loaded untimed (Pathway and DuckDB: in one batch)
+so that the next phase runs on the whole database, while a later phase over
+budget just stops.  Printed per cell: updates/s per phase and over all timed
+updates (total updates / total time) and per CPU second, the mean and worst
+time per commit (apply the batch and read the result; for Pathway from commit
+to the end of that logical time at the output), the peak resident memory of
+the process, and the result (checked equal across systems that finished).
+Saves ``bench/out/compare.json`` and ``bench/out/compare.png``.
 
 Usage::
 
     .venv/bin/pip install -e '.[bench,compare]'
-    .venv/bin/python bench/compare.py             # about 15 minutes on 2 cores
+    .venv/bin/python bench/compare.py             # about 20 minutes on 2 cores
     .venv/bin/python bench/compare.py --quick     # smaller streams, 4 s budgets
+    .venv/bin/python bench/compare.py --only triangle/facebook,triangle/skewed --systems auto,first_order
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import random
 import resource
 import subprocess
@@ -63,6 +86,7 @@ Update = tuple[str, tuple[int, int], int]
 QUERIES = {
     "triangle/facebook": "Q() :- R(a,b), S(b,c), T(c,a)",
     "triangle/skewed": "Q() :- R(a,b), S(b,c), T(c,a)",
+    "triangle/adversarial": "Q() :- R(a,b), S(b,c), T(c,a)",
     "qhier": "Q() :- R(a,b), S(a,c)",
     "sum": "Q(SUM(p)) :- C(c, n), O(o, c), L(o, p)",
 }
@@ -74,6 +98,7 @@ SQL = {
 SYSTEMS = {
     "triangle/facebook": ["auto", "first_order", "eps=0.5", "pathway", "duckdb"],
     "triangle/skewed": ["auto", "first_order", "eps=0.5", "pathway", "duckdb"],
+    "triangle/adversarial": ["auto", "first_order", "eps=0.5"],
     "qhier": ["auto", "first_order_delta", "pathway", "duckdb"],
     "sum": ["auto", "first_order_delta", "pathway", "duckdb"],
 }
@@ -81,27 +106,118 @@ SYSTEMS = {
 
 # -- workloads -------------------------------------------------------------------------
 
+#: average degree of SNAP ego-Facebook (2 x 88,234 edges / 4,039 vertices), the skewed graph's default
+FACEBOOK_DEGREE = 43.7
+#: the power-law exponent of the skewed graph's degrees (web-graph in-degree, Broder et al. 2000)
+SKEW_BETA = 2.1
+Phases = list[tuple[str, list[Update]]]
 
-def workload(name: str, quick: bool, seed: int) -> tuple[list[Update], list[Update], list[Update]]:
-    """(inserts, deletes, probes) of a workload."""
+
+def edge_updates(edge: tuple[int, int], m: int) -> list[Update]:
+    """The 6 tuple updates of one undirected edge: R, S and T in both orientations (as facebook's)."""
+    u, v = edge
+    return [(relation, row, m) for row in ((u, v), (v, u)) for relation in "RST"]
+
+
+def chung_lu_stream(n: int, seed: int, beta: float, degree: float) -> tuple[list[Update], list[Update], dict]:
+    """(load, update stream, statistics) of the ``triangle/skewed`` workload (see the module docstring).
+
+    The load holds ``⌈n/6⌉`` distinct edges of a Chung-Lu graph with weights
+    ``(v+1)^(-1/(β-1))`` over ``2⌈n/6⌉/degree`` vertices (labels shuffled), 6
+    tuples each; the stream has ``⌈n/12⌉`` edge updates, each a Chung-Lu insert
+    or the delete of a uniformly random present edge with probability 1/2.
+    """
+    rng = random.Random(seed)
+    n_edges = -(-n // 6)
+    vertices = max(10, round(2 * n_edges / degree))
+    cum = list(itertools.accumulate((v + 1) ** (-1.0 / (beta - 1.0)) for v in range(vertices)))
+    label = list(range(vertices))
+    rng.shuffle(label)
+    edges: list[tuple[int, int]] = []
+    where: dict[tuple[int, int], int] = {}
+    deg = [0] * vertices
+
+    def draw() -> tuple[int, int]:
+        """A new edge: both endpoints in proportion to the weights, no self-loop, not present."""
+        while True:
+            u, v = rng.choices(range(vertices), cum_weights=cum, k=2)
+            edge = (u, v) if u < v else (v, u)
+            if u != v and edge not in where:
+                return edge
+
+    def insert(edge: tuple[int, int]) -> None:
+        where[edge] = len(edges)
+        edges.append(edge)
+        deg[edge[0]] += 1
+        deg[edge[1]] += 1
+
+    for _ in range(n_edges):
+        insert(draw())
+    load = [u for a, b in edges for u in edge_updates((label[a], label[b]), 1)]
+    root = math.sqrt(len(load))
+    stats: dict[str, Any] = {
+        "beta": beta,
+        "vertices": vertices,
+        "average_degree": round(2 * n_edges / vertices, 1),
+        "tuples": len(load),
+        "max_degree": max(deg),
+        "keys_at_least_sqrt_n": sum(1 for d in deg if d >= root),
+        "keys_at_least_8_sqrt_n": sum(1 for d in deg if d >= 8 * root),
+    }
+    stream: list[Update] = []
+    hub_hub = min_degree = 0
+    n_updates = -(-n // 12)
+    for _ in range(n_updates):
+        if rng.random() < 0.5:
+            i = rng.randrange(len(edges))
+            edge, last = edges[i], edges.pop()
+            if i < len(edges):
+                edges[i] = last
+                where[last] = i
+            del where[edge]
+            deg[edge[0]] -= 1
+            deg[edge[1]] -= 1
+            m = -1
+        else:
+            edge = draw()
+            insert(edge)
+            m = 1
+        a, b = edge
+        hub_hub += deg[a] >= root and deg[b] >= root
+        min_degree += min(deg[a], deg[b])
+        stream += edge_updates((label[a], label[b]), m)
+    stats["stream_hub_hub_share"] = hub_hub / n_updates
+    stats["stream_mean_min_degree"] = round(min_degree / n_updates, 1)
+    stats["tuples_after_stream"] = 6 * len(edges)
+    return load, stream, stats
+
+
+def workload(
+    name: str, quick: bool, seed: int, beta: float = SKEW_BETA, degree: float = FACEBOOK_DEGREE
+) -> tuple[Phases, dict]:
+    """The timed phases of a workload, in order (``inserts`` first), and statistics about it."""
     from triangles import facebook_stream, skewed_stream
 
     rng = random.Random(seed)
-    probes: list[Update] = []
+    stats: dict[str, Any] = {}
     if name == "triangle/facebook":
         inserts = facebook_stream(60_000 if quick else 10**7, seed)
     elif name == "triangle/skewed":
-        n = 100_000 if quick else 1_000_000
+        load, stream, stats = chung_lu_stream(100_000 if quick else 1_000_000, seed, beta, degree)
+        return [("inserts", load), ("stream", stream)], stats
+    elif name == "triangle/adversarial":
         seen: set = set()
         inserts = []
-        for u in skewed_stream(n, seed):
+        for u in skewed_stream(100_000 if quick else 1_000_000, seed):
             if (u[0], u[1]) not in seen:  # set semantics: each tuple once
                 seen.add((u[0], u[1]))
                 inserts.append(u)
+        probes: list[Update] = []
         for p in range(500):
             rel, row = "RST"[p % 3], ((0, 1) if p % 2 else (1, 0))
             if (rel, row) not in seen:
                 probes += [(rel, row, 1), (rel, row, -1)]
+        return [("inserts", inserts), ("probes", probes)], {"tuples": len(inserts)}
     elif name == "qhier":
         n, keys = (60_000, 8_000) if quick else (400_000, 50_000)
         inserts = [(("R", "S")[i % 2], (rng.randrange(keys), i), 1) for i in range(n)]
@@ -112,7 +228,7 @@ def workload(name: str, quick: bool, seed: int) -> tuple[list[Update], list[Upda
         inserts += [("L", (rng.randrange(n_o), 10 * i + rng.randrange(10)), 1) for i in range(n_l)]
         rng.shuffle(inserts)
     deletes = [(r, row, -1) for r, row, _ in inserts[: len(inserts) // 2]]
-    return inserts, deletes, probes
+    return [("inserts", inserts), ("deletes", deletes)], stats
 
 
 def batches(stream: list[Update], size: int) -> list[list[Update]]:
@@ -163,16 +279,21 @@ class DuckDB:
         self.name = "duckdb"
 
     def _write(self, batch: list[Update]) -> None:
+        """INSERT / DELETE the batch's net changes (a tuple deleted and inserted again in one
+        batch nets to nothing; the workloads have set semantics, so each net change is ±1)."""
         import pandas as pd
 
-        for sign in (1, -1):
-            rows = [(r, x, y) for r, (x, y), m in batch if m == sign]
+        net: dict[tuple[str, int, int], int] = {}
+        for r, (x, y), m in batch:
+            net[(r, x, y)] = net.get((r, x, y), 0) + m
+        for sign in (True, False):
+            rows = [key for key, m in net.items() if m and (m > 0) == sign]
             if not rows:
                 continue
             df = pd.DataFrame(rows, columns=["rel", "x", "y"])
             self.con.register("batch", df)
             for r in self.relations:
-                if sign > 0:
+                if sign:
                     self.con.execute(f"INSERT INTO {r} SELECT x, y FROM batch WHERE rel = '{r}'")
                 else:
                     self.con.execute(
@@ -326,113 +447,127 @@ def watchdog(cap_mb: float, row: dict) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def summarize(
+    row: dict, done: dict[str, int], seconds: dict[str, float], cpu: dict[str, float], commits: list[float]
+) -> None:
+    """Per phase ``<phase>_timed``, ``_per_s``, ``_per_cpu_s``; over the batched phases (probes
+    excluded) ``all_per_s`` and ``all_per_cpu_s``; the mean and worst commit time."""
+    for phase, n in done.items():
+        row[f"{phase}_timed"] = n
+        row[f"{phase}_per_s"] = n / seconds[phase] if seconds.get(phase) else None
+        row[f"{phase}_per_cpu_s"] = n / cpu[phase] if cpu.get(phase) else None
+    batched = [p for p in done if p != "probes"]
+    n, t, c = (sum(d.get(p, 0) for p in batched) for d in (done, seconds, cpu))
+    row["all_per_s"] = n / t if t else None
+    row["all_per_cpu_s"] = n / c if c else None
+    commits = sorted(commits)
+    row["commit_ms_mean"] = 1000 * sum(commits) / len(commits) if commits else None
+    row["commit_ms_max"] = 1000 * commits[-1] if commits else None
+
+
 def cell(
-    workload_name: str, system_name: str, batch: int, budget: float, quick: bool, seed: int, cap_mb: float = 4096
+    workload_name: str,
+    system_name: str,
+    batch: int,
+    budget: float,
+    quick: bool,
+    seed: int,
+    cap_mb: float = 4096,
+    beta: float = SKEW_BETA,
+    degree: float = FACEBOOK_DEGREE,
 ) -> dict:
-    inserts, deletes, probes = workload(workload_name, quick, seed)
+    phases, stats = workload(workload_name, quick, seed, beta, degree)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     row: dict[str, Any] = {"workload": workload_name, "system": system_name, "batch": batch, "stream_mb": base_rss}
-    row["n_inserts"], row["n_deletes"] = len(inserts), len(deletes)
+    row["phases"] = [name for name, _ in phases]
+    row["workload_stats"] = stats
+    for name, updates in phases:
+        row[f"n_{name}"] = len(updates)
     watchdog(cap_mb, row)
     if system_name == "pathway":
-        return pathway_cell(row, inserts, deletes, batch, budget, workload_name)
+        return pathway_cell(row, phases, batch, budget, workload_name)
     system: Any = DuckDB(workload_name) if system_name == "duckdb" else Ours(QUERIES[workload_name], system_name)
     row["engine"] = system.name
-    ins, t_ins, c_ins, result = timed_phase(system, inserts, batch, budget)
-    cpu_ins = CPU.pop("s")
-    if ins < len(inserts):
-        t0 = time.perf_counter()
-        result = system.load(inserts[ins:])
-        row["untimed_load_s"] = time.perf_counter() - t0
-    row["after_inserts"] = result
-    if probes and system_name not in ("duckdb",):
-        p_done, t_p, _, _ = timed_phase(system, probes, 1, budget)
-        row["probes_per_s"] = p_done / t_p if t_p else None
-        row["probes_per_cpu_s"] = p_done / CPU.pop("s")
-    dels, t_del, c_del, result = timed_phase(system, deletes, batch, budget)
-    row.update(close_row(ins, t_ins, dels, t_del, c_ins + c_del, len(deletes)))
-    row["both_per_cpu_s"] = (ins + dels) / (cpu_ins + CPU.pop("s"))
-    row["result"] = result if dels == len(deletes) else None
+    done: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    commits: list[float] = []
+    complete = True
+    result = None
+    for name, updates in phases:
+        size = 1 if name == "probes" else batch
+        done[name], seconds[name], times, result = timed_phase(system, updates, size, budget)
+        cpu[name] = CPU.pop("s")
+        if name != "probes":
+            commits += times
+        if name == "inserts":
+            if done[name] < len(updates):
+                t0 = time.perf_counter()
+                result = system.load(updates[done[name] :])
+                row["untimed_load_s"] = time.perf_counter() - t0
+            row["after_inserts"] = result
+        else:
+            complete = complete and done[name] == len(updates)
+        summarize(row, done, seconds, cpu, commits)
+    row["result"] = result if complete else None
     row.update(system.close())
     row["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
 
 
-def close_row(ins: int, t_ins: float, dels: int, t_del: float, commits: list[float], n_del: int) -> dict:
-    commits = sorted(commits)
-    return {
-        "inserts_timed": ins,
-        "deletes_timed": dels,
-        "inserts_per_s": ins / t_ins if t_ins else None,
-        "deletes_per_s": dels / t_del if t_del else None,
-        "both_per_s": (ins + dels) / (t_ins + t_del) if t_ins + t_del else None,
-        "commit_ms_mean": 1000 * sum(commits) / len(commits) if commits else None,
-        "commit_ms_max": 1000 * commits[-1] if commits else None,
-    }
-
-
-def pathway_cell(row: dict, inserts: list[Update], deletes: list[Update], batch: int, budget: float, wl: str) -> dict:
+def pathway_cell(row: dict, phases: Phases, batch: int, budget: float, wl: str) -> dict:
     try:
         system = Pathway(wl)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         row["error"] = f"pathway not importable: {exc}"
         return row
     row["engine"] = "pathway"
-    timings: dict[str, list[float]] = {"ins timed": [], "del timed": [], "load": []}
-    counts: dict[str, int] = {"ins timed": 0, "del timed": 0, "load": 0}
-    skipped: set = set()
-    plan_ins = [("ins timed", b) for b in batches(inserts, batch)]
+    names = [name for name, _ in phases]
+    timings: dict[str, list[float]] = {f"{name} timed": [] for name in names}
+    timings["load"] = []
+    counts: dict[str, int] = dict.fromkeys(timings, 0)
+    cpu: dict[str, float] = dict.fromkeys(timings, 0.0)
     # Untimed remainder: Pathway cannot be told mid-run which inserts were skipped, so the
-    # feed replays the skipped insert batches as one load commit before the deletes.
+    # feed replays the skipped insert batches as one load commit before the next phase.
     state = {"fed": 0}
 
-    cpu: dict[str, float] = {"ins timed": 0.0, "del timed": 0.0, "load": 0.0}
+    def progress() -> None:
+        timed = [f"{name} timed" for name in names]
+        summarize(
+            row,
+            {name: counts[f"{name} timed"] for name in names},
+            {name: sum(timings[f"{name} timed"]) for name in names},
+            {name: cpu[f"{name} timed"] for name in names},
+            [t for label in timed if not label.startswith("probes") for t in timings[label]],
+        )
 
     def on_phase(phase: str, seconds: float | None, n: int, cpu_s: float) -> None:
         if seconds is None:
-            skipped.add(phase)
-            return
+            return  # over budget: the rest of the phase is skipped
         timings[phase].append(seconds)
         cpu[phase] += cpu_s
         counts[phase] += n
-        if phase == "ins timed":
+        if phase == "inserts timed":
             state["fed"] += n
         # progress in the row, so that a cell stopped by the memory cap still reports what it measured
-        row.update(
-            close_row(
-                counts["ins timed"],
-                sum(timings["ins timed"]),
-                counts["del timed"],
-                sum(timings["del timed"]),
-                timings["ins timed"] + timings["del timed"],
-                len(deletes),
-            )
-        )
+        progress()
         row["phase"] = phase
 
-    plan: list[tuple[str, Any]] = list(plan_ins)
-    plan.append(("load", _Remainder(inserts, state)))
-    plan += [("del timed", b) for b in batches(deletes, batch)]
+    plan: list[tuple[str, Any]] = []
+    for name, updates in phases:
+        plan += [(f"{name} timed", b) for b in batches(updates, 1 if name == "probes" else batch)]
+        if name == "inserts":
+            plan.append(("load", _Remainder(updates, state)))
     try:
         system.run(plan, budget, on_phase)
     except Exception as exc:  # report, never fake numbers
         row["error"] = f"{type(exc).__name__}: {exc}"
         return row
-    row.update(
-        close_row(
-            counts["ins timed"],
-            sum(timings["ins timed"]),
-            counts["del timed"],
-            sum(timings["del timed"]),
-            timings["ins timed"] + timings["del timed"],
-            len(deletes),
-        )
-    )
-    spent = cpu["ins timed"] + cpu["del timed"]
-    row["both_per_cpu_s"] = (counts["ins timed"] + counts["del timed"]) / spent if spent else None
+    progress()
     if timings["load"]:
         row["untimed_load_s"] = timings["load"][0]
-    row["result"] = system.result if counts["del timed"] == len(deletes) else None
+    complete = all(counts[f"{name} timed"] == len(updates) for name, updates in phases if name != "inserts")
+    row["result"] = system.result if complete else None
     row["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
 
@@ -456,6 +591,7 @@ class _Remainder:
 def run_cell(args: argparse.Namespace, workload_name: str, system_name: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", workload_name, system_name, "--batch", str(args.batch)]
     cmd += ["--budget", str(args.budget), "--seed", str(args.seed), "--cap-mb", str(args.cap_mb)]
+    cmd += ["--skew-beta", str(args.skew_beta), "--skew-degree", str(args.skew_degree)]
     cmd += ["--quick"] if args.quick else []
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in done.stdout.strip().splitlines() if ln.startswith("{")]
@@ -471,22 +607,33 @@ def fmt(x: Any, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def _phase_cell(r: dict, phase: str) -> str:
+    """``updates/s`` of one phase, ``(k timed)`` when the budget stopped it; blank if the workload has none."""
+    if f"n_{phase}" not in r:
+        return ""
+    text = fmt(r.get(f"{phase}_per_s"))
+    timed, total = r.get(f"{phase}_timed"), r[f"n_{phase}"]
+    if timed is not None and timed != total:
+        text += f" ({timed:,} timed)"
+    return text
+
+
 def table(rows: list[dict]) -> str:
     head = (
-        "| workload | system | inserts/s | deletes/s | both/s | both/CPU-s | ms/commit mean (max) | peak MB | result |"
+        "| workload | system | inserts/s | deletes/s | stream/s (probes/s) | all/s | all/CPU-s "
+        "| ms/commit mean (max) | peak MB | result |"
     )
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r and not r.get("inserts_per_s"):
-            lines.append(f"| {r['workload']} | {r['system']} | error: {r['error'][:90]} | | | | | | |")
+            lines.append(f"| {r['workload']} | {r['system']} | error: {r['error'][:90]} | | | | | | | |")
             continue
-        partial = "" if r.get("inserts_timed") == r.get("n_inserts") else f" ({r['inserts_timed']:,} timed)"
-        dpartial = "" if r.get("deletes_timed") == r.get("n_deletes") else f" ({r['deletes_timed']:,} timed)"
         name = r["system"] + (f" [{r['engine']}]" if r.get("engine") not in (None, r["system"]) else "")
+        third = _phase_cell(r, "stream") or (f"({_phase_cell(r, 'probes')})" if "n_probes" in r else "")
         lines.append(
-            f"| {r['workload']} | {name} | {fmt(r['inserts_per_s'])}{partial} | {fmt(r['deletes_per_s'])}{dpartial} "
-            f"| {fmt(r['both_per_s'])} | {fmt(r.get('both_per_cpu_s'))} "
-            f"| {fmt(r['commit_ms_mean'], 1)} ({fmt(r['commit_ms_max'], 0)}) "
+            f"| {r['workload']} | {name} | {_phase_cell(r, 'inserts')} | {_phase_cell(r, 'deletes')} | {third} "
+            f"| {fmt(r.get('all_per_s'))} | {fmt(r.get('all_per_cpu_s'))} "
+            f"| {fmt(r.get('commit_ms_mean'), 1)} ({fmt(r.get('commit_ms_max'), 0)}) "
             f"| {fmt(r.get('peak_mb'))} | {r.get('result') if r.get('result') is not None else 'partial'}"
             + (f"; {r['error']} (in phase {r.get('phase')})" if r.get("error") else "")
             + " |"
@@ -495,7 +642,7 @@ def table(rows: list[dict]) -> str:
 
 
 def targets(rows: list[dict]) -> list[str]:
-    def get(wl: str, system: str, key: str) -> float | None:
+    def get(wl: str, system: str, key: str) -> Any:
         for r in rows:
             if r["workload"] == wl and r["system"] == system:
                 return r.get(key)
@@ -503,9 +650,9 @@ def targets(rows: list[dict]) -> list[str]:
 
     out = []
     fb = "triangle/facebook"
-    auto = get(fb, "auto", "both_per_s")
-    best = max(x or 0 for x in (get(fb, "first_order", "both_per_s"), get(fb, "eps=0.5", "both_per_s")))
-    pw_, dd = get(fb, "pathway", "both_per_s"), get(fb, "duckdb", "both_per_s")
+    auto = get(fb, "auto", "all_per_s")
+    best = max(x or 0 for x in (get(fb, "first_order", "all_per_s"), get(fb, "eps=0.5", "all_per_s")))
+    pw_, dd = get(fb, "pathway", "all_per_s"), get(fb, "duckdb", "all_per_s")
     if auto:
         out.append(f"facebook auto {auto:,.0f} updates/s (target ≥ 80,000): {'met' if auto >= 80_000 else 'MISSED'}")
         if best:
@@ -515,14 +662,32 @@ def targets(rows: list[dict]) -> list[str]:
             out.append(f"facebook auto / pathway = {auto / pw_:.1f}x (target ≥ 20x){note}")
         if dd:
             out.append(f"facebook auto / duckdb = {auto / dd:.1f}x (target ≥ 50x)")
-        out.append(f"facebook auto peak memory {get(fb, 'auto', 'peak_mb'):,.0f} MB (target ≤ 500 MB)")
+        if get(fb, "auto", "peak_mb"):
+            out.append(f"facebook auto peak memory {get(fb, 'auto', 'peak_mb'):,.0f} MB (target ≤ 500 MB)")
     sk = "triangle/skewed"
-    a, f = get(sk, "auto", "probes_per_s"), get(sk, "first_order", "probes_per_s")
+    stats = get(sk, "auto", "workload_stats") or get(sk, "first_order", "workload_stats")
+    if stats:
+        out.append(
+            f"skewed graph: N = {stats['tuples']:,} tuples, β = {stats['beta']:g}, {stats['vertices']:,} vertices "
+            f"(average degree {stats['average_degree']:g}), largest degree {stats['max_degree']:,}, "
+            f"{stats['keys_at_least_sqrt_n']} keys of degree ≥ √N ({stats['keys_at_least_8_sqrt_n']} ≥ 8√N); "
+            f"stream: {stats['stream_hub_hub_share']:.2%} of edge updates join two keys of degree ≥ √N, "
+            f"mean smaller degree {stats['stream_mean_min_degree']:g}"
+        )
+    for phase, label in (("stream", "update stream"), ("inserts", "load")):
+        a, f = get(sk, "auto", f"{phase}_per_s"), get(sk, "first_order", f"{phase}_per_s")
+        if a and f:
+            goal = " (target ≥ 10x)" if phase == "stream" else ""
+            out.append(f"skewed {label}: auto / first_order = {a / f:.2f}x{goal}")
+        e = get(sk, "eps=0.5", f"{phase}_per_s")
+        if e and f:
+            out.append(f"skewed {label}: eps=0.5 / first_order = {e / f:.2f}x")
+    adv = "triangle/adversarial"
+    a, f = get(adv, "auto", "probes_per_s"), get(adv, "first_order", "probes_per_s")
     if a and f:
-        out.append(f"skewed (N = {get(sk, 'auto', 'n_inserts'):,}) hub probes: auto / first_order = {a / f:.1f}x")
-    a, f = get(sk, "auto", "both_per_s"), get(sk, "first_order", "both_per_s")
-    if a and f:
-        out.append(f"skewed stream inserts+deletes: auto / first_order = {a / f:.2f}x")
+        out.append(
+            f"adversarial (N = {get(adv, 'auto', 'n_inserts'):,}) hub-hub probes: auto / first_order = {a / f:,.0f}x"
+        )
     return out
 
 
@@ -532,14 +697,14 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(QUERIES)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4))
-    for ax, wl in zip(axes, names, strict=True):
-        cells = [r for r in rows if r["workload"] == wl and r.get("both_per_s")]
-        ax.bar([r["system"] for r in cells], [r["both_per_s"] for r in cells], color="tab:blue")
+    names = [wl for wl in QUERIES if any(r["workload"] == wl for r in rows)]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4), squeeze=False)
+    for ax, wl in zip(axes[0], names, strict=True):
+        cells = [r for r in rows if r["workload"] == wl and r.get("all_per_s")]
+        ax.bar([r["system"] for r in cells], [r["all_per_s"] for r in cells], color="tab:blue")
         ax.set_yscale("log")
         ax.set_title(wl)
-        ax.set_ylabel("updates/s (inserts + deletes)")
+        ax.set_ylabel("updates/s (all timed phases)")
         ax.tick_params(axis="x", rotation=35)
         ax.grid(True, axis="y", which="both", alpha=0.3)
     fig.suptitle("Throughput per system, same machine, one run")
@@ -554,23 +719,40 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="seconds per timed phase (20; 4 with --quick)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cap-mb", type=float, default=4096, help="resident memory cap per cell (MB)")
-    parser.add_argument("--only", default=None, help="comma-separated workloads")
+    parser.add_argument("--only", default=None, help=f"comma-separated workloads of {', '.join(QUERIES)}")
+    parser.add_argument("--systems", default=None, help="comma-separated systems (default: all of each workload)")
+    parser.add_argument("--skew-beta", type=float, default=SKEW_BETA, help="power-law exponent of the skewed graph")
+    parser.add_argument("--skew-degree", type=float, default=FACEBOOK_DEGREE, help="average degree of the skewed graph")
+    parser.add_argument("--out", default="compare", help="file stem of the JSON and PNG under bench/out/")
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "SYSTEM"))
     args = parser.parse_args()
     if args.budget is None:
         args.budget = 4.0 if args.quick else 20.0
     if args.worker:
-        print(json.dumps(cell(*args.worker, args.batch, args.budget, args.quick, args.seed, args.cap_mb), default=str))
+        row = cell(
+            *args.worker, args.batch, args.budget, args.quick, args.seed, args.cap_mb, args.skew_beta, args.skew_degree
+        )
+        print(json.dumps(row, default=str))
         return
     chosen = args.only.split(",") if args.only else list(QUERIES)
+    unknown = [wl for wl in chosen if wl not in QUERIES]
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; choose from {list(QUERIES)}")
+    wanted = set(args.systems.split(",")) if args.systems else None
     rows = []
     for wl in chosen:
         for system in SYSTEMS[wl]:
+            if wanted is not None and system not in wanted:
+                continue
             row = run_cell(args, wl, system)
             rows.append(row)
-            extra = f" probes/s {fmt(row.get('probes_per_s'))}" if row.get("probes_per_s") else ""
+            extra = "".join(
+                f" {phase} {fmt(row.get(f'{phase}_per_s'))}/s"
+                for phase in ("inserts", "deletes", "stream", "probes")
+                if row.get(f"{phase}_per_s")
+            )
             print(
-                f"{wl:18} {system:18} both/s {fmt(row.get('both_per_s')):>10}{extra} {row.get('error', '')}", flush=True
+                f"{wl:20} {system:18} all/s {fmt(row.get('all_per_s')):>10}{extra} {row.get('error', '')}", flush=True
             )
     results: dict[str, set] = {}
     for r in rows:
@@ -585,11 +767,11 @@ def main() -> None:
         )
     for line in targets(rows):
         print(line)
-    print(f"(batch {args.batch}, budget {args.budget:g} s per timed phase; 'partial': the timed phase hit the budget)")
+    print(f"(batch {args.batch}, budget {args.budget:g} s per timed phase; 'partial': a timed phase hit the budget)")
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "compare.json").write_text(json.dumps(rows, indent=1, default=str))
-    plot(rows, OUT / "compare.png")
-    print(f"saved {OUT / 'compare.json'} and {OUT / 'compare.png'}")
+    (OUT / f"{args.out}.json").write_text(json.dumps(rows, indent=1, default=str))
+    plot(rows, OUT / f"{args.out}.png")
+    print(f"saved {OUT / (args.out + '.json')} and {OUT / (args.out + '.png')}")
 
 
 if __name__ == "__main__":
