@@ -57,6 +57,8 @@ class View:
         pending: dict[tuple[str, Row], int] = {}
         arity = self._arity
         check = self.policy.check
+        reject_negative = self.policy.negative == "reject"
+        reject_duplicate = self.policy.duplicate == "reject"
         # the engine's own lookup unless a subclass (ShardedView) says where a tuple lives
         direct = type(self)._current is View._current
         multiplicity = self.engine.multiplicity
@@ -74,10 +76,11 @@ class View:
                 continue
             key = (relation, row)
             before = pending.get(key, 0)
-            current = multiplicity(relation, row) if direct else self._current(update)
-            violation = check(current + before, mult)
-            if violation:
-                outcome.rejected.append(Rejected(index, update, *violation))
+            current = (multiplicity(relation, row) if direct else self._current(update)) + before
+            after = current + mult
+            # the policy's conditions inlined; Policy.check says why
+            if not mult or (reject_negative and after < 0) or (reject_duplicate and mult > 0 and after > 1):
+                outcome.rejected.append(Rejected(index, update, *check(current, mult)))  # type: ignore[misc]
                 continue
             pending[key] = before + mult
             valid.append(update)

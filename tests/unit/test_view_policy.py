@@ -48,3 +48,32 @@ def test_set_semantics_rejects_duplicates() -> None:
 def test_bad_policy_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="negative"):
         Policy(negative="ignore")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("negative", ["reject", "allow"])
+@pytest.mark.parametrize("duplicate", ["accumulate", "reject"])
+def test_view_decides_as_policy_check_on_random_batches(negative: str, duplicate: str) -> None:
+    """View.apply inlines the policy's conditions; its decisions equal Policy.check's, update by update."""
+    import random
+
+    policy = Policy(negative=negative, duplicate=duplicate)
+    view = ivm.maintain("Q() :- R(a,b), S(b,c)", policy=policy)
+    rng = random.Random(hash((negative, duplicate)) & 0xFFFF)
+    state: dict[tuple[str, tuple[int, int]], int] = {}
+    for _ in range(60):
+        batch = [
+            (rng.choice("RS"), (rng.randrange(3), rng.randrange(3)), rng.choice([-2, -1, 0, 1, 2])) for _ in range(25)
+        ]
+        expected = []
+        for i, (rel, row, mult) in enumerate(batch):
+            current = state.get((rel, row), 0)
+            verdict = policy.check(current, mult)
+            if verdict is None:
+                state[(rel, row)] = current + mult
+            else:
+                expected.append((i, verdict[0], verdict[1]))
+        outcome = view.apply(batch)
+        assert [(r.index, r.kind, r.reason) for r in outcome.rejected] == expected
+        assert outcome.applied == len(batch) - len(expected)
+    for (rel, row), m in state.items():
+        assert view.engine.multiplicity(rel, row) == m
