@@ -1,21 +1,30 @@
 """End-to-end throughput and latency of the processor, and where the time goes.
 
-For the triangle count (the facebook edge stream) and a q-hierarchical count
-(``Q() :- R(a,b), S(a,c)`` on a random stream), at 1 and 4 shards:
+For the triangle count (the facebook edge stream, 529,404 updates at most) and
+a q-hierarchical count (``Q() :- R(a,b), S(a,c)`` on a random stream), at 1
+and 4 shards:
 
-- ``e2e``: updates produced to a local KRaft broker, the Spark job running
-  (exactly once: transactions and snapshots on), throughput from the first
-  produce to the committed result that reflects the last update;
-- ``latency``: updates produced at a fixed rate (``--rate``), p50/p99 of the
-  time from each update's produce to the commit of the result reflecting it;
+- ``e2e``: a separate producer process sends the (pre-encoded) updates to a
+  local KRaft broker as fast as its client goes while the Spark job runs
+  (exactly once: transactions and snapshots on); throughput from the first
+  produce to the commit of the result that reflects the last update;
+- ``p50/p99``: the same at half that rate, the time from each update's
+  produce to the commit of the result reflecting it;
+- CPU microseconds per update of each process during the e2e run: the
+  producer, the broker, Spark's JVM (Kafka source, Arrow hand-over) and the
+  processor's Python (decoding, engine, outputs): where the time goes;
 - the stages alone on the same updates, in this process: Avro decoding,
   the engine (``view.apply``), and the pipeline without Kafka or Spark
   (decode + engine + output encoding).
 
-    .venv/bin/python bench/e2e.py            # 2e5 updates per run
-    .venv/bin/python bench/e2e.py --quick    # 3e4 updates per run
+Before the measured runs of a workload one unmeasured run warms the JVMs (a
+processor runs for long; its first seconds run Spark's and Kafka's code
+interpreted).
 
-Prints a table and saves bench/out/e2e.json.
+    .venv/bin/python bench/e2e.py            # 1e6 updates per run (facebook: all 529,404)
+    .venv/bin/python bench/e2e.py --quick    # 2e5 updates per run
+
+Prints a table and saves bench/out/e2e.json.  ``E2E_LOG=1`` logs every batch.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import statistics
 import tempfile
@@ -113,6 +123,26 @@ def stages(workload: str, updates) -> dict[str, float]:
             "engine_name": view.engine.name}  # fmt: skip
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def spark_jvm_pids() -> list[int]:
+    """The Java processes started by this one (Spark's driver JVM)."""
+    out, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children = (task / "children").read_text().split() if (task / "children").exists() else []
+            for child in map(int, children):
+                todo.append(child)
+                if Path(f"/proc/{child}/comm").read_text().strip() == "java":
+                    out.append(child)
+    return out
+
+
 def produce_worker(bootstrap: str, messages, rate: float | None, start, conn) -> None:
     """A separate producer process: send pre-encoded ``(topic, key, value)`` messages when ``start`` is
     set (at ``rate`` per second, or as fast as the client goes); report the start time and each send time."""
@@ -139,7 +169,7 @@ def produce_worker(bootstrap: str, messages, rate: float | None, start, conn) ->
         stamps.append(time.time())
     if producer.flush(120):
         raise RuntimeError("undelivered messages")
-    conn.send((started, stamps))
+    conn.send((started, stamps, time.process_time()))
 
 
 def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) -> dict[str, float]:
@@ -162,8 +192,11 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
     job = threading.Thread(target=run_job, kwargs={"config": config, "stop": stop, "spark": spark}, daemon=True)
     job.start()
     time.sleep(8)  # the stream starts; measure from the first produce
+    jvms = spark_jvm_pids()
+    cpu_before = {"broker": cpu_seconds(broker.proc.pid), "spark": sum(map(cpu_seconds, jvms)),
+                  "python": time.process_time()}  # fmt: skip
     start.set()
-    started, stamps = receive.recv()
+    started, stamps, producer_cpu = receive.recv()
     producer.join()
     sent_at: dict[str, list[float]] = {t: [] for t in topics.values()}
     for (topic, _, _), stamp in zip(messages, stamps, strict=True):
@@ -181,6 +214,9 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
         if reflects(record, final):
             last = committed
             break
+    cpu = {"producer": producer_cpu, "broker": cpu_seconds(broker.proc.pid) - cpu_before["broker"],
+           "spark": sum(map(cpu_seconds, jvms)) - cpu_before["spark"],
+           "python": time.process_time() - cpu_before["python"]}  # fmt: skip
     stop.set()
     job.join(60)
     assert last is not None, "the job did not reflect every update"
@@ -190,6 +226,7 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
         "produce": len(updates) / (stamps[-1] - started),
         "p50": statistics.median(latencies),
         "p99": latencies[int(0.99 * (len(latencies) - 1))],
+        **{f"cpu_{k}": v * 1e6 / len(updates) for k, v in cpu.items()},  # CPU µs per update
     }
 
 
@@ -209,7 +246,7 @@ def main() -> None:
         SPARK["max_offsets_per_trigger"] = args.max_offsets
     if args.trigger_ms:
         SPARK["trigger_ms"] = args.trigger_ms
-    n = args.n or (30_000 if args.quick else 200_000)
+    n = args.n or (200_000 if args.quick else 1_000_000)
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
     with KafkaBroker.start() as broker:
@@ -217,28 +254,36 @@ def main() -> None:
         for workload in args.workload or WORKLOADS:
             updates = updates_for(workload, n)
             alone = stages(workload, updates)
+            # a long-running processor runs JIT-compiled: one unmeasured run warms the JVMs (Spark, broker)
+            warm = e2e(broker, spark, workload, updates[:200_000], 1, rate=None)
+            print(f"{workload:<15} warm-up run: {warm['throughput']:,.0f}/s (not reported)", flush=True)
             for shards in args.shards or (1, 4):
                 full = e2e(broker, spark, workload, updates, shards, rate=None)
                 paced = e2e(broker, spark, workload, updates[: n // 2], shards, rate=full["throughput"] / 2)
                 rows.append({"workload": workload, "shards": shards, "n": len(updates), **alone,
                              "e2e": full["throughput"], "produce": full["produce"], "rate": full["throughput"] / 2,
-                             "p50": paced["p50"], "p99": paced["p99"]})  # fmt: skip
+                             "p50": paced["p50"], "p99": paced["p99"],
+                             **{k: v for k, v in full.items() if k.startswith("cpu_")}})  # fmt: skip
                 r = rows[-1]
                 print(
                     f"{workload:<15} shards={shards} n={r['n']:,} engine={r['engine_name']}: "
                     f"e2e {r['e2e']:>9,.0f}/s (produced at {r['produce']:,.0f}/s) | "
                     f"at {r['rate']:,.0f}/s p50 {r['p50']:.2f}s p99 {r['p99']:.2f}s | "
                     f"alone: decode {r['decode']:>9,.0f}/s engine {r['engine']:>9,.0f}/s "
-                    f"pipeline {r['pipeline']:>9,.0f}/s",
+                    f"pipeline {r['pipeline']:>9,.0f}/s | CPU µs/update: producer {r['cpu_producer']:.1f} "
+                    f"broker {r['cpu_broker']:.1f} spark {r['cpu_spark']:.1f} python {r['cpu_python']:.1f}",
                     flush=True,
                 )
         spark.stop()
     (OUT / "e2e.json").write_text(json.dumps(rows, indent=2))
-    print("\n| workload | shards | e2e updates/s | p50 / p99 at half rate | decode/s | engine/s | pipeline/s |")
-    print("|---|---:|---:|---|---:|---:|---:|")
+    print("\n| workload | shards | e2e updates/s | p50 / p99 at half rate | decode/s | engine/s | pipeline/s "
+          "| CPU µs/update: producer / broker / Spark JVM / processor (Python) |")  # fmt: skip
+    print("|---|---:|---:|---|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['shards']} | {r['e2e']:,.0f} | {r['p50']:.2f} s / {r['p99']:.2f} s | "
-              f"{r['decode']:,.0f} | {r['engine']:,.0f} | {r['pipeline']:,.0f} |")  # fmt: skip
+              f"{r['decode']:,.0f} | {r['engine']:,.0f} | {r['pipeline']:,.0f} | "
+              f"{r['cpu_producer']:.1f} / {r['cpu_broker']:.1f} / {r['cpu_spark']:.1f} / "
+              f"{r['cpu_python']:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

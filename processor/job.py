@@ -140,8 +140,12 @@ def run_job(
 
     handoff = Handoff(apply) if config.exactly_once else None
 
-    def process(df, _spark_batch_id: int) -> None:
+    def process(df, spark_batch_id: int) -> None:
+        started = time.perf_counter()
         batch = RecordBatch.from_arrow(df.toArrow())
+        log.info(
+            "spark batch %d: %d records handed over in %.3fs", spark_batch_id, len(batch), time.perf_counter() - started
+        )
         if handoff is None:
             apply(batch)
         else:
