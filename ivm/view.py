@@ -51,7 +51,12 @@ class View:
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
-        the valid ones to the engine as one batch.  O(1) per update on top of the engine's work."""
+        the valid ones to the engine as one batch.  O(1) per update on top of the engine's work.
+
+        The state is looked up only where the policy can refuse: for deletes (``negative =
+        "reject"``) and for inserts under set semantics (``duplicate = "reject"``); a batch of
+        inserts under the default policy is checked for shape alone.
+        """
         outcome = Outcome()
         valid: list[Update] = []
         pending: dict[tuple[str, Row], int] = {}
@@ -63,7 +68,13 @@ class View:
         direct = type(self)._current is View._current
         multiplicity = self.engine.multiplicity
         new = tuple.__new__  # Update(...) without the NamedTuple constructor's overhead
-        for index, item in enumerate(updates):
+        items = updates if isinstance(updates, list) else list(updates)
+        try:
+            deletes = any(item[2] < 0 for item in items)
+        except TypeError:  # a multiplicity that is no number: the loop says which
+            deletes = True
+        stateful = reject_duplicate or (reject_negative and deletes)
+        for index, item in enumerate(items):
             relation, row, mult = item
             if type(row) is not tuple:
                 row = tuple(row)
@@ -73,6 +84,9 @@ class View:
             n = arity.get(relation)
             if n is None or len(row) != n:
                 outcome.rejected.append(Rejected(index, update, *self._shape_violation(update)))
+                continue
+            if not stateful and mult:
+                valid.append(update)
                 continue
             key = (relation, row)
             before = pending.get(key, 0)
