@@ -37,6 +37,9 @@ class NumericRing(Ring):
     def lift_tuple(self, variables: Any, values: Any) -> int:
         return 1
 
+    def is_zero(self, element: Any) -> bool:
+        return element == 0  # a number: no property lookup on the hot path of every view update
+
 
 class SumRing(NumericRing):
     """Z/R with ``g_X(x) = x^k`` for a variable occurring k times in ``SUM(c * X * ...)`` (§2.4, §6.1).

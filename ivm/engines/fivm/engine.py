@@ -146,27 +146,40 @@ class FIVM(Engine):
         """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4)."""
         per_relation: dict[str, dict[Row, int]] = {}
         for relation, row, mult in updates:
-            delta = per_relation.setdefault(relation, {})
+            delta = per_relation.get(relation)
+            if delta is None:
+                delta = per_relation[relation] = {}
             delta[row] = delta.get(row, 0) + mult
         rebuild = False
-        for relation, delta in per_relation.items():
-            delta = {row: m for row, m in delta.items() if m}
+        for relation, consolidated in per_relation.items():
             base = self.base[relation]
-            olds = {row: base.get(row, 0) for row in delta}
-            for row, m in delta.items():
-                new = olds[row] + m
+            delta: dict[Row, int] = {}
+            olds: dict[Row, int] = {}
+            for row, m in consolidated.items():
+                if not m:
+                    continue  # the batch's updates of this tuple cancel out
+                delta[row] = m
+                old = olds[row] = base.get(row, 0)
+                new = old + m
                 if new:
                     base[row] = new
                 else:
-                    base.pop(row, None)
-            indicator_deltas = self._indicator_deltas(relation, olds, delta)
+                    del base[row]
+            indicator_deltas = self._indicator_deltas(relation, olds, delta) if self.indicator_leaves else []
             self.updates_applied += len(delta)
             if relation not in self.updatable:
                 rebuild = True
                 continue
             if not rebuild:
+                single = len(delta) == 1 and not self._factorized
                 for leaf in self.tree.leaves.get(relation, []):
-                    self._propagate(leaf, self._leaf_delta(leaf, delta))
+                    if single:  # a single-tuple update: one key up the whole path (_propagate_one)
+                        ((row, m),) = delta.items()
+                        key = self._leaf_key(leaf, row)
+                        if key is not None and m:
+                            self._propagate_one(leaf, key, self.ring.from_mult(m))
+                    else:
+                        self._propagate(leaf, self._leaf_delta(leaf, delta))
                 for leaf, d in indicator_deltas:  # after R's own paths (§7.4)
                     self._propagate(leaf, d)
         if rebuild:
@@ -202,6 +215,15 @@ class FIVM(Engine):
                 out.append((leaf, d))
         return out
 
+    def _leaf_key(self, leaf: ViewNode, row: Row) -> tuple[Any, ...] | None:
+        """The key of ``row`` in the atom leaf, or ``None`` if the atom does not select it."""
+        atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+        if atom.constants or len(leaf.keys) != len(atom.terms):
+            if not atom.matches(row):
+                return None
+            return tuple(row[atom.terms.index(v)] for v in leaf.keys)
+        return row
+
     def _leaf_delta(self, leaf: ViewNode, delta: dict[Row, int]) -> Delta:
         atom = self.query.atoms[leaf.atom]  # type: ignore[index]
         positions = [atom.terms.index(v) for v in leaf.keys]
@@ -222,20 +244,69 @@ class FIVM(Engine):
             delta = {k: p for k, p in delta.items() if not is_zero(p)}
             if not delta:
                 return
-            if node.store is not None:
+            if len(delta) == 1 and not self._factorized:
+                ((key, payload),) = delta.items()
+                self._propagate_one(node, key, payload)
+                return
+            store = node.store
+            if store is not None:
+                add = store.add
                 for key, payload in delta.items():
-                    node.store.add(key, payload, is_zero)
+                    add(key, payload, is_zero)
             parent = node.parent
             if parent is None:
                 if self._tracking:
                     self._record(node, delta)
                 return
-            plan = parent.plans[parent.children.index(node)]
+            for plan in parent.plans:  # by identity: ViewNode's dataclass __eq__ compares whole subtrees
+                if plan.child is node:
+                    break
             delta = self._delta(plan, delta)
+            node = parent
+
+    def _propagate_one(self, node: ViewNode, key: tuple[Any, ...], payload: Any) -> None:
+        """:meth:`_propagate` for a delta with one key: no dicts while the plans are direct.
+
+        A single-tuple update of a q-hierarchical view tree stays one key all the
+        way up (every :class:`DirectPlan` maps a key to one key), so each level is
+        one store update and one lookup per sibling: O(depth · siblings), the O(1)
+        of Theorem 13.  At the first plan that needs an index scan it hands the
+        (then general) delta back to :meth:`_propagate`.
+        """
+        ring = self.ring
+        is_zero = ring.is_zero
+        while True:
+            if is_zero(payload):
+                return
+            if node.store is not None:
+                node.store.add(key, payload, is_zero)
+            parent = node.parent
+            if parent is None:
+                if self._tracking:
+                    self._record(node, {key: payload})
+                return
+            for plan in parent.plans:
+                if plan.child is node:
+                    break
+            direct = plan.direct
+            if direct is None:
+                self._propagate(parent, self._delta(plan, {key: payload}))
+                return
+            for step, project in zip(plan.steps, direct.siblings, strict=True):
+                found = step.sibling.store.data.get(project(key))  # type: ignore[union-attr]
+                if found is None:
+                    return
+                payload = payload * found
+            if plan.lift_vars:
+                payload = payload * ring.lift_tuple(plan.lift_vars, direct.lift(key))
+            if not direct.identity:
+                key = direct.key(key)
             node = parent
 
     def _delta(self, plan: DeltaPlan, delta: Delta) -> Delta:
         """``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)`` with sibling lookups by index; cost O(|δV_j| · fan-out)."""
+        if plan.direct is not None and not self._factorized:
+            return self._direct_delta(plan, delta)
         out: Delta = {}
         slots: list[Any] = [None] * plan.width
         steps = plan.steps
@@ -280,6 +351,39 @@ class FIVM(Engine):
             for s, value in zip(child_slots, key, strict=True):
                 slots[s] = value
             join(0, payload)
+        return out
+
+    def _direct_delta(self, plan: DeltaPlan, delta: Delta) -> Delta:
+        """The delta rule when the child key binds every sibling's key (:class:`DirectPlan`).
+
+        One primary-key lookup per sibling and delta key, no secondary index and
+        no fan-out: O(|δV_j| · #siblings), the O(1) single-tuple step of
+        Theorem 13 for q-hierarchical view trees.  Same sums as the general rule.
+        """
+        direct = plan.direct
+        assert direct is not None
+        lookups = []
+        for step, project in zip(plan.steps, direct.siblings, strict=True):
+            store = step.sibling.store
+            assert store is not None, f"view {step.sibling.name} is not materialized"
+            lookups.append((store.data, project))
+        key_of = None if direct.identity else direct.key
+        lift = direct.lift if plan.lift_vars else None
+        ring, lift_vars = self.ring, plan.lift_vars
+        out: Delta = {}
+        for key, payload in delta.items():
+            for data, project in lookups:
+                found = data.get(project(key))
+                if found is None:
+                    break
+                payload = payload * found
+            else:
+                if lift is not None:
+                    payload = payload * ring.lift_tuple(lift_vars, lift(key))
+                if key_of is not None:
+                    key = key_of(key)
+                old = out.get(key)
+                out[key] = payload if old is None else old + payload
         return out
 
     def _rebuild(self) -> None:
@@ -388,6 +492,10 @@ class FIVM(Engine):
         if self.ring_name == "listing":
             return dict(self._answers())
         if not self.query.free:
+            roots = self.tree.roots
+            if len(roots) == 1:  # O(1): the root view keeps one payload, under the empty key
+                payload = roots[0].store.data.get(())  # type: ignore[union-attr]
+                return self._finish_value(self.ring.zero if payload is None else payload)
             payload = next((p for _, p in self._answers()), None)
             if payload is None:
                 payload = self.ring.zero

@@ -22,8 +22,9 @@ never by scanning a sibling.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ivm.query.model import Query
@@ -121,6 +122,55 @@ class JoinStep:
     fill: tuple[tuple[int, int], ...]  # (sibling key position, slot) newly bound
 
 
+Projection = Callable[[tuple[Any, ...]], tuple[Any, ...]]
+
+
+def projection(positions: tuple[int, ...]) -> Projection:
+    """``key ↦ tuple(key[p] for p in positions)``, as fast as Python allows (``itemgetter``).
+
+    >>> projection((2, 0))(("a", "b", "c")), projection((1,))(("a", "b")), projection(())(("a",))
+    (('c', 'a'), ('b',), ())
+    """
+    if len(positions) >= 2:
+        return itemgetter(*positions)  # type: ignore[return-value]
+    if len(positions) == 1:
+        p = positions[0]
+        return lambda key: (key[p],)
+    return lambda key: ()
+
+
+@dataclass
+class DirectPlan:
+    """A delta plan whose child key binds every key of every sibling (all steps are primary-key lookups).
+
+    Then the join at the node has no other variables than the child's keys, so
+    each sibling key, the node's key and the lifted values are projections of the
+    child key, and ``δV`` costs one dict lookup per sibling and delta key: the
+    single-tuple path of q-hierarchical and free-connex view trees (F-IVM §5,
+    Theorem 13).  Callables are rebuilt after unpickling (:meth:`__getstate__`).
+    """
+
+    sibling_positions: tuple[tuple[int, ...], ...]
+    key_positions: tuple[int, ...]
+    lift_positions: tuple[int, ...]
+    identity: bool = False  # the node's key is the child key itself
+
+    def __post_init__(self) -> None:
+        self._compile()
+
+    def _compile(self) -> None:
+        self.siblings = tuple(projection(p) for p in self.sibling_positions)
+        self.key = projection(self.key_positions)
+        self.lift = projection(self.lift_positions)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("siblings", "key", "lift")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._compile()
+
+
 @dataclass
 class DeltaPlan:
     """The delta rule of Fig. 7 for the view ``node`` and its child ``child`` (compiled once)."""
@@ -133,6 +183,7 @@ class DeltaPlan:
     key_slots: tuple[int, ...]
     lift_vars: tuple[str, ...]
     lift_slots: tuple[int, ...]
+    direct: DirectPlan | None = None  # set when every step is a primary-key lookup
 
 
 @dataclass
@@ -318,5 +369,22 @@ def compile_plans(tree: ViewTree, lifts: Any) -> None:
                     tuple(slot[k] for k in node.keys),
                     lift_vars,
                     tuple(slot[v] for v in lift_vars),
+                    _direct(child, node, steps, lift_vars),
                 )
             )
+
+
+def _direct(child: ViewNode, node: ViewNode, steps: list[JoinStep], lift_vars: tuple[str, ...]) -> DirectPlan | None:
+    """The :class:`DirectPlan` of a (node, child) delta rule, or ``None`` if some sibling needs an index scan."""
+    if not all(step.full for step in steps):
+        return None
+    where = {k: p for p, k in enumerate(child.keys)}
+    if not all(k in where for k in (*node.keys, *lift_vars)):  # pragma: no cover - implied by full steps
+        return None
+    key_positions = tuple(where[k] for k in node.keys)
+    return DirectPlan(
+        tuple(tuple(where[k] for k in step.sibling.keys) for step in steps),
+        key_positions,
+        tuple(where[v] for v in lift_vars),
+        identity=key_positions == tuple(range(len(child.keys))),
+    )
