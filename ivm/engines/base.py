@@ -65,6 +65,17 @@ class Engine(ABC):
     def multiplicity(self, relation: str, row: Row) -> int:
         """The current multiplicity of ``row`` in base relation ``relation``."""
 
+    @classmethod
+    def runtime_choices(cls, query: Query) -> list[dict[str, str]]:
+        """The choices this engine makes at run time from the data, for ``ivm explain``.
+
+        Each is a dict with ``choice`` (what is decided), ``statistic`` (the data
+        statistic that decides it) and ``rule`` (how); engines that make one also
+        report the live decision through a ``choice()`` method, which
+        ``View.explain()["choice"]`` shows.  Default: none.
+        """
+        return []
+
     def stats(self) -> dict[str, int | float]:
         """Engine internals as flat numbers (exported as metrics)."""
         return {}

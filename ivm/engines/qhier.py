@@ -29,6 +29,16 @@ exactly the paper's set semantics.  An update touches only the items on one
 root path per atom occurrence, bottom-up, so it costs O(|φ|²) whatever the
 database size.
 
+Batches.  An update costs O(|φ|²) whether or not its tuple occurs again in the
+same batch, so a batch with many repeats (a hot tuple inserted and deleted, a
+counter bumped) is first consolidated into a Z-set, one update per tuple with
+the summed multiplicity (:func:`ivm.updates.consolidate`; the same state, since
+only the final multiplicities matter).  Whether that pays depends on the data:
+folding costs a pass over the batch, so the engine folds a batch only when its
+duplicate rate (:func:`ivm.updates.duplicate_rate`, one C-level pass) is at
+least :data:`CONSOLIDATE_AT`, the crossover measured by ``bench/choices.py``;
+:meth:`QHierEngine.choice` reports the last decision.
+
 Answer deltas (for ``<query>.delta``) come from the update path: an update of
 an atom occurrence changes the local factor of exactly one free item (the
 deepest free item on its path), so the answers whose multiplicity changes are
@@ -48,9 +58,35 @@ from ivm.engines.base import Engine
 from ivm.query.model import Query
 from ivm.query.q_hierarchical import q_hierarchical
 from ivm.query.qtree import QTree, canonical_qtrees
-from ivm.updates import Row, Update
+from ivm.updates import Row, Update, consolidate, duplicate_rate
 
 Semantics = Literal["bag", "set"]
+Consolidation = Literal["auto", "always", "never"]
+
+#: fold a batch into a Z-set first when at least this fraction of its updates repeat a tuple of the
+#: batch (measured crossover, bench/choices.py: below it the extra pass costs more than it saves)
+CONSOLIDATE_AT = 0.25
+#: batches shorter than this are applied as they come (too few repeats to pay for the test)
+CONSOLIDATE_MIN_BATCH = 16
+
+
+def consolidates(updates: Sequence[Update], mode: Consolidation = "auto") -> tuple[bool, float | None]:
+    """Whether :class:`QHierEngine` folds ``updates`` into a Z-set first, and the batch's duplicate rate.
+
+    ``auto`` folds batches of at least :data:`CONSOLIDATE_MIN_BATCH` updates whose
+    duplicate rate is at least :data:`CONSOLIDATE_AT`; O(|batch|) expected.  The
+    rate is ``None`` when it was not needed (a short batch, or a fixed ``mode``).
+
+    >>> hot = [("R", (1, 2), 1), ("R", (1, 2), -1)] * 10
+    >>> consolidates(hot), consolidates(hot[:4]), consolidates([("R", (i, 0), 1) for i in range(20)])
+    ((True, 0.95), (False, None), (False, 0.0))
+    """
+    if mode != "auto":
+        return mode == "always", None
+    if len(updates) < CONSOLIDATE_MIN_BATCH:
+        return False, None
+    rate = duplicate_rate(updates)
+    return rate >= CONSOLIDATE_AT, rate
 
 
 class StaleEnumeration(RuntimeError):
@@ -166,6 +202,10 @@ class QHierEngine(Engine):
         multiplicity and maintains the *set* of answers (multiplicity 1 each),
         evaluated on the homomorphic core (Thm 3.4/3.5 upper bounds: a query
         whose core is q-hierarchical is easy under set semantics).
+    consolidate:
+        ``"auto"`` (default: fold a batch into a Z-set when its duplicate rate
+        reaches :data:`CONSOLIDATE_AT`, see :func:`consolidates`), ``"always"``
+        or ``"never"``.  The result is the same either way.
 
     Notes
     -----
@@ -179,9 +219,13 @@ class QHierEngine(Engine):
 
     name = "qhier"
 
-    def __init__(self, query: Query, semantics: Semantics = "bag") -> None:
+    def __init__(self, query: Query, semantics: Semantics = "bag", consolidate: Consolidation = "auto") -> None:
         if semantics not in ("bag", "set"):
             raise ValueError(f"semantics must be 'bag' or 'set', got {semantics!r}")
+        if consolidate not in ("auto", "always", "never"):
+            raise ValueError(f"consolidate must be 'auto', 'always' or 'never', got {consolidate!r}")
+        self.consolidate: Consolidation = consolidate
+        self._folded: list[Any] = [0, 0, None]  # batches folded, updates saved, duplicate rate of the last batch
         reason = self._refusal(query, semantics)
         if reason:
             from ivm.engines.base import EngineRefused
@@ -274,7 +318,24 @@ class QHierEngine(Engine):
     # -- updates (§6.4) ---------------------------------------------------------------------
 
     def apply(self, updates: Sequence[Update]) -> None:
-        """Apply single-tuple updates in order; each costs O(|φ|²), independent of the data."""
+        """Apply a batch; each update costs O(|φ|²), independent of the data.
+
+        The batch is folded into a Z-set first when :func:`consolidates` says so
+        (O(|batch|) expected; the resulting state is the same).
+        """
+        if len(updates) > 1:
+            fold, rate = consolidates(updates, self.consolidate)
+            folded = self._folded
+            folded[2] = rate
+            if fold:
+                given = len(updates) - sum(1 for u in updates if not u[2])
+                updates = consolidate(updates)
+                folded[0] += 1
+                folded[1] += given - len(updates)
+                self._updates += given - len(updates)  # updates_applied counts the updates given
+        self._apply(updates)
+
+    def _apply(self, updates: Sequence[Update]) -> None:
         base = self._base
         occurrences = self._occurrences
         set_mode = self.semantics == "set"
@@ -604,8 +665,42 @@ class QHierEngine(Engine):
     def multiplicity(self, relation: str, row: Row) -> int:
         return self._base[relation].get(row, 0)
 
-    def stats(self) -> dict[str, int | float]:
+    @classmethod
+    def runtime_choices(cls, query: Query) -> list[dict[str, str]]:
+        """Batch folding: decided per batch from its duplicate rate (:func:`consolidates`)."""
+        return [
+            {
+                "choice": "fold each batch into a Z-set (one update per tuple) before applying it",
+                "statistic": "the batch's duplicate rate: the share of its updates that repeat a (relation, tuple) "
+                "pair of the same batch (one C-level pass)",
+                "rule": f"fold batches of at least {CONSOLIDATE_MIN_BATCH} updates whose duplicate rate is at least "
+                f"{CONSOLIDATE_AT:.0%}, apply the others update by update (the measured crossover, "
+                "bench/choices.py); same result either way",
+            }
+        ]
+
+    def choice(self) -> dict[str, Any]:
+        """The run-time choice of this engine (shown by ``View.explain()["choice"]``): batch folding."""
+        folded, mode = self._folded, self.consolidate
+        rule = (
+            f"a batch of at least {CONSOLIDATE_MIN_BATCH} updates is folded into a Z-set (one update per tuple) "
+            f"when at least {CONSOLIDATE_AT:.0%} of its updates repeat a tuple of the batch"
+            if mode == "auto"
+            else f"consolidate={mode!r} was requested"
+        )
         return {
+            "consolidate": mode,
+            "rule": rule,
+            "last_duplicate_rate": None if folded[2] is None else round(folded[2], 4),
+            "batches_folded": folded[0],
+            "updates_saved": folded[1],
+        }
+
+    def stats(self) -> dict[str, int | float]:
+        folded = self._folded
+        return {
+            "batches_folded": folded[0],
+            "updates_folded": folded[1],
             "updates_applied": self._updates,
             "items": self._items,
             "components": len(self._components),
@@ -625,6 +720,8 @@ class QHierEngine(Engine):
             "tracking": self._tracking,
             "delta": self._delta,
             "updates": self._updates,
+            "consolidate": self.consolidate,
+            "folded": list(self._folded),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -634,11 +731,13 @@ class QHierEngine(Engine):
         self._base = {rel: {} for rel in self.query.relations}
         self._tracking = False
         self._delta = {}
+        self.consolidate = state.get("consolidate", "auto")
         self._build()
-        self.apply([Update(rel, row, m) for rel, rows in state["base"].items() for row, m in rows.items()])
+        self._apply([Update(rel, row, m) for rel, rows in state["base"].items() for row, m in rows.items()])
         self._tracking = state["tracking"]
         self._delta = dict(state["delta"])
         self._updates = state["updates"]
+        self._folded = list(state.get("folded", [0, 0, None]))
 
 
 def _core(query: Query) -> Query:

@@ -62,6 +62,7 @@ def explain(
     out["eps"] = p.eps
     out["guarantee"] = p.guarantee.as_dict()
     out["plan"] = {"why": p.why, "structure": p.structure, "views": list(p.views), "notes": list(p.notes)}
+    out["runtime_choices"] = [dict(c) for c in p.runtime]
     return out
 
 
@@ -97,6 +98,11 @@ def render_text(d: Mapping[str, Any]) -> str:
         lines += [f"    {v}" for v in d["plan"]["views"]]
     for note in d["plan"]["notes"]:
         lines.append(f"  note: {note}")
+    runtime = d.get("runtime_choices") or []
+    if runtime:
+        lines += ["", "decided at run time, from the data:"]
+        for c in runtime:
+            lines += [f"  {c['choice']}", f"    statistic: {c['statistic']}", f"    rule:      {c['rule']}"]
     lines += [
         "",
         "guarantee (N = database size):",

@@ -177,6 +177,20 @@ class PropagationEngine(Engine):
 
     # -- updates --------------------------------------------------------------------------------
 
+    @classmethod
+    def runtime_choices(cls, query: Query) -> list[dict[str, str]]:
+        """The join tree: re-planned when a monitored update pattern is violated (003 §4)."""
+        return [
+            {
+                "choice": "the join tree (and with it the guarantee)",
+                "statistic": "each relation's observed update pattern: insert-only, FIFO (jointly with others), "
+                "or arbitrary, checked in O(1) per update by the pattern monitors",
+                "rule": "the plan relies on the declared (or optimistically inferred) patterns; the first update "
+                "that violates one downgrades it, and the tree is re-planned for the downgraded patterns and "
+                "rebuilt from the live tuples when it changes (O(|D|), at most O(m + m²) times per stream)",
+            }
+        ]
+
     def apply(self, updates: Sequence[Update]) -> None:
         base = self._base
         atoms = self._atoms_of

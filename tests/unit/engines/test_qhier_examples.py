@@ -167,11 +167,14 @@ def test_drain_delta_follows_the_answers() -> None:
 
 
 def test_boolean_query_result_and_planner() -> None:
-    v = ivm.maintain("Q() :- E(x,y), T(y)")
-    assert v.engine.name == "qhier"
+    v = ivm.maintain("Q() :- E(x,y), T(y)", engine="qhier")
     v.apply([("E", (1, 2), 1), ("E", (3, 2), 1), ("T", (2,), 1)])
     assert v.result() == 2 and list(v.enumerate()) == [((), 2)]
     assert ENGINES["qhier"] is QHierEngine
+    # the planner serves q-hierarchical queries whose F-IVM tree is O(1) with fivm (measured faster, same
+    # bounds; tests/unit/query/test_measured_defaults.py), the others with qhier
+    assert ivm.maintain("Q() :- E(x,y), T(y)").engine.name == "fivm"
+    assert ivm.maintain("Q(x,y) :- E(x,y), T(y)").engine.name == "qhier"
 
 
 def test_snapshot_round_trip() -> None:

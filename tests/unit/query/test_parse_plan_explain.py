@@ -70,7 +70,8 @@ def test_rule_errors():
 CHOICES = [
     ("Q() :- R(a,b), S(b,c), T(c,a)", [], "ivm_eps", "O(N^0.5) amortized", False),
     ("Q() :- E(a,b), E(b,c), E(c,a)", [], "ivm_eps", "O(N^0.5) amortized", False),
-    ("Q(x) :- R(x,y), S(x,z), T(x)", [], "qhier", "expected O(1) (hash tables)", True),
+    ("Q(x,y) :- R(x,y), S(x,z), T(x)", [], "qhier", "expected O(1) (hash tables)", True),
+    ("Q(x) :- R(x,y), S(x,z), T(x)", [], "fivm", "expected O(1) (hash tables)", True),  # measured, F-IVM Thm 13
     ("Q() :- E(x,x), E(x,y), E(y,y)", [], "fivm", "O(N) per single-tuple update", False),  # 002 §8 D
     (
         "Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)",
