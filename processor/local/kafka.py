@@ -47,6 +47,12 @@ def _java() -> str:
     return java
 
 
+# The local broker's JVM: the throughput collector and the C1 compiler only, as Spark's
+# driver (processor/local/spark.py): C2 spends seconds of CPU compiling while a short
+# run needs the cores.  IVM_KAFKA_JAVA_OPTIONS replaces these.
+_JVM_OPTIONS = os.environ.get("IVM_KAFKA_JAVA_OPTIONS", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1").split()
+
+
 class KafkaBroker:
     """A running broker; stop it with :meth:`stop` (or use it as a context manager)."""
 
@@ -100,7 +106,7 @@ class KafkaBroker:
                 raise RuntimeError(f"formatting the Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
         out = open(workdir / "broker.stdout", "ab")  # noqa: SIM115 (lives as long as the broker)
         proc = subprocess.Popen(
-            [*base, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "kafka.Kafka", str(props)],
+            [*base, f"-Xmx{heap}", "-Xms128m", *_JVM_OPTIONS, "kafka.Kafka", str(props)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         broker = cls(workdir, port, controller_port, proc)
