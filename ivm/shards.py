@@ -170,21 +170,27 @@ class ShardedView(View):
             self._routed.clear()
 
     def _targets(self, update: Update) -> list[tuple[int, Update]]:
-        """(shard, update of a per-atom relation) pairs for one original update (kept for the batch:
-        validation and application route each update once)."""
+        """(shard, update of a per-atom relation) pairs for one original update, kept for the batch:
+        an update validated against the state (``_current``) is routed once."""
         key = (update.relation, update.row)
         out = self._routed.get(key)
-        if out is not None and out[0][1].mult == update.mult:
-            return out
+        if out is None or out[0][1].mult != update.mult:
+            out = self._routed[key] = self._route(update)
+        return out
+
+    def _route(self, update: Update) -> list[tuple[int, Update]]:
+        """HyperCube routing of one update: O(1) per shard it goes to."""
         out = []
         row = update.row
         for relation, fixed, spread in self._plans[update.relation]:
             base = 0
             for position, salt, share, stride in fixed:
                 base += (stable_hash(row[position], salt) % share) * stride
-            routed = tuple.__new__(Update, (relation, row, update.mult))
-            out += [(base + offset, routed) for offset in spread]
-        self._routed[key] = out
+            routed = update if relation == update.relation else tuple.__new__(Update, (relation, row, update.mult))
+            if len(spread) == 1:
+                out.append((base + spread[0], routed))
+            else:
+                out += [(base + offset, routed) for offset in spread]
         return out
 
     def _current(self, update: Update) -> int:
@@ -192,12 +198,17 @@ class ShardedView(View):
         return self.shards[shard].engine.multiplicity(routed.relation, routed.row)
 
     def _apply_valid(self, valid: list[Update]) -> None:
-        per_shard: dict[int, list[Update]] = defaultdict(list)
+        per_shard: list[list[Update]] = [[] for _ in self.shards]
+        routed = self._routed
         for update in valid:
-            for shard, routed in self._targets(update):
-                per_shard[shard].append(routed)
-        for shard, batch in per_shard.items():
-            self.shards[shard].engine.apply(batch)
+            targets = routed.get((update.relation, update.row)) if routed else None
+            if targets is None or targets[0][1].mult != update.mult:
+                targets = self._route(update)  # not validated against the state: routed here only
+            for shard, u in targets:
+                per_shard[shard].append(u)
+        for shard, batch in enumerate(per_shard):
+            if batch:
+                self.shards[shard].engine.apply(batch)
 
     def multiplicity(self, relation: str, row: Row) -> int:
         return self._current(Update(relation, tuple(row), 1))
