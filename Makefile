@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e clean
+.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices clean
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
@@ -61,6 +61,9 @@ bench-patterns: setup
 
 bench-e2e: setup
 	$(BIN)/python bench/e2e.py
+
+bench-choices: setup
+	$(BIN)/python bench/choices.py
 
 clean:
 	rm -rf .local/demo .local/test-logs .pytest_cache

@@ -64,8 +64,8 @@ FALLBACK_ORDER = ("fivm", "propagation", "qhier", "ivm_eps", "first_order")
 QHIER_UPDATE = "expected O(1) (hash tables)"
 #: why a q-hierarchical query whose F-IVM tree is O(1) runs on fivm rather than qhier (bench/choices.py)
 QHIER_ON_FIVM_MEASURED = (
-    "chosen over qhier (same bounds) because it was measured 1.6-3.4x faster at commits of 1,000 on uniform, "
-    "skewed, mixed and duplicate-heavy streams, and from 13% slower to 36% faster for single updates (bench/choices.py)"
+    "chosen over qhier (same bounds) because it was measured 1.7-4.2x faster at commits of 1,000 on uniform, "
+    "skewed, mixed and duplicate-heavy streams, and from 13% slower to 34% faster for single updates (bench/choices.py)"
 )
 
 
