@@ -9,7 +9,7 @@ effective update against those patterns in O(1) (003 §4).
 
 Guarantees (data complexity, expected with hashing; 003 §2):
 
-- q-hierarchical: O(1) worst-case per update;
+- q-hierarchical: O(1) expected per update (hash lookups);
 - MixDetect true (insert-only: every free-connex query, Cor 1.6; FIFO:
   weak-q-hierarchical queries, Lemma 3.8; mixed: Lemma 4.16): O(1) amortized;
 - deletion-only after the prefix: O(1) amortized (App. C);

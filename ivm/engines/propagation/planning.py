@@ -2,7 +2,7 @@
 
 Best first (Hu & Wang; 003 §3.2–§3.4):
 
-1. q-hierarchical: the height-1 tree, O(1) worst-case per update (Lemma 2.2, 003 §3.5);
+1. q-hierarchical: the height-1 tree, O(1) expected per update (hash lookups; Lemma 2.2, 003 §3.5);
 2. every relation deletion-only after the prefix: any free-connex tree, O(1)
    amortized (App. C: counters only decrease);
 3. MixDetect accepts σ: the compatible tree (insert-only pairs pre-joined as
@@ -52,7 +52,7 @@ def choose_tree(query: Query, sigma: UpdatePatterns, deletion_only: bool = False
         raise ValueError(f"the propagation engine needs a free-connex query: {fc.reason}")
     if q_hierarchical(query):
         return TreePlan(
-            height_one_tree(query), "q-hierarchical", True, "O(1) worst-case", "q-hierarchical: height-1 tree"
+            height_one_tree(query), "q-hierarchical", True, "O(1) expected", "q-hierarchical: height-1 tree"
         )
     insert_only = UpdatePatterns(dict.fromkeys(query.relations, "I"))
     tree = compatible_tree(query, insert_only)
