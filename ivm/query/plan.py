@@ -247,14 +247,7 @@ def _best(
         return (
             "fivm",
             None,
-            Guarantee(
-                "O(N)",
-                QHIER_UPDATE,
-                delay_word,
-                "O(N)",
-                False,
-                "optimal: constant update and answer time cannot be improved",
-            ),
+            _qhier_guarantee(delay_word),
             True,
             order.render(query),
             tuple(f"V@{v}[{', '.join(sorted(view_keys(query, order, v)))}]" for v in order.parent),
@@ -267,14 +260,7 @@ def _best(
         return (
             "qhier",
             None,
-            Guarantee(
-                "O(N)",
-                QHIER_UPDATE,
-                delay_word,
-                "O(N)",
-                False,
-                "optimal: constant update and answer time cannot be improved",
-            ),
+            _qhier_guarantee(delay_word),
             True,
             height_one_tree(query).render(query),
             ("one weight and fit-list per q-tree node value (Berkholz et al. §6)",),
@@ -400,6 +386,13 @@ def _fivm_constant(query: Query) -> bool:
     """
     order = variable_order(query)
     return update_exponent(query, order) == 0 and size_exponent(query, order) <= 1
+
+
+def _qhier_guarantee(delay_word: str) -> Guarantee:
+    """The bounds of a q-hierarchical plan (Berkholz et al. Thm 3.2), whichever engine serves it."""
+    return Guarantee(
+        "O(N)", QHIER_UPDATE, delay_word, "O(N)", False, "optimal: constant update and answer time cannot be improved"
+    )
 
 
 def _set_semantics_note(a: Analysis) -> str:
