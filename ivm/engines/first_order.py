@@ -118,22 +118,7 @@ def apply_first_order(
                         count += m * len(out & into)
             # K_i(x, y) += m
             r = f.get(x)
-            if r is None:
-                f[x] = {y}
-                c = b.get(y)
-                if c is None:
-                    b[y] = {x}
-                else:
-                    c.add(x)
-                if m != 1:
-                    o[(x, y)] = m
-                sizes[i] += 1
-                size += 1
-                if size >= hi:
-                    halt = True
-                if hot <= 1:
-                    hit, halt = (i, x, 1), True
-            elif y in r:
+            if r is not None and y in r:
                 old = o.get((x, y), 1) if o else 1
                 new = old + m
                 if not new:
@@ -154,8 +139,11 @@ def apply_first_order(
                     del o[(x, y)]
                 else:
                     o[(x, y)] = new
-            else:
-                r.add(y)
+            else:  # a new tuple
+                if r is None:
+                    r = f[x] = {y}
+                else:
+                    r.add(y)
                 c = b.get(y)
                 if c is None:
                     b[y] = {x}
@@ -224,18 +212,10 @@ class FirstOrderIVM(Engine):
             yield (), self._count
 
     def multiplicity(self, relation: str, row: Row) -> int:
-        """``relation(row)`` in O(1) (inlined: the input policy asks for every update)."""
+        """``relation(row)`` in O(1)."""
         i, flipped = self._occurrences[relation][0]
-        if flipped:
-            y, x = row
-        else:
-            x, y = row
-        slot = self._slots[i]
-        r = slot.lf.get(x)
-        if r is None or y not in r:
-            return 0
-        other = slot.other
-        return other.get((x, y), 1) if other else 1
+        x, y = (row[1], row[0]) if flipped else row
+        return self._slots[i].get(x, y)
 
     def stats(self) -> dict[str, int | float]:
         return {

@@ -122,20 +122,10 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         return reason
 
     def multiplicity(self, relation: str, row: Row) -> int:
-        """``relation(row)`` in O(1), inlined for key-set slots (the input policy asks for every update)."""
+        """``relation(row)`` in O(1), from whichever partition the relation's slot has now."""
         i, flipped = self.occurrences[relation][0]
-        if flipped:
-            y, x = row
-        else:
-            x, y = row
-        part = self.parts[i]
-        if type(part) is not AllLightPartition:
-            return part.get(x, y)
-        r = part.lf.get(x)
-        if r is None or y not in r:
-            return 0
-        other = part.other
-        return other.get((x, y), 1) if other else 1
+        x, y = (row[1], row[0]) if flipped else row
+        return self.parts[i].get(x, y)
 
     # -- the current choice ------------------------------------------------------------
 

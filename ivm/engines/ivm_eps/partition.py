@@ -134,38 +134,13 @@ class HeavyLightPartition:
         return x in self.hf or self.eps == 0.0
 
     def add(self, heavy: bool, x: object, y: object, m: int) -> int:
-        """``K_r(x, y) += m`` on part ``r`` in O(1) (:func:`index_add`, inlined); returns the
-        change in distinct tuples and keeps ``nonunit``."""
+        """``K_r(x, y) += m`` on part ``r`` in O(1) (:func:`index_add`); returns the change in
+        distinct tuples and keeps ``nonunit``."""
         fwd, bwd = (self.hf, self.hb) if heavy else (self.lf, self.lb)
         row = fwd.get(x)
-        if row is None:
-            fwd[x] = {y: m}
-            col = bwd.get(y)
-            if col is None:
-                bwd[y] = {x: m}
-            else:
-                col[x] = m
-            old, new, delta = 0, m, 1
-        else:
-            old = row.get(y, 0)
-            new = old + m
-            if new:
-                row[y] = new
-                col = bwd.get(y)
-                if col is None:
-                    bwd[y] = {x: new}
-                else:
-                    col[x] = new
-                delta = 0 if old else 1
-            else:
-                del row[y]
-                if not row:
-                    del fwd[x]
-                col = bwd[y]
-                del col[x]
-                if not col:
-                    del bwd[y]
-                delta = -1
+        old = row.get(y, 0) if row is not None else 0
+        new = old + m
+        delta = index_add(fwd, bwd, x, y, m)
         if old != 1 and old:
             self.nonunit -= 1
         if new != 1 and new:
