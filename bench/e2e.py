@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
 import os
 import random
@@ -231,9 +232,9 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
 
 
 def main() -> None:
-    import logging
-
-    logging.basicConfig(level=logging.INFO if __import__("os").environ.get("E2E_LOG") else logging.WARNING)
+    logging.basicConfig(level=logging.INFO if os.environ.get("E2E_LOG") else logging.WARNING)
+    if os.environ.get("E2E_LOG"):
+        logging.getLogger("processor.job").setLevel(logging.DEBUG)  # each Spark hand-over too
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("-n", type=int, default=None, help="updates per run")

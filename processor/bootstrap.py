@@ -9,8 +9,8 @@ then recovers that state and continues from those offsets.
 
 from __future__ import annotations
 
+import io
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -33,7 +33,7 @@ _CHUNK = 50_000  # tuples per progress step
 
 
 def _bar_stream(progress: bool) -> TextIO:
-    return sys.stderr if progress else open(os.devnull, "w")
+    return sys.stderr if progress else io.StringIO()
 
 
 _AVRO_TO_PYTHON: dict[str, Callable[[Any], Any]] = {

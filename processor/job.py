@@ -123,12 +123,8 @@ def run_job(
         report = pipeline.process(batch)
         log.info(
             "batch %d: %d records, %s applied, %d dead letters, %.3fs",
-            report.batch_id,
-            report.records,
-            report.applied,
-            report.dead_letters,
-            report.seconds,
-        )
+            report.batch_id, report.records, report.applied, report.dead_letters, report.seconds,
+        )  # fmt: skip
         if store is not None and report.batch_id % config.snapshot_every == 0:
             started = time.perf_counter()
             path, size = store.save(pipeline.state, list(pipeline.views))
@@ -143,7 +139,7 @@ def run_job(
     def process(df, spark_batch_id: int) -> None:
         started = time.perf_counter()
         batch = RecordBatch.from_arrow(df.toArrow())
-        log.info(
+        log.debug(
             "spark batch %d: %d records handed over in %.3fs", spark_batch_id, len(batch), time.perf_counter() - started
         )
         if handoff is None:
@@ -214,12 +210,11 @@ class Handoff:
         self._worker.join()
 
     def _run(self) -> None:
-        while True:
-            batch = self._queue.get()
-            if batch is None or self.error is not None:
-                return
+        """Apply batches until ``close`` or the first failure (reported by ``put`` and ``run_job``)."""
+        while (batch := self._queue.get()) is not None:
             try:
                 self._apply(batch)
-            except BaseException as err:  # reported by put() and run_job
+            except BaseException as err:
                 log.exception("the pipeline failed")
                 self.error = err
+                return
