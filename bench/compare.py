@@ -29,6 +29,13 @@ update a single tuple with multiplicity +1 or -1, committed in batches):
   (two hubs take half of N = 10^6 tuples), loaded, then 1,000 single-tuple
   hub-hub probes (insert and delete) timed one commit each: the updates whose
   first-order delta intersects two Θ(N) lists (this project's engines only).
+- ``triangle/hubs``: the adversarial database loaded, then a stationary update
+  stream of N/10 single-tuple updates in which a share ``h`` (``--hub-shares``,
+  one row per value) toggles one of the 6 hub-hub tuples (``R``, ``S``, ``T`` in
+  both orientations: inserted if absent, deleted if present) and the rest
+  follow the generator (with probability 1/2 the insert of a new spoke or
+  random tuple, else the delete of a uniformly random present tuple).  It
+  shows how often updates must join two Θ(N)-degree keys before IVM^eps pays.
 - ``qhier``: ``Q() :- R(a,b), S(a,c)`` (q-hierarchical), 400,000 inserts with
   keys over 50,000 values, then half deleted.
 - ``sum``: ``Q(SUM(p)) :- C(c,n), O(o,c), L(o,p)`` (a join-aggregate with SUM,
@@ -87,6 +94,7 @@ QUERIES = {
     "triangle/facebook": "Q() :- R(a,b), S(b,c), T(c,a)",
     "triangle/skewed": "Q() :- R(a,b), S(b,c), T(c,a)",
     "triangle/adversarial": "Q() :- R(a,b), S(b,c), T(c,a)",
+    "triangle/hubs": "Q() :- R(a,b), S(b,c), T(c,a)",
     "qhier": "Q() :- R(a,b), S(a,c)",
     "sum": "Q(SUM(p)) :- C(c, n), O(o, c), L(o, p)",
 }
@@ -99,6 +107,7 @@ SYSTEMS = {
     "triangle/facebook": ["auto", "first_order", "eps=0.5", "pathway", "duckdb"],
     "triangle/skewed": ["auto", "first_order", "eps=0.5", "pathway", "duckdb"],
     "triangle/adversarial": ["auto", "first_order", "eps=0.5"],
+    "triangle/hubs": ["auto", "first_order", "eps=0.5"],
     "qhier": ["auto", "first_order_delta", "pathway", "duckdb"],
     "sum": ["auto", "first_order_delta", "pathway", "duckdb"],
 }
@@ -192,11 +201,74 @@ def chung_lu_stream(n: int, seed: int, beta: float, degree: float) -> tuple[list
     return load, stream, stats
 
 
+def adversarial_load(n: int, seed: int) -> list[Update]:
+    """The distinct tuples of ``bench/triangles.py``'s adversarial stream (two hubs hold half of them)."""
+    from triangles import skewed_stream
+
+    seen: set = set()
+    inserts = []
+    for u in skewed_stream(n, seed):
+        if (u[0], u[1]) not in seen:  # set semantics: each tuple once
+            seen.add((u[0], u[1]))
+            inserts.append(u)
+    return inserts
+
+
+def hub_churn_stream(load: list[Update], n: int, share: float, seed: int) -> tuple[list[Update], dict]:
+    """(update stream, statistics) of ``triangle/hubs`` over the adversarial ``load`` (module docstring).
+
+    Set semantics throughout: a toggle deletes a present tuple and inserts an
+    absent one; the generator's inserts are redrawn until absent.
+    """
+    rng = random.Random(seed + 7)
+    hubs, pool = 2, max(len(load) // 4, 10)
+    hub_hub = [(r, row) for r in "RST" for row in ((0, 1), (1, 0))]
+    present = [(r, row) for r, row, _ in load if (r, row) not in hub_hub]
+    where = {t: i for i, t in enumerate(present)}
+    on = {(r, row) for r, row, _ in load}.intersection(hub_hub)
+    stream: list[Update] = []
+    toggles = 0
+    for _ in range(n):
+        if rng.random() < share:
+            t = rng.choice(hub_hub)
+            stream.append((t[0], t[1], -1 if t in on else 1))
+            on ^= {t}
+            toggles += 1
+        elif rng.random() < 0.5:
+            i = rng.randrange(len(present))
+            t, last = present[i], present.pop()
+            if i < len(present):
+                present[i] = last
+                where[last] = i
+            del where[t]
+            stream.append((t[0], t[1], -1))
+        else:
+            while True:
+                v = hubs + rng.randrange(pool)
+                if rng.random() < 0.5:
+                    hub = rng.randrange(hubs)
+                    row = (hub, v) if rng.random() < 0.5 else (v, hub)
+                else:
+                    row = (v, hubs + rng.randrange(pool))
+                t = (rng.choice("RST"), row)
+                if t not in where:
+                    break
+            where[t] = len(present)
+            present.append(t)
+            stream.append((t[0], t[1], 1))
+    return stream, {"tuples": len(load), "hub_share": share, "hub_hub_updates": toggles}
+
+
 def workload(
-    name: str, quick: bool, seed: int, beta: float = SKEW_BETA, degree: float = FACEBOOK_DEGREE
+    name: str,
+    quick: bool,
+    seed: int,
+    beta: float = SKEW_BETA,
+    degree: float = FACEBOOK_DEGREE,
+    hub_share: float = 0.0,
 ) -> tuple[Phases, dict]:
     """The timed phases of a workload, in order (``inserts`` first), and statistics about it."""
-    from triangles import facebook_stream, skewed_stream
+    from triangles import facebook_stream
 
     rng = random.Random(seed)
     stats: dict[str, Any] = {}
@@ -205,13 +277,13 @@ def workload(
     elif name == "triangle/skewed":
         load, stream, stats = chung_lu_stream(100_000 if quick else 1_000_000, seed, beta, degree)
         return [("inserts", load), ("stream", stream)], stats
+    elif name == "triangle/hubs":
+        load = adversarial_load(100_000 if quick else 1_000_000, seed)
+        stream, stats = hub_churn_stream(load, len(load) // 10, hub_share, seed)
+        return [("inserts", load), ("stream", stream)], stats
     elif name == "triangle/adversarial":
-        seen: set = set()
-        inserts = []
-        for u in skewed_stream(100_000 if quick else 1_000_000, seed):
-            if (u[0], u[1]) not in seen:  # set semantics: each tuple once
-                seen.add((u[0], u[1]))
-                inserts.append(u)
+        inserts = adversarial_load(100_000 if quick else 1_000_000, seed)
+        seen = {(r, row) for r, row, _ in inserts}
         probes: list[Update] = []
         for p in range(500):
             rel, row = "RST"[p % 3], ((0, 1) if p % 2 else (1, 0))
@@ -278,7 +350,7 @@ class DuckDB:
         self.sql = SQL[workload_name.split("/")[0]]
         self.name = "duckdb"
 
-    def _write(self, batch: list[Update]) -> None:
+    def write(self, batch: list[Update]) -> None:
         """INSERT / DELETE the batch's net changes (a tuple deleted and inserted again in one
         batch nets to nothing; the workloads have set semantics, so each net change is ±1)."""
         import pandas as pd
@@ -301,9 +373,12 @@ class DuckDB:
                     )
             self.con.unregister("batch")
 
-    def commit(self, batch: list[Update]) -> Any:
-        self._write(batch)
+    def read(self) -> Any:
         return self.con.execute(self.sql).fetchall()[0][0]
+
+    def commit(self, batch: list[Update]) -> Any:
+        self.write(batch)
+        return self.read()
 
     def load(self, updates: list[Update]) -> Any:
         return self.commit(updates)
@@ -423,6 +498,36 @@ def timed_phase(system: Any, stream: list[Update], batch: int, budget: float) ->
     return done, elapsed, times, result
 
 
+def sampled_phase(system: Any, stream: list[Update], batch: int, samples: int) -> tuple[int, float, list[float], Any]:
+    """Re-evaluation over the whole phase, timed on ``samples`` commits spread evenly across it.
+
+    A re-evaluating system's commit costs grow with the database, so timing only
+    the commits that fit a budget (the first ones, on the smallest database) would
+    flatter it.  Here every batch is written (``system.write``), and every k-th
+    batch, the last included, is a full timed commit: write, then re-run the query
+    (``system.read``).  ``sampled updates / their seconds`` is then an unbiased
+    estimate of the rate of committing every batch.  Returns what ``timed_phase``
+    does, for the sampled commits; their CPU time goes to ``CPU``.
+    """
+    chunks = batches(stream, batch)
+    every = max(1, -(-len(chunks) // samples))
+    done, elapsed, times, result, cpu = 0, 0.0, [], None, 0.0
+    for i, b in enumerate(chunks):
+        if i % every and i != len(chunks) - 1:
+            system.write(b)
+            continue
+        c0, t0 = time.process_time(), time.perf_counter()
+        system.write(b)
+        result = system.read()
+        dt = time.perf_counter() - t0
+        cpu += time.process_time() - c0
+        times.append(dt)
+        elapsed += dt
+        done += len(b)
+    CPU["s"] = CPU.get("s", 0.0) + cpu
+    return done, elapsed, times, result
+
+
 def watchdog(cap_mb: float, row: dict) -> None:
     """Stop the process (printing the row with an error) once its resident memory exceeds ``cap_mb``.
 
@@ -475,10 +580,13 @@ def cell(
     cap_mb: float = 4096,
     beta: float = SKEW_BETA,
     degree: float = FACEBOOK_DEGREE,
+    samples: int = 25,
+    hub_share: float = 0.0,
 ) -> dict:
-    phases, stats = workload(workload_name, quick, seed, beta, degree)
+    phases, stats = workload(workload_name, quick, seed, beta, degree, hub_share)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    row: dict[str, Any] = {"workload": workload_name, "system": system_name, "batch": batch, "stream_mb": base_rss}
+    label = f"{workload_name} h={hub_share:g}" if workload_name == "triangle/hubs" else workload_name
+    row: dict[str, Any] = {"workload": label, "system": system_name, "batch": batch, "stream_mb": base_rss}
     row["phases"] = [name for name, _ in phases]
     row["workload_stats"] = stats
     for name, updates in phases:
@@ -496,18 +604,24 @@ def cell(
     result = None
     for name, updates in phases:
         size = 1 if name == "probes" else batch
-        done[name], seconds[name], times, result = timed_phase(system, updates, size, budget)
+        if isinstance(system, DuckDB):
+            done[name], seconds[name], times, result = sampled_phase(system, updates, size, samples)
+            row[f"{name}_sampled_commits"] = len(times)
+            applied = len(updates)
+        else:
+            done[name], seconds[name], times, result = timed_phase(system, updates, size, budget)
+            applied = done[name]
         cpu[name] = CPU.pop("s")
         if name != "probes":
             commits += times
         if name == "inserts":
-            if done[name] < len(updates):
+            if applied < len(updates):
                 t0 = time.perf_counter()
                 result = system.load(updates[done[name] :])
                 row["untimed_load_s"] = time.perf_counter() - t0
             row["after_inserts"] = result
         else:
-            complete = complete and done[name] == len(updates)
+            complete = complete and applied == len(updates)
         summarize(row, done, seconds, cpu, commits)
     row["result"] = result if complete else None
     row.update(system.close())
@@ -588,16 +702,19 @@ class _Remainder:
 # -- driver ----------------------------------------------------------------------------
 
 
-def run_cell(args: argparse.Namespace, workload_name: str, system_name: str) -> dict:
+def run_cell(args: argparse.Namespace, workload_name: str, system_name: str, hub_share: float = 0.0) -> dict:
     cmd = [sys.executable, __file__, "--worker", workload_name, system_name, "--batch", str(args.batch)]
+    cmd += ["--hub-share", str(hub_share)]
     cmd += ["--budget", str(args.budget), "--seed", str(args.seed), "--cap-mb", str(args.cap_mb)]
     cmd += ["--skew-beta", str(args.skew_beta), "--skew-degree", str(args.skew_degree)]
+    cmd += ["--samples", str(args.samples)]
     cmd += ["--quick"] if args.quick else []
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in done.stdout.strip().splitlines() if ln.startswith("{")]
     if done.returncode or not lines:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return {"workload": workload_name, "system": system_name, "error": " | ".join(tail)}
+        label = f"{workload_name} h={hub_share:g}" if workload_name == "triangle/hubs" else workload_name
+        return {"workload": label, "system": system_name, "error": " | ".join(tail)}
     return json.loads(lines[-1])
 
 
@@ -613,7 +730,9 @@ def _phase_cell(r: dict, phase: str) -> str:
         return ""
     text = fmt(r.get(f"{phase}_per_s"))
     timed, total = r.get(f"{phase}_timed"), r[f"n_{phase}"]
-    if timed is not None and timed != total:
+    if r.get(f"{phase}_sampled_commits"):
+        text += f" ({r[f'{phase}_sampled_commits']} commits sampled)"
+    elif timed is not None and timed != total:
         text += f" ({timed:,} timed)"
     return text
 
@@ -697,7 +816,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [wl for wl in QUERIES if any(r["workload"] == wl for r in rows)]
+    names = list(dict.fromkeys(r["workload"] for r in rows))
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4), squeeze=False)
     for ax, wl in zip(axes[0], names, strict=True):
         cells = [r for r in rows if r["workload"] == wl and r.get("all_per_s")]
@@ -723,14 +842,32 @@ def main() -> None:
     parser.add_argument("--systems", default=None, help="comma-separated systems (default: all of each workload)")
     parser.add_argument("--skew-beta", type=float, default=SKEW_BETA, help="power-law exponent of the skewed graph")
     parser.add_argument("--skew-degree", type=float, default=FACEBOOK_DEGREE, help="average degree of the skewed graph")
+    parser.add_argument(
+        "--samples", type=int, default=None, help="timed commits per phase of DuckDB (25; 8 with --quick)"
+    )
+    parser.add_argument(
+        "--hub-shares", default="0,0.001,0.01,0.1", help="triangle/hubs: shares of hub-hub toggles, one row each"
+    )
+    parser.add_argument("--hub-share", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="compare", help="file stem of the JSON and PNG under bench/out/")
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "SYSTEM"))
     args = parser.parse_args()
     if args.budget is None:
         args.budget = 4.0 if args.quick else 20.0
+    if args.samples is None:
+        args.samples = 8 if args.quick else 25
     if args.worker:
         row = cell(
-            *args.worker, args.batch, args.budget, args.quick, args.seed, args.cap_mb, args.skew_beta, args.skew_degree
+            *args.worker,
+            args.batch,
+            args.budget,
+            args.quick,
+            args.seed,
+            args.cap_mb,
+            args.skew_beta,
+            args.skew_degree,
+            args.samples,
+            args.hub_share,
         )
         print(json.dumps(row, default=str))
         return
@@ -740,11 +877,13 @@ def main() -> None:
         parser.error(f"unknown workloads {unknown}; choose from {list(QUERIES)}")
     wanted = set(args.systems.split(",")) if args.systems else None
     rows = []
-    for wl in chosen:
+    shares = [float(x) for x in args.hub_shares.split(",")]
+    runs = [(name, share) for name in chosen for share in (shares if name == "triangle/hubs" else [0.0])]
+    for wl, share in runs:
         for system in SYSTEMS[wl]:
             if wanted is not None and system not in wanted:
                 continue
-            row = run_cell(args, wl, system)
+            row = run_cell(args, wl, system, share)
             rows.append(row)
             extra = "".join(
                 f" {phase} {fmt(row.get(f'{phase}_per_s'))}/s"
@@ -752,7 +891,8 @@ def main() -> None:
                 if row.get(f"{phase}_per_s")
             )
             print(
-                f"{wl:20} {system:18} all/s {fmt(row.get('all_per_s')):>10}{extra} {row.get('error', '')}", flush=True
+                f"{row['workload']:24} {system:18} all/s {fmt(row.get('all_per_s')):>10}{extra} {row.get('error', '')}",
+                flush=True,
             )
     results: dict[str, set] = {}
     for r in rows:
