@@ -26,6 +26,11 @@ class Ring(ABC):
 
     name: str = "ring"
     commutative: bool = True
+    #: Elements are plain Python numbers (``int``, ``float``, ``Fraction``): ``+`` and ``*`` are the numbers'
+    #: own, ``0`` and ``1`` the numbers 0 and 1, ``from_mult(m) == m``, the zero test is ``== 0`` and
+    #: ``g_X(x) = x^k`` with ``k = power(X)``.  An engine checks it once, when it builds its plans, and then
+    #: computes with the numbers directly instead of calling the ring's methods (§2.1, §2.4).
+    numeric: bool = False
 
     @property
     @abstractmethod
@@ -60,6 +65,10 @@ class Ring(ABC):
     def is_zero(self, element: Any) -> bool:
         """Is ``element`` the zero of the ring (such keys are deleted from views)?"""
         return bool(element == self.zero)
+
+    def power(self, variable: str) -> int:
+        """For a :attr:`numeric` ring: the k of ``g_variable(x) = x^k`` (0: the constant lifting 1)."""
+        return 0
 
 
 class Pair:

@@ -22,6 +22,7 @@ class NumericRing(Ring):
     """
 
     name = "Z"
+    numeric = True
 
     @property
     def zero(self) -> int:
@@ -49,12 +50,17 @@ class SumRing(NumericRing):
     >>> r = SumRing({"b": 2, "c": 1})
     >>> r.lift("b", 3), r.lift("c", 4), r.lift("a", 9), r.lift_tuple(("a", "b", "c"), (9, 3, 4))
     (9, 4, 1, 36)
+    >>> r.power("b"), r.power("a")
+    (2, 0)
     """
 
     name = "Z/R (sum)"
 
     def __init__(self, powers: Mapping[str, int] | Collection[str]) -> None:
         self.powers = dict(powers) if isinstance(powers, Mapping) else dict.fromkeys(powers, 1)
+
+    def power(self, variable: str) -> int:
+        return self.powers.get(variable, 0)
 
     def lift(self, variable: str, value: Any) -> Any:
         k = self.powers.get(variable, 0)

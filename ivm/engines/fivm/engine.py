@@ -22,7 +22,9 @@ size exponent s), counted in ``stats()["rebuilds"]``.
 
 Aggregates and rings (``ring=`` option, default from the query's aggregate):
 
-- ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18);
+- ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18), both
+  numeric rings, so its payloads are kept as ``(count, sum)`` lanes of plain
+  numbers and computed without ring method calls (:mod:`ivm.engines.fivm.lanes`);
 - ``covariance``: the continuous covariance ring (``exact=True`` keeps Python
   ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
   generalized covariance ring (Def. 37);
@@ -36,8 +38,18 @@ from itertools import product
 from typing import Any
 
 from ivm.engines.base import Engine
+from ivm.engines.fivm import lanes
 from ivm.engines.fivm.indicators import add_indicators
-from ivm.engines.fivm.view_tree import DeltaPlan, Store, ViewNode, ViewTree, build_view_tree, compile_plans, mu
+from ivm.engines.fivm.view_tree import (
+    DeltaPlan,
+    Store,
+    ViewNode,
+    ViewTree,
+    build_view_tree,
+    compile_plans,
+    mu,
+    projection,
+)
 from ivm.query.model import Atom, Query
 from ivm.query.variable_order import VariableOrder, _finish, update_exponent, variable_order
 from ivm.rings.base import Pair, PairRing, Ring
@@ -69,6 +81,7 @@ class FIVM(Engine):
     """
 
     name = "fivm"
+    _lanes = False  # (a class default: snapshots taken before lanes existed hold Pair payloads)
 
     def __init__(
         self,
@@ -101,6 +114,10 @@ class FIVM(Engine):
             for node in self.tree.nodes():  # enumeration walks every view top-down (§9 item 4)
                 node.materialized = True
         compile_plans(self.tree, self.ring.lifts)
+        # Z × Z/R of two numeric rings: (count, sum) tuples of plain numbers instead of Pair objects
+        self._lanes = lanes.numeric_pair(self.ring)
+        if self._lanes:
+            self._compile_lane_lifts()
         for node in self.tree.nodes():
             node.store = Store() if node.materialized else None
         self.base: dict[str, dict[Row, int]] = {r: {} for r in query.relations}
@@ -141,6 +158,25 @@ class FIVM(Engine):
             return GeneralizedCovarianceRing(agg.variables or tuple(sorted(query.variables)), categorical)
         return RelationalRing(query.free, factorized=name == "factorized")
 
+    def _compile_lane_lifts(self) -> None:
+        """Every delta plan's ``powers``: the lifted variables' positions (child key or join slots) and k."""
+        sum_ring = self.ring.second  # type: ignore[attr-defined]
+        for node in self.tree.nodes():
+            for plan in node.plans:
+                where = plan.direct.lift_positions if plan.direct is not None else plan.lift_slots
+                plan.powers = lanes.lift_powers(sum_ring, plan.lift_vars, where)
+
+    def _from_mult(self, mult: int) -> Any:
+        """The payload ``mult · 1`` of a base tuple."""
+        return (mult, mult) if self._lanes else self.ring.from_mult(mult)
+
+    def _is_zero(self, payload: Any) -> bool:
+        return payload == lanes.ZERO if self._lanes else self.ring.is_zero(payload)
+
+    @property
+    def _zero(self) -> Any:
+        return lanes.ZERO if self._lanes else self.ring.zero
+
     # ---------------------------------------------------------------- updates
     def apply(self, updates: Sequence[Update]) -> None:
         """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4)."""
@@ -171,7 +207,7 @@ class FIVM(Engine):
                 rebuild = True
                 continue
             if not rebuild:
-                single = len(delta) == 1 and not self._factorized
+                single = len(delta) == 1 and not self._factorized and not self._lanes
                 for leaf in self.tree.leaves.get(relation, []):
                     if single:  # a single-tuple update: one key up the whole path (_propagate_one)
                         ((row, m),) = delta.items()
@@ -210,7 +246,7 @@ class FIVM(Engine):
                 else:
                     counts.pop(pk, None)
                 if (before > 0) != (after > 0):
-                    d[pk] = self.ring.from_mult(1 if after > 0 else -1)
+                    d[pk] = self._from_mult(1 if after > 0 else -1)
             if d:
                 out.append((leaf, d))
         return out
@@ -228,17 +264,23 @@ class FIVM(Engine):
         atom = self.query.atoms[leaf.atom]  # type: ignore[index]
         positions = [atom.terms.index(v) for v in leaf.keys]
         simple = not atom.constants and len(positions) == len(atom.terms)
-        out: Delta = {}
-        from_mult = self.ring.from_mult
+        from_mult = self._from_mult
+        if simple:  # the rows are the keys
+            if self._lanes:
+                return {row: (m, m) for row, m in delta.items()}
+            return {row: from_mult(m) for row, m in delta.items()}
+        mults: dict[tuple[Any, ...], int] = {}  # rows projecting to one key (repeated variables) add up
         for row, m in delta.items():
-            if not simple and not atom.matches(row):
-                continue
-            key = row if simple else tuple(row[p] for p in positions)
-            out[key] = out[key] + from_mult(m) if key in out else from_mult(m)
-        return out
+            if atom.matches(row):
+                key = tuple(row[p] for p in positions)
+                mults[key] = mults.get(key, 0) + m
+        return {key: from_mult(m) for key, m in mults.items()}
 
     def _propagate(self, node: ViewNode, delta: Delta) -> None:
         """Maintain every materialized view on the path from ``node`` to its root (Fig. 7 triggers)."""
+        if self._lanes:
+            self._propagate_lanes(node, delta)
+            return
         is_zero = self.ring.is_zero
         while True:
             delta = {k: p for k, p in delta.items() if not is_zero(p)}
@@ -259,6 +301,30 @@ class FIVM(Engine):
                     self._record(node, delta)
                 return
             for plan in parent.plans:  # by identity: ViewNode's dataclass __eq__ compares whole subtrees
+                if plan.child is node:
+                    break
+            delta = self._delta(plan, delta)
+            node = parent
+
+    def _propagate_lanes(self, node: ViewNode, delta: Delta) -> None:
+        """:meth:`_propagate` for Z × Z/R payloads kept as ``(count, sum)`` lanes (:mod:`.lanes`).
+
+        The same walk to the root; a single key goes through the same delta
+        rule (:func:`.lanes.direct_delta` is one lookup per sibling for it).
+        """
+        zero = lanes.ZERO
+        while True:
+            delta = {k: p for k, p in delta.items() if p != zero}
+            if not delta:
+                return
+            if node.store is not None:
+                node.store.add_all_lanes(delta)
+            parent = node.parent
+            if parent is None:
+                if self._tracking:
+                    self._record(node, delta)
+                return
+            for plan in parent.plans:  # by identity, as in _propagate
                 if plan.child is node:
                     break
             delta = self._delta(plan, delta)
@@ -305,6 +371,9 @@ class FIVM(Engine):
 
     def _delta(self, plan: DeltaPlan, delta: Delta) -> Delta:
         """``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)`` with sibling lookups by index; cost O(|δV_j| · fan-out)."""
+        if self._lanes:
+            kernel = lanes.join_delta if plan.direct is None else lanes.direct_delta
+            return kernel(plan, delta, plan.powers)
         if plan.direct is not None and not self._factorized:
             return self._direct_delta(plan, delta)
         out: Delta = {}
@@ -312,7 +381,8 @@ class FIVM(Engine):
         steps = plan.steps
         nsteps = len(steps)
         ring = self.ring
-        lift_vars, lift_slots, key_slots = plan.lift_vars, plan.lift_slots, plan.key_slots
+        lift_vars, lift_slots = plan.lift_vars, plan.lift_slots
+        key_of = projection(plan.key_slots)
         factorized = self._factorized
         var = plan.node.var
 
@@ -321,7 +391,7 @@ class FIVM(Engine):
                 payload = payload * ring.lift_tuple(lift_vars, [slots[s] for s in lift_slots])
             if factorized:
                 payload = payload.marginalize_to((var,))
-            key = tuple(slots[s] for s in key_slots)
+            key = key_of(slots)  # type: ignore[arg-type]
             old = out.get(key)
             out[key] = payload if old is None else old + payload
 
@@ -396,7 +466,7 @@ class FIVM(Engine):
             assert node.store is not None
             if node in self.indicator_leaves:
                 counts = self.indicator_counts[self.indicator_leaves.index(node)]
-                contents = {pk: self.ring.from_mult(1) for pk, c in counts.items() if c > 0}
+                contents = {pk: self._from_mult(1) for pk, c in counts.items() if c > 0}
             elif node.is_leaf:
                 rel = self.query.atoms[node.atom].relation  # type: ignore[index]
                 contents = self._leaf_delta(node, self.base[rel])
@@ -407,7 +477,10 @@ class FIVM(Engine):
                 assert first.store is not None
                 contents = self._delta(node.plans[0], dict(first.store.data))
             for key, payload in contents.items():
-                node.store.add(key, payload, self.ring.is_zero)
+                if self._lanes:
+                    node.store.add_lanes(key, payload)
+                else:
+                    node.store.add(key, payload, self.ring.is_zero)
 
         for root in self.tree.roots:
             evaluate(root)
@@ -424,6 +497,8 @@ class FIVM(Engine):
 
     # ----------------------------------------------------------------- results
     def _multiplicity_of(self, payload: Any) -> int:
+        if self._lanes:
+            return payload[0]
         if isinstance(payload, Pair):
             return payload.first
         if isinstance(payload, (Covariance, GeneralizedCovariance)):
@@ -441,11 +516,11 @@ class FIVM(Engine):
             return
         for combo in product(*(s.items() for s in stores)):
             key: tuple[Any, ...] = ()
-            payload = self.ring.one
+            payload = (1, 1) if self._lanes else self.ring.one
             for k, p in combo:
                 key += k
-                payload = payload * p
-            if not self.ring.is_zero(payload):
+                payload = (payload[0] * p[0], payload[1] * p[1]) if self._lanes else payload * p
+            if not self._is_zero(payload):
                 yield key, payload, names
 
     def _answers(self) -> Iterator[tuple[Row, Any]]:
@@ -472,6 +547,8 @@ class FIVM(Engine):
                 yield answer, m
 
     def _finish_value(self, payload: Any) -> Any:
+        if self._lanes:
+            return payload[1] * self.query.aggregate.coefficient
         if isinstance(payload, Pair):
             return payload.second * self.query.aggregate.coefficient
         return payload
@@ -495,15 +572,15 @@ class FIVM(Engine):
             roots = self.tree.roots
             if len(roots) == 1:  # O(1): the root view keeps one payload, under the empty key
                 payload = roots[0].store.data.get(())  # type: ignore[union-attr]
-                return self._finish_value(self.ring.zero if payload is None else payload)
+                return self._finish_value(self._zero if payload is None else payload)
             payload = next((p for _, p in self._answers()), None)
             if payload is None:
-                payload = self.ring.zero
+                payload = self._zero
             return self._finish_value(payload)
         out_groups: dict[Row, Any] = {}
         for answer, payload in self._answers():
             value = self._finish_value(payload)
-            if isinstance(payload, Pair) and value == 0:
+            if (self._lanes or isinstance(payload, Pair)) and value == 0:
                 continue
             out_groups[answer] = value
         return out_groups
@@ -602,7 +679,12 @@ class FIVM(Engine):
     # ------------------------------------------------------------------ intro
     def views(self) -> dict[str, dict[tuple[Any, ...], Any]]:
         """The materialized views by name (payloads by key)."""
-        return {n.name: dict(n.store.data) for n in self.tree.nodes() if n.store is not None}
+        convert = lanes.to_pair if self._lanes else None  # lanes are shown as the Pair they stand for
+        return {
+            n.name: {k: convert(p) for k, p in n.store.data.items()} if convert else dict(n.store.data)
+            for n in self.tree.nodes()
+            if n.store is not None
+        }
 
     def explain(self) -> str:
         """The view tree with ``*`` on materialized views, and the variable order."""

@@ -39,19 +39,22 @@ class Store:
     operation is amortized O(1) per index (§2.2 storage contract).
     """
 
-    __slots__ = ("data", "indexes")
+    __slots__ = ("_projected", "data", "indexes")
 
     def __init__(self) -> None:
         self.data: dict[tuple[Any, ...], Any] = {}
         self.indexes: dict[tuple[int, ...], dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]] = {}
+        self._projected: list[tuple[Projection, dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]]] = []
 
     def index(self, positions: tuple[int, ...]) -> dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]:
         idx = self.indexes.get(positions)
         if idx is None:
             idx = {}
+            project = key_projection(positions)
             for key, payload in self.data.items():
-                idx.setdefault(tuple(key[p] for p in positions), {})[key] = payload
+                idx.setdefault(project(key), {})[key] = payload
             self.indexes[positions] = idx
+            self._projected.append((project, idx))
         return idx
 
     def add(self, key: tuple[Any, ...], delta: Any, is_zero: Any) -> None:
@@ -59,19 +62,61 @@ class Store:
         old = self.data.get(key)
         new = delta if old is None else old + delta
         if is_zero(new):
-            if old is None:
-                return
-            del self.data[key]
-            for positions, idx in self.indexes.items():
-                sub = tuple(key[p] for p in positions)
-                bucket = idx[sub]
-                del bucket[key]
-                if not bucket:
-                    del idx[sub]
+            if old is not None:
+                self._delete(key)
             return
         self.data[key] = new
-        for positions, idx in self.indexes.items():
-            idx.setdefault(tuple(key[p] for p in positions), {})[key] = new
+        for project, idx in self._projected:
+            idx.setdefault(project(key), {})[key] = new
+
+    def add_lanes(self, key: tuple[Any, ...], delta: tuple[Any, Any]) -> None:
+        """:meth:`add` for payloads of Z × Z/R kept as ``(count, sum)`` lanes (:mod:`ivm.engines.fivm.lanes`)."""
+        old = self.data.get(key)
+        new = delta if old is None else (old[0] + delta[0], old[1] + delta[1])
+        if new == (0, 0):  # both lanes 0 (0.0 == 0)
+            if old is not None:
+                self._delete(key)
+            return
+        self.data[key] = new
+        for project, idx in self._projected:
+            idx.setdefault(project(key), {})[key] = new
+
+    def add_all_lanes(self, delta: dict[tuple[Any, ...], tuple[Any, Any]]) -> None:
+        """``V += δV`` with :meth:`add_lanes` per key; one call per delta when there is no secondary index."""
+        if self._projected:
+            for key, payload in delta.items():
+                self.add_lanes(key, payload)
+            return
+        data = self.data
+        for key, (c, s) in delta.items():
+            old = data.get(key)
+            if old is None:
+                if c != 0 or s != 0:
+                    data[key] = (c, s)
+                continue
+            new = (old[0] + c, old[1] + s)
+            if new == (0, 0):
+                del data[key]
+            else:
+                data[key] = new
+
+    def _delete(self, key: tuple[Any, ...]) -> None:
+        del self.data[key]
+        for project, idx in self._projected:
+            sub = project(key)
+            bucket = idx[sub]
+            del bucket[key]
+            if not bucket:
+                del idx[sub]
+
+    def __getstate__(self) -> tuple[dict[tuple[Any, ...], Any], dict[tuple[int, ...], Any]]:
+        return (self.data, self.indexes)  # the projections are rebuilt: lambdas do not pickle
+
+    def __setstate__(self, state: tuple[Any, Any]) -> None:
+        if state[0] is None:  # pickled by the default protocol of slotted classes: (None, {slot: value})
+            state = (state[1]["data"], state[1]["indexes"])
+        self.data, self.indexes = state
+        self._projected = [(key_projection(positions), idx) for positions, idx in self.indexes.items()]
 
     def __len__(self) -> int:
         return len(self.data)
@@ -139,6 +184,17 @@ def projection(positions: tuple[int, ...]) -> Projection:
     return lambda key: ()
 
 
+def key_projection(positions: tuple[int, ...]) -> Projection:
+    """:func:`projection` for tuple keys only: consecutive positions are one slice, ``key[i:j]``, in C.
+
+    >>> key_projection((1,))(("a", "b", "c")), key_projection((1, 2))(("a", "b", "c"))
+    (('b',), ('b', 'c'))
+    """
+    if positions and positions == tuple(range(positions[0], positions[0] + len(positions))):
+        return itemgetter(slice(positions[0], positions[0] + len(positions)))  # type: ignore[return-value]
+    return projection(positions)
+
+
 @dataclass
 class DirectPlan:
     """A delta plan whose child key binds every key of every sibling (all steps are primary-key lookups).
@@ -159,9 +215,9 @@ class DirectPlan:
         self._compile()
 
     def _compile(self) -> None:
-        self.siblings = tuple(projection(p) for p in self.sibling_positions)
-        self.key = projection(self.key_positions)
-        self.lift = projection(self.lift_positions)
+        self.siblings = tuple(key_projection(p) for p in self.sibling_positions)
+        self.key = key_projection(self.key_positions)
+        self.lift = key_projection(self.lift_positions)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("siblings", "key", "lift")}
@@ -184,6 +240,9 @@ class DeltaPlan:
     lift_vars: tuple[str, ...]
     lift_slots: tuple[int, ...]
     direct: DirectPlan | None = None  # set when every step is a primary-key lookup
+    # (position, k) per variable lifted by g_X(x) = x^k, for numeric rings: positions in the child key
+    # for a direct plan, else slots of the join (set by the engine, see ivm.engines.fivm.lanes)
+    powers: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
