@@ -53,7 +53,10 @@ def lift_powers(sum_ring: Ring, variables: tuple[str, ...], where: tuple[int, ..
 
 
 def lift(payload: Lanes, values: Any, lifts: Lifts) -> Lanes:
-    """``payload * Π g_X(values[p])``: the sum lane times ``x^k`` per lifted variable (§2.4)."""
+    """``payload * Π g_X(values[p])``: the sum lane times ``x^k`` per lifted variable (§2.4).
+
+    The kernels below inline this loop (a call per key would cost as much as the arithmetic).
+    """
     c, s = payload
     for p, k in lifts:
         x = values[p]
