@@ -66,7 +66,7 @@ Saves ``bench/out/compare.json`` and ``bench/out/compare.png``.
 Usage::
 
     .venv/bin/pip install -e '.[bench,compare]'
-    .venv/bin/python bench/compare.py             # about 20 minutes on 2 cores
+    .venv/bin/python bench/compare.py --cap-mb 6000   # about 35 minutes on 2 cores
     .venv/bin/python bench/compare.py --quick     # smaller streams, 4 s budgets
     .venv/bin/python bench/compare.py --only triangle/facebook,triangle/skewed --systems auto,first_order
 """
