@@ -131,6 +131,17 @@ def edge_updates(edge: tuple[int, int], m: int) -> list[Update]:
     return [(relation, row, m) for row in ((u, v), (v, u)) for relation in "RST"]
 
 
+def pop_random(items: list, where: dict, rng: random.Random) -> Any:
+    """Remove and return a uniformly random element of ``items`` in O(1) (``where``: element -> index)."""
+    i = rng.randrange(len(items))
+    item, last = items[i], items.pop()
+    if i < len(items):
+        items[i] = last
+        where[last] = i
+    del where[item]
+    return item
+
+
 def chung_lu_stream(n: int, seed: int, beta: float, degree: float) -> tuple[list[Update], list[Update], dict]:
     """(load, update stream, statistics) of the ``triangle/skewed`` workload (see the module docstring).
 
@@ -181,12 +192,7 @@ def chung_lu_stream(n: int, seed: int, beta: float, degree: float) -> tuple[list
     n_updates = -(-n // 12)
     for _ in range(n_updates):
         if rng.random() < 0.5:
-            i = rng.randrange(len(edges))
-            edge, last = edges[i], edges.pop()
-            if i < len(edges):
-                edges[i] = last
-                where[last] = i
-            del where[edge]
+            edge = pop_random(edges, where, rng)
             deg[edge[0]] -= 1
             deg[edge[1]] -= 1
             m = -1
@@ -244,12 +250,7 @@ def hub_churn_stream(load: list[Update], n: int, share: float, seed: int) -> tup
             on ^= {t}
             toggles += 1
         elif rng.random() < 0.5:
-            i = rng.randrange(len(present))
-            t, last = present[i], present.pop()
-            if i < len(present):
-                present[i] = last
-                where[last] = i
-            del where[t]
+            t = pop_random(present, where, rng)
             stream.append((t[0], t[1], -1))
         else:
             while True:
