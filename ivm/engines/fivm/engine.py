@@ -277,54 +277,41 @@ class FIVM(Engine):
         return {key: from_mult(m) for key, m in mults.items()}
 
     def _propagate(self, node: ViewNode, delta: Delta) -> None:
-        """Maintain every materialized view on the path from ``node`` to its root (Fig. 7 triggers)."""
-        if self._lanes:
-            self._propagate_lanes(node, delta)
-            return
+        """Maintain every materialized view on the path from ``node`` to its root (Fig. 7 triggers).
+
+        Payloads kept as ``(count, sum)`` lanes (:mod:`.lanes`) are zero-tested
+        with ``==`` and added to a store in one call per delta; a single key then
+        takes the same delta rule (:func:`.lanes.direct_delta` is one lookup per
+        sibling for it) instead of :meth:`_propagate_one`.
+        """
+        in_lanes = self._lanes
         is_zero = self.ring.is_zero
+        one_by_one = not self._factorized and not in_lanes
         while True:
-            delta = {k: p for k, p in delta.items() if not is_zero(p)}
+            if in_lanes:
+                delta = {k: p for k, p in delta.items() if p != lanes.ZERO}
+            else:
+                delta = {k: p for k, p in delta.items() if not is_zero(p)}
             if not delta:
                 return
-            if len(delta) == 1 and not self._factorized:
+            if one_by_one and len(delta) == 1:
                 ((key, payload),) = delta.items()
                 self._propagate_one(node, key, payload)
                 return
             store = node.store
             if store is not None:
-                add = store.add
-                for key, payload in delta.items():
-                    add(key, payload, is_zero)
+                if in_lanes:
+                    store.add_all_lanes(delta)
+                else:
+                    add = store.add
+                    for key, payload in delta.items():
+                        add(key, payload, is_zero)
             parent = node.parent
             if parent is None:
                 if self._tracking:
                     self._record(node, delta)
                 return
             for plan in parent.plans:  # by identity: ViewNode's dataclass __eq__ compares whole subtrees
-                if plan.child is node:
-                    break
-            delta = self._delta(plan, delta)
-            node = parent
-
-    def _propagate_lanes(self, node: ViewNode, delta: Delta) -> None:
-        """:meth:`_propagate` for Z × Z/R payloads kept as ``(count, sum)`` lanes (:mod:`.lanes`).
-
-        The same walk to the root; a single key goes through the same delta
-        rule (:func:`.lanes.direct_delta` is one lookup per sibling for it).
-        """
-        zero = lanes.ZERO
-        while True:
-            delta = {k: p for k, p in delta.items() if p != zero}
-            if not delta:
-                return
-            if node.store is not None:
-                node.store.add_all_lanes(delta)
-            parent = node.parent
-            if parent is None:
-                if self._tracking:
-                    self._record(node, delta)
-                return
-            for plan in parent.plans:  # by identity, as in _propagate
                 if plan.child is node:
                     break
             delta = self._delta(plan, delta)
