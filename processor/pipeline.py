@@ -36,6 +36,7 @@ from ivm.updates import Row, Update
 from processor.codec import OutputCodec, RelationCodec, load_schema, result_to_json, schemas_dir
 from processor.config import PipelineConfig, QueryConfig
 from processor.metrics import Metrics
+from processor.planning import build_view
 from processor.sink import Sink
 from processor.wire import RegistryClient, WireCodec
 
@@ -177,26 +178,7 @@ class Pipeline:
         self._model = OutputCodec("model")
 
     def _maintain(self, q: QueryConfig, schema_of: dict[str, list[str]], windows: Windows | None) -> Any:
-        query = ivm.parse(q.query, schema_of)
-        missing = set(query.relations) - set(schema_of)
-        if missing:
-            raise ValueError(f"query {q.name!r} uses relations {sorted(missing)} with no configured topic")
-        patterns = list(q.patterns)
-        if windows is not None:  # a window makes its relations (jointly) FIFO
-            patterns += [p for p in windows.patterns() if set(p.split("=")[0].split("+")) <= set(query.relations)]
-        options: dict[str, Any] = {"eps": q.eps} if q.eps is not None else {}
-        engine = q.engine
-        if q.model == "chow_liu":
-            engine = "fivm" if engine == "auto" else engine
-            options["options"] = {"categorical": query.aggregate.variables}
-        return ivm.maintain(
-            query,
-            engine=engine,
-            policy=self.config.policy,
-            shards=q.shards or self.config.shards,
-            patterns=patterns or None,
-            **options,
-        )
+        return build_view(self.config, q, schema_of, windows, self.config.policy)
 
     @property
     def topics(self) -> list[str]:
