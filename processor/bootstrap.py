@@ -25,6 +25,7 @@ from processor.metrics import Metrics
 from processor.pipeline import Pipeline
 from processor.progress import ProgressBar
 from processor.recovery import StateStore, read_committed_progress
+from processor.relations import load_view
 from processor.sink import TransactionalKafkaSink
 from processor.topics import create_topics, end_offsets
 
@@ -113,32 +114,29 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     finally:
         if own:
             spark.stop()
-    # the stream continues from the topics' current ends
+    # the stream continues from the topics' current ends; the loaded tuples are in no topic
     positions = end_offsets(config.bootstrap, relation_topics)
+    store = pipeline.store
+    for relation in codecs:
+        mine = [u for u in updates if u.relation == relation]
+        _kept, refused = store.admit(relation, [u.row for u in mine], [u.mult for u in mine])
+        if refused:
+            j, _kind, reason = refused[0]
+            raise BootstrapError(
+                f"bulk data of {relation} refused by the input policy ({len(refused)} tuples), first {mine[j].row}: "
+                f"{reason}"
+            )
     for name, view in pipeline.views.items():
-        mine = [u for u in updates if u.relation in view.query.relations]
-        bulk = getattr(view.engine, "bulk_load", None)
+        mine = list(store.updates(sorted(view.query.relations)))
         started = time.perf_counter()
-        if bulk is not None and not hasattr(view, "shards") and config.policy.negative == "reject":
-            negative = [u for u in mine if u.mult < 0]
-            if negative:
-                raise BootstrapError(f"bulk data of {negative[0].relation} has a negative multiplicity: {negative[0]}")
-            if progress:
-                print(f"preprocessing {name}: {len(mine):,} tuples in one static pass ...", file=sys.stderr, flush=True)
-            bulk(mine)
-        else:
-            with ProgressBar(f"apply {name:<{width}}", len(mine), unit="tuples", stream=_bar_stream(progress)) as bar:
-                for start in range(0, len(mine), _CHUNK):
-                    chunk = mine[start : start + _CHUNK]
-                    outcome = view.apply(chunk)
-                    if outcome.rejected:
-                        first = outcome.rejected[0]
-                        raise BootstrapError(
-                            f"bulk data rejected ({len(outcome.rejected)} tuples of a chunk), first: {first.reason}"
-                        )
-                    bar.advance(len(chunk))
+        if progress:
+            print(f"preprocessing {name}: {len(mine):,} tuples ...", file=sys.stderr, flush=True)
+        with ProgressBar(f"apply {name:<{width}}", len(mine), unit="tuples", stream=_bar_stream(progress)) as bar:
+            load_view(view, mine, chunk=_CHUNK, on_chunk=bar.advance)
         log.info("query %s: preprocessing %d tuples took %.2fs", name, len(mine), time.perf_counter() - started)
     pipeline.positions.update(positions)
+    pipeline.state.origin = dict(positions)
+    pipeline.state.bootstrapped = True
     report = pipeline.process([], batch_id=0)
-    StateStore(state_dir(config)).save(pipeline.state, list(pipeline.views))
+    StateStore(state_dir(config)).save(pipeline.state)
     return report.results

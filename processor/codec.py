@@ -48,14 +48,21 @@ class RelationCodec:
     ((1, 2), -1)
     """
 
-    relation: str
+    relation: str  # the relation's name in the configuration and the queries
     attributes: tuple[str, ...]
     value_schema: Any
     key_schema: Any
     varint_widths: tuple[int, ...] | None = None  # every field int (5) or long (10): the bulk decoder applies
+    record_name: str = ""  # the Avro record's own name (schema resolution matches writers by it)
 
     @classmethod
-    def from_schema(cls, schema: Mapping[str, Any]) -> RelationCodec:
+    def from_schema(cls, schema: Mapping[str, Any], relation: str | None = None) -> RelationCodec:
+        """The codec of ``relation`` (default: the record's name) whose updates are ``schema`` records.
+
+        The relation is named by the configuration, not by the record: a relation ``edges`` may be
+        carried by records named ``Edge``; its updates are decoded by the schema's fields and
+        applied to ``edges``.
+        """
         fields = schema.get("fields", [])
         names = [f["name"] for f in fields]
         if schema.get("type") != "record" or "mult" not in names:
@@ -67,11 +74,12 @@ class RelationCodec:
         key = key_schema_of(schema)
         widths = tuple(_VARINT_WIDTH.get(_plain_type(f["type"]), 0) for f in fields)
         return cls(
-            schema["name"],
+            relation or schema["name"],
             attributes,
             fastavro.parse_schema(dict(schema)),
             fastavro.parse_schema(key),
             widths if all(widths) else None,
+            schema["name"],
         )
 
     def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:

@@ -127,7 +127,7 @@ def run_job(
         )  # fmt: skip
         if store is not None and report.batch_id % config.snapshot_every == 0:
             started = time.perf_counter()
-            path, size = store.save(pipeline.state, list(pipeline.views))
+            path, size = store.save(pipeline.state)
             metrics.snapshot_seconds.observe(time.perf_counter() - started)
             metrics.snapshot_bytes.set(size)
             log.info("snapshot %s (%d bytes)", path.name, size)

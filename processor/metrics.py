@@ -95,6 +95,31 @@ class Metrics:
         self.dead_letters = Counter(
             "ivm_dead_letters_total", "Messages written to the dead-letter topic", ["topic"], registry=r
         )
+        # -- per relation: consumed = applied + dead-lettered -------------------------------------
+        self.relation_consumed = Counter(
+            "ivm_relation_records_consumed_total",
+            "Input records of a relation's topic taken into a batch (redeliveries excluded)",
+            ["relation"],
+            registry=r,
+        )
+        self.relation_applied = Counter(
+            "ivm_relation_updates_applied_total",
+            "Input records applied to a relation's contents, and so to every query over it",
+            ["relation"],
+            registry=r,
+        )
+        self.relation_dead_lettered = Counter(
+            "ivm_relation_dead_letters_total",
+            "Input records of a relation sent to the dead-letter topic (once each, with the reason)",
+            ["relation"],
+            registry=r,
+        )
+        self.rebuilds = Counter(
+            "ivm_query_rebuilds_total",
+            "Queries built from the relations' contents at start-up (new, changed or reset queries)",
+            ["query"],
+            registry=r,
+        )
         # -- Kafka input ---------------------------------------------------------------------------
         self.records_consumed = Counter(
             "ivm_records_consumed_total",
@@ -214,6 +239,13 @@ class Metrics:
             if record.timestamp_ms > 0 and (oldest == 0 or record.timestamp_ms < oldest):
                 oldest = record.timestamp_ms
         self.observe_input_counts(per_topic, oldest, now)
+
+    def observe_relations(self, relations: Iterable[str]) -> None:
+        """Export the per-relation counters from 0 (so that ``increase()`` sees the first records)."""
+        for relation in relations:
+            self.relation_consumed.labels(relation)
+            self.relation_applied.labels(relation)
+            self.relation_dead_lettered.labels(relation)
 
     def observe_input_counts(self, per_topic: Mapping[str, int], oldest_ms: int, now: float | None = None) -> None:
         """:meth:`observe_inputs` from the batch's counts per topic and its oldest Kafka timestamp (0: none)."""

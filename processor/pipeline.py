@@ -25,24 +25,27 @@ import logging
 import operator
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
 from typing import Any, NamedTuple
 
 import ivm
 from ivm.patterns.windows import CountWindow, TimeWindow, Windows
+from ivm.policy import Policy
 from ivm.updates import Row, Update
 from processor.codec import OutputCodec, RelationCodec, load_schema, result_to_json, schemas_dir
 from processor.config import PipelineConfig, QueryConfig
 from processor.metrics import Metrics
 from processor.planning import build_view
+from processor.relations import Contents, RelationStore, fingerprint, load_view
 from processor.sink import Sink
 from processor.wire import RegistryClient, WireCodec
 
 log = logging.getLogger(__name__)
 
 Positions = dict[tuple[str, int], int]
+ADMITTED = Policy(negative="allow")  # the views' policy: every update reaching them was admitted already
 
 
 class Record(NamedTuple):
@@ -70,13 +73,26 @@ class BatchReport:
 
 @dataclass
 class PipelineState:
-    """Everything a restart needs besides the topics: picklable, written as snapshots."""
+    """Everything a restart needs besides the topics: picklable, written as snapshots.
+
+    ``relations`` holds every relation's contents (the sum of the accepted updates, bootstrap
+    included), from which a new or changed query is built; ``fingerprints`` says what each
+    relation's contents and each query's view were built from (``relation:<name>`` and
+    ``query:<name>``), so that a restart reuses a piece of state only for the same definition.
+    ``origin`` is where the pipeline's history starts in each input partition (absent: offset 0)
+    and ``bootstrapped`` whether batch 0 loaded tuples that are in no topic: together they say
+    whether the state can be rebuilt from the relation topics alone.
+    """
 
     views: dict[str, Any]  # query name -> View or ShardedView
     positions: Positions  # next offset to apply, per input partition
     last_batch_id: int = -1  # the last batch whose outputs were committed
     windows: Windows | None = None  # sliding windows and the tuples they hold
     models: dict[str, Any] = field(default_factory=dict)  # query name -> LinearRegression / ChowLiuTree
+    relations: dict[str, Contents] = field(default_factory=dict)  # relation -> tuple -> multiplicity
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    origin: Positions = field(default_factory=dict)
+    bootstrapped: bool = False
 
 
 @dataclass
@@ -85,6 +101,8 @@ class _Applied:
     dead: list[tuple[Record, str, str, str | None, str | None]]
     per_topic: dict[str, int]  # fresh records (applied or rejected; redeliveries excluded) per topic
     oldest_ms: int  # the oldest Kafka timestamp among them (0: none)
+    accepted: dict[str, int] = field(default_factory=dict)  # per relation: records applied to its contents
+    refused: dict[str, int] = field(default_factory=dict)  # per relation: decoded updates the input policy refused
 
     @property
     def records(self) -> int:
@@ -163,14 +181,21 @@ class Pipeline:
         schema_of = {}
         for rel in config.relations:
             path = rel.schema if rel.schema.is_absolute() else schemas_dir() / rel.schema
-            codec = relation_codec(config, rel.topic, load_schema(path), rel.encoding)
+            codec = relation_codec(config, rel.topic, load_schema(path), rel.encoding, rel.name)
             self.codecs[rel.topic] = codec
             schema_of[rel.name] = list(codec.attributes)
+        self.relation_of_topic = {rel.topic: rel.name for rel in config.relations}
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
+        self._schema_of = schema_of
         windows = _windows(config)
         views = {q.name: self._maintain(q, schema_of, windows) for q in config.queries}
         models = {q.name: _model(q, views[q.name]) for q in config.queries if q.model}
-        self.state = PipelineState(views, {}, windows=windows, models=models)
+        self.fingerprints = self._fingerprints(views)
+        contents: dict[str, Contents] = {rel.name: {} for rel in config.relations}
+        self.state = PipelineState(
+            views, {}, windows=windows, models=models, relations=contents, fingerprints=dict(self.fingerprints)
+        )
+        self.metrics.observe_relations(self.relation_of_topic.values())
         self._result = OutputCodec("result")
         self._delta = OutputCodec("delta")
         self._dead = OutputCodec("dead_letter")
@@ -178,7 +203,65 @@ class Pipeline:
         self._model = OutputCodec("model")
 
     def _maintain(self, q: QueryConfig, schema_of: dict[str, list[str]], windows: Windows | None) -> Any:
-        return build_view(self.config, q, schema_of, windows, self.config.policy)
+        # the relations' contents enforce the input policy, once per update; a view applies what they admitted
+        return build_view(self.config, q, schema_of, windows, ADMITTED)
+
+    def _fingerprints(self, views: Mapping[str, Any]) -> dict[str, str]:
+        """What each relation's contents and each query's view are built from (see :class:`PipelineState`).
+
+        A relation: its topic, its attributes with their Avro types, its window.  A query: the
+        normalised query, every option that shapes its state (engine, eps, shards, patterns, model)
+        and the fingerprints of the relations it reads.
+        """
+        out: dict[str, str] = {}
+        for rel in self.config.relations:
+            codec = self.codecs[rel.topic]
+            schema = getattr(codec, "schema", None) or codec.value_schema
+            types = {f["name"]: f["type"] for f in schema["fields"]}
+            out[f"relation:{rel.name}"] = fingerprint(
+                {
+                    "topic": rel.topic,
+                    "attributes": [[a, types[a]] for a in codec.attributes],
+                    "window": [rel.window_count, rel.window_seconds, rel.window_group],
+                }
+            )
+        out["windows"] = fingerprint(
+            {rel.name: [rel.window_count, rel.window_seconds, rel.window_group] for rel in self.config.relations
+             if rel.window_count is not None or rel.window_seconds is not None}
+        )  # fmt: skip
+        for name, view in views.items():
+            q = self.query_configs[name]
+            out[f"query:{name}"] = fingerprint(
+                {
+                    "query": str(view.query),
+                    "engine": q.engine,
+                    "eps": q.eps,
+                    "shards": q.shards or self.config.shards,
+                    "patterns": sorted(q.patterns),
+                    "model": [q.model, q.label, q.method],
+                    "relations": {r: out[f"relation:{r}"] for r in sorted(view.query.relations)},
+                }
+            )
+        return out
+
+    def build_query(self, name: str) -> Any:
+        """A fresh view of configured query ``name`` (and its model), loaded from the relations' current
+        contents: how a query new to the pipeline, or changed, gets its state.  Returns the view."""
+        q = self.query_configs[name]
+        view = self._maintain(q, self._schema_of, self.state.windows)
+        load_view(view, list(self.store.updates(sorted(view.query.relations))))
+        self.state.views[name] = view
+        if q.model:
+            self.state.models[name] = _model(q, view)
+        else:
+            self.state.models.pop(name, None)
+        self.state.fingerprints[f"query:{name}"] = self.fingerprints[f"query:{name}"]
+        return view
+
+    @property
+    def store(self) -> RelationStore:
+        """The relations' contents under the input policy (held by :attr:`state`)."""
+        return RelationStore(self.state.relations, self.config.policy)
 
     @property
     def topics(self) -> list[str]:
@@ -204,12 +287,15 @@ class Pipeline:
             self._dead_letter(record, reason, kind, query, relation)
         for name, outcome in applied.outcomes.items():
             report.applied[name] = outcome.applied
-            report.results[name] = self._publish(batch_id, self.query_configs[name], self.views[name], outcome)
+            view = self.views[name]
+            refused = sum(applied.refused.get(r, 0) for r in view.query.relations)
+            report.results[name] = self._publish(batch_id, self.query_configs[name], view, outcome, refused)
             self._publish_model(batch_id, self.query_configs[name])
         self._publish_progress(batch_id)
         self.sink.commit()
         self.state.last_batch_id = batch_id
         report.dead_letters = len(applied.dead)
+        self._count_relations(applied)
         report.seconds = time.perf_counter() - started
         self.metrics.batches.inc()
         self.metrics.batch_size.observe(report.records)
@@ -218,25 +304,42 @@ class Pipeline:
         self.metrics.observe_input_counts(applied.per_topic, applied.oldest_ms)
         return report
 
+    def _count_relations(self, applied: _Applied) -> None:
+        """Per relation: records consumed = records applied + records dead-lettered (the exported invariant)."""
+        dead: Counter[str] = Counter(relation or self.relation_of_topic.get(r.topic, r.topic)
+                                     for r, _, _, _, relation in applied.dead)  # fmt: skip
+        for topic, n in applied.per_topic.items():
+            relation = self.relation_of_topic.get(topic, topic)
+            self.metrics.relation_consumed.labels(relation).inc(n)
+        for relation, n in applied.accepted.items():
+            self.metrics.relation_applied.labels(relation).inc(n)
+        for relation, n in dead.items():
+            self.metrics.relation_dead_lettered.labels(relation).inc(n)
+
     def replay(self, records: Iterable[Record] | RecordBatch) -> int:
         """Apply already-committed input again, publishing nothing (recovery); returns the records applied."""
         return self._apply(records).records
 
     def _apply(self, records: Iterable[Record] | RecordBatch) -> _Applied:
-        """Decode the fresh records of ``batch`` partition by partition and apply them to every view.
+        """Decode the fresh records of ``batch`` partition by partition, admit them to the relations'
+        contents under the input policy, and apply the admitted updates to every view.
 
-        Updates keep their (topic, partition, offset) order.  ``sources[j]`` is the batch row
-        of update j (-1: an expiration generated by a window); ``segments`` are runs of
-        updates of one relation (``None``: mixed, when windows interleave expirations).
+        Every fresh record ends in exactly one place: applied (to its relation's contents and to
+        every query over that relation) or dead-lettered once, with its reason.  Updates keep their
+        (topic, partition, offset) order, a window's expirations before the update that caused them;
+        ``segments`` are runs of updates of one relation (``None``: mixed, when windows interleave
+        expirations).
         """
         batch = records if isinstance(records, RecordBatch) else RecordBatch.of(records)
         positions = self.state.positions
         windows = self.state.windows
+        store = self.store
         updates: list[tuple[str, Row, int]] = []
-        sources: list[int] = []
         segments: list[tuple[str | None, int, int]] = []
         dead: list[tuple[Record, str, str, str | None, str | None]] = []
         per_topic: dict[str, int] = {}
+        accepted: dict[str, int] = {}
+        refusals: dict[str, int] = {}
         oldest = 0
         for tp, rows in batch.runs():
             offsets = [batch.offset[i] for i in rows]
@@ -260,62 +363,74 @@ class Pipeline:
                 dead.append((batch.record(rows[j]), reason, "malformed", None, relation))
             start = len(updates)
             if windows is not None:
+                kept = 0
                 for j, i in enumerate(rows):
                     if j in errors:
                         continue
+                    for expired in windows.advance(batch.timestamp_ms[i] / 1000):
+                        store.apply(expired)
+                        updates.append(expired)
+                    _, refused = store.admit(relation, [decoded[j]], [mults[j]])
+                    if refused:
+                        dead.append((batch.record(i), refused[0][2], refused[0][1], None, relation))
+                        refusals[relation] = refusals.get(relation, 0) + 1
+                        continue
                     update = Update(relation, decoded[j], mults[j])  # type: ignore[arg-type]
                     for expired in windows.admit(update, batch.timestamp_ms[i] / 1000):
+                        store.apply(expired)
                         updates.append(expired)
-                        sources.append(-1)
                     updates.append(update)
-                    sources.append(i)
+                    kept += 1
+                accepted[relation] = accepted.get(relation, 0) + kept
                 segments.append((None, start, len(updates)))
                 continue
-            if errors:
-                keep = [j for j in range(len(rows)) if j not in errors]
+            keep, refused = store.admit(relation, decoded, mults, errors)
+            if refused:
+                refusals[relation] = refusals.get(relation, 0) + len(refused)
+            for j, kind, reason in refused:
+                dead.append((batch.record(rows[j]), reason, kind, None, relation))
+            if len(keep) < len(rows):
                 decoded = [decoded[j] for j in keep]
                 mults = [mults[j] for j in keep]
                 rows = [rows[j] for j in keep]
+            accepted[relation] = accepted.get(relation, 0) + len(rows)
             updates += zip(repeat(relation, len(rows)), decoded, mults, strict=True)  # type: ignore[arg-type]
-            sources += rows
             segments.append((relation, start, len(updates)))
-        outcomes = {name: self._apply_view(name, view, updates, sources, segments, batch, dead)
+        outcomes = {name: self._apply_view(name, view, updates, segments)
                     for name, view in self.views.items()}  # fmt: skip
-        return _Applied(outcomes, dead, per_topic, oldest)
+        return _Applied(outcomes, dead, per_topic, oldest, accepted, refusals)
 
     def _apply_view(
         self,
         name: str,
         view: Any,
         updates: list[tuple[str, Row, int]],
-        sources: list[int],
         segments: list[tuple[str | None, int, int]],
-        batch: RecordBatch,
-        dead: list[tuple[Record, str, str, str | None, str | None]],
     ) -> ivm.Outcome:
-        """Apply the updates of ``view``'s relations as one batch; its rejections become dead letters."""
+        """Apply the admitted updates of ``view``'s relations as one batch.
+
+        The relations' contents enforced the input policy already, so a view refuses nothing; if
+        one does, the view and the contents disagree, and the batch fails (nothing is committed).
+        """
         relations = view.query.relations
         mine: list[tuple[str, Row, int]] = []
-        mine_sources: list[int] = []
         applied: Counter[str] = Counter()
         for relation, start, stop in segments:
             if relation is None:  # mixed: filter update by update
                 for j in range(start, stop):
                     if updates[j][0] in relations:
                         mine.append(updates[j])
-                        mine_sources.append(sources[j])
                         applied[updates[j][0]] += 1
             elif relation in relations:
                 mine += updates[start:stop]
-                mine_sources += sources[start:stop]
                 applied[relation] += stop - start
         outcome = view.apply(mine)
-        for r in outcome.rejected:
-            source = mine_sources[r.index]
-            if source < 0:  # an expiration the view refused: a bug, never the input's fault
-                raise RuntimeError(f"query {name}: window expiration {r.update} rejected: {r.reason}")
-            dead.append((batch.record(source), r.reason, r.kind, name, r.update.relation))
-            applied[r.update.relation] -= 1
+        if outcome.rejected:
+            first = outcome.rejected[0]
+            raise RuntimeError(
+                f"query {name} refused {len(outcome.rejected)} updates its relations' contents accepted, "
+                f"first {first.update}: {first.reason}"
+            )
         for relation, n in applied.items():
             if n:
                 self.metrics.updates_applied.labels(name, relation).inc(n)
@@ -340,7 +455,7 @@ class Pipeline:
     def _offsets(self) -> list[dict[str, Any]]:
         return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.positions.items())]
 
-    def _publish(self, batch_id: int, q: QueryConfig, view: Any, outcome: ivm.Outcome) -> Any:
+    def _publish(self, batch_id: int, q: QueryConfig, view: Any, outcome: ivm.Outcome, refused: int) -> Any:
         value = view.result()
         record = {
             "query": q.name,
@@ -348,7 +463,7 @@ class Pipeline:
             "value": result_to_json(value),
             "offsets": self._offsets(),
             "applied": outcome.applied,
-            "rejected": len(outcome.rejected),
+            "rejected": refused,
             "engine": view.engine.name,
             "timestamp_ms": int(time.time() * 1000),
         }
@@ -368,6 +483,8 @@ class Pipeline:
             "batch_id": batch_id,
             "offsets": self._offsets(),
             "timestamp_ms": int(time.time() * 1000),
+            "origin": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.state.origin.items())],
+            "bootstrapped": self.state.bootstrapped,
         }
         self.sink.send(self.config.progress_topic, self.config.name.encode(), self._progress.encode(record))
 
@@ -428,12 +545,15 @@ def _model(q: QueryConfig, view: Any) -> Any:
     return ChowLiuTree(view, variables)
 
 
-def relation_codec(config: PipelineConfig, topic: str, schema: dict[str, Any], encoding: str) -> Any:
+def relation_codec(
+    config: PipelineConfig, topic: str, schema: dict[str, Any], encoding: str, relation: str | None = None
+) -> Any:
     """The codec of a relation topic: plain Avro, or the Confluent wire format with the registry.
 
-    A registry that cannot be reached raises (the batch fails and is retried after
-    recovery); only messages that are themselves bad go to the dead-letter topic.
+    ``relation`` is the configured relation's name (its updates go to it whatever the Avro
+    record is called).  A registry that cannot be reached raises (the batch fails and is
+    retried after recovery); only messages that are themselves bad go to the dead-letter topic.
     """
     if encoding == "confluent":
-        return WireCodec(schema, RegistryClient(config.schema_registry), topic)
-    return RelationCodec.from_schema(schema)
+        return WireCodec(schema, RegistryClient(config.schema_registry), topic, relation)
+    return RelationCodec.from_schema(schema, relation)

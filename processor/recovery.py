@@ -21,7 +21,7 @@ import logging
 import os
 import pickle
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,13 @@ from processor.pipeline import Pipeline, PipelineState, Positions, Record
 from processor.topics import CLIENT_DEFAULTS
 
 log = logging.getLogger(__name__)
-SNAPSHOT_FORMAT = 3  # bump whenever PipelineState, a view or an engine changes shape (3: ShardedView routes per batch)
+SNAPSHOT_FORMAT = 4  # bump whenever PipelineState, a view or an engine changes shape (4: relations' contents)
+FIX = "ivm reset -c CONFIG --yes"
+RESET = "reset"  # the fingerprint of a query whose state `ivm reset QUERY` dropped
+
+
+class RecoveryError(RuntimeError):
+    """The stored state cannot serve the configured pipeline; the message says why and what fixes it."""
 
 
 class StateStore:
@@ -38,37 +44,155 @@ class StateStore:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
 
-    def save(self, state: PipelineState, queries: list[str]) -> tuple[Path, int]:
+    def snapshots(self) -> list[Path]:
+        """The snapshot files, oldest first."""
+        return sorted(self.directory.glob("snapshot-*.pkl")) if self.directory.exists() else []
+
+    def save(self, state: PipelineState) -> tuple[Path, int]:
         """Write a snapshot; returns its path and size in bytes."""
-        blob = pickle.dumps(
-            {"format": SNAPSHOT_FORMAT, "queries": sorted(queries), "state": state}, protocol=pickle.HIGHEST_PROTOCOL
-        )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        blob = pickle.dumps({"format": SNAPSHOT_FORMAT, "state": state}, protocol=pickle.HIGHEST_PROTOCOL)
         path = self.directory / f"snapshot-{state.last_batch_id:012d}.pkl"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.rename(path)
-        for old in sorted(self.directory.glob("snapshot-*.pkl"))[:-2]:
+        _write(path, blob)
+        for old in self.snapshots()[:-2]:
             old.unlink(missing_ok=True)
         return path, len(blob)
 
-    def load(self, queries: list[str]) -> PipelineState | None:
-        """The newest readable snapshot taken with the same queries, or None."""
-        for path in sorted(self.directory.glob("snapshot-*.pkl"), reverse=True):
+    def load(self) -> PipelineState | None:
+        """The newest readable snapshot of this format, or None."""
+        for path in reversed(self.snapshots()):
             try:
                 data = pickle.loads(path.read_bytes())
             except Exception as err:  # a torn or foreign file: try the older one
                 log.warning("snapshot %s unreadable (%s); trying an older one", path, err)
                 continue
-            if data.get("format") != SNAPSHOT_FORMAT or data.get("queries") != sorted(queries):
-                log.warning("snapshot %s was taken with other queries or another format; not used", path)
+            if data.get("format") != SNAPSHOT_FORMAT:
+                log.warning(
+                    "snapshot %s was written by another version (format %s); not used", path, data.get("format")
+                )
                 continue
             return data["state"]
         return None
+
+    def drop_query(self, name: str) -> int:
+        """Remove query ``name``'s state from every snapshot (the next start rebuilds it from the
+        relations' contents); returns the number of snapshots that held it."""
+        changed = 0
+        for path in self.snapshots():
+            try:
+                data = pickle.loads(path.read_bytes())
+            except Exception:
+                continue
+            state = data.get("state")
+            if data.get("format") != SNAPSHOT_FORMAT or name not in state.views:
+                continue
+            del state.views[name]
+            state.models.pop(name, None)
+            state.fingerprints[f"query:{name}"] = RESET
+            _write(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+            changed += 1
+        return changed
+
+    def clear(self) -> int:
+        """Delete every snapshot; returns how many there were."""
+        paths = self.snapshots()
+        for path in paths:
+            path.unlink(missing_ok=True)
+        return len(paths)
+
+
+def _write(path: Path, blob: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.rename(path)
+
+
+@dataclass
+class Adoption:
+    """What a restart did with a snapshot's state: per query kept, rebuilt (and why) or dropped."""
+
+    kept: list[str] = field(default_factory=list)
+    rebuilt: dict[str, str] = field(default_factory=dict)  # query -> "new" | "changed" | "reset"
+    dropped: list[str] = field(default_factory=list)
+    relations_added: list[str] = field(default_factory=list)
+    relations_dropped: list[str] = field(default_factory=list)
+
+
+def adopt(pipeline: Pipeline, snapshot: PipelineState) -> Adoption:
+    """Take over ``snapshot`` for the pipeline as now configured.
+
+    Per relation, the contents are reused when its definition (topic, attributes, window) is the
+    one they were built under; a relation new to the configuration starts empty (its topic is read
+    from ``starting_offsets``); a relation no longer configured is dropped with its positions.  A
+    changed relation cannot be reused: :class:`RecoveryError`.  Per query, the view is reused when
+    its fingerprint matches; otherwise (a new query, a changed one, one whose state was reset) it
+    is built from the relations' contents, so it is the query over every update ever committed.
+    Queries no longer configured are dropped.  Pure: no Kafka.
+    """
+    now = pipeline.fingerprints
+    before = snapshot.fingerprints
+    report = Adoption()
+    changed = [
+        rel.name
+        for rel in pipeline.config.relations
+        if f"relation:{rel.name}" in before and before[f"relation:{rel.name}"] != now[f"relation:{rel.name}"]
+    ]
+    if changed:
+        raise RecoveryError(
+            f"relation(s) {changed} changed since the state was saved (topic, attributes or window): the "
+            f"contents kept for them were built under the old definition. Restore the old definition, or "
+            f"start the pipeline over from its relation topics with `{FIX}`"
+        )
+    if before.get("windows", now["windows"]) != now["windows"]:
+        raise RecoveryError(
+            f"the sliding windows changed since the state was saved: restore them, or start the pipeline over "
+            f"with `{FIX}`"
+        )
+    configured = {rel.name: rel.topic for rel in pipeline.config.relations}
+    topics = set(configured.values())
+    for relation in list(snapshot.relations):
+        if relation not in configured:
+            del snapshot.relations[relation]
+            report.relations_dropped.append(relation)
+    for relation in configured:
+        if relation not in snapshot.relations:
+            snapshot.relations[relation] = {}
+            report.relations_added.append(relation)
+    snapshot.positions = {tp: o for tp, o in snapshot.positions.items() if tp[0] in topics}
+    snapshot.origin = {tp: o for tp, o in snapshot.origin.items() if tp[0] in topics}
+    views, models = {}, {}
+    rebuild: dict[str, str] = {}
+    for name in pipeline.query_configs:
+        key = f"query:{name}"
+        if name in snapshot.views and before.get(key) == now[key]:
+            views[name] = snapshot.views[name]
+            if name in snapshot.models:
+                models[name] = snapshot.models[name]
+            report.kept.append(name)
+        else:
+            rebuild[name] = "new" if key not in before else "reset" if before[key] == RESET else "changed"
+    report.dropped = sorted(set(snapshot.views) - set(pipeline.query_configs))
+    fingerprints = {k: v for k, v in now.items() if not k.startswith("query:")}
+    fingerprints.update({f"query:{n}": now[f"query:{n}"] for n in views})
+    pipeline.state = PipelineState(
+        views,
+        snapshot.positions,
+        snapshot.last_batch_id,
+        windows=snapshot.windows if snapshot.windows is not None else pipeline.state.windows,
+        models=models,
+        relations=snapshot.relations,
+        fingerprints=fingerprints,
+        origin=snapshot.origin,
+        bootstrapped=snapshot.bootstrapped,
+    )
+    for name, why in rebuild.items():
+        pipeline.build_query(name)
+        report.rebuilt[name] = why
+    return report
 
 
 def read_committed_progress(bootstrap: str, topic: str) -> dict[str, Any] | None:
@@ -100,7 +224,7 @@ def read_committed_progress(bootstrap: str, topic: str) -> dict[str, Any] | None
             while consumer.position([TopicPartition(topic, partition)])[0].offset < high:
                 msg = consumer.poll(0.5)
                 if msg is not None and not msg.error():
-                    record = codec.decode(msg.value())
+                    record = decode_progress(codec, msg.value())
                     if last is None or record["batch_id"] >= last["batch_id"]:
                         last = record
                 elif time.monotonic() > deadline:  # an open transaction that nobody aborted
@@ -112,13 +236,71 @@ def read_committed_progress(bootstrap: str, topic: str) -> dict[str, Any] | None
         consumer.close()
 
 
+_LEGACY_PROGRESS = {  # the progress record before it carried the history's origin (snapshot format 3)
+    "type": "record",
+    "name": "Progress",
+    "namespace": "ivm.outputs",
+    "fields": [
+        {"name": "pipeline", "type": "string"},
+        {"name": "batch_id", "type": "long"},
+        {"name": "offsets", "type": {"type": "array", "items": {
+            "type": "record", "name": "ProgressOffset", "fields": [
+                {"name": "topic", "type": "string"},
+                {"name": "partition", "type": "int"},
+                {"name": "offset", "type": "long"},
+            ]}}},
+        {"name": "timestamp_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}  # fmt: skip
+
+
+def decode_progress(codec: OutputCodec, value: bytes) -> dict[str, Any]:
+    """A progress record; one written by an earlier version comes back with ``legacy = True``."""
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO(value)
+    try:
+        record = fastavro.schemaless_reader(buf, codec.schema, None)
+        if buf.tell() == len(value):
+            return record
+    except Exception:
+        pass
+    record = fastavro.schemaless_reader(io.BytesIO(value), fastavro.parse_schema(_LEGACY_PROGRESS), None)
+    return {**record, "origin": [], "bootstrapped": False, "legacy": True}
+
+
+def missing_history(bootstrap: str, start: Positions, topics: list[str]) -> list[str]:
+    """The input partitions of ``topics`` that no longer hold every record from ``start`` (absent: 0)
+    on: retention or a deletion moved their first offset past it."""
+    from processor.topics import watermarks
+
+    out = []
+    for (topic, partition), (low, _high) in sorted(watermarks(bootstrap, topics).items()):
+        need = start.get((topic, partition), 0)
+        if low > need:
+            out.append(f"{topic}[{partition}] starts at offset {low}, the state needs it from {need}")
+    return out
+
+
 def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_000) -> int:
-    """Apply the input records from the pipeline's positions up to ``end`` (exclusive)."""
+    """Apply the input records from the pipeline's positions up to ``end`` (exclusive).
+
+    :class:`RecoveryError` if a partition no longer holds the records between them (retention):
+    they would be missing from the state without a word.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     todo = {tp: stop for tp, stop in end.items() if stop > pipeline.positions.get(tp, 0)}
     if not todo:
         return 0
+    gone = missing_history(bootstrap, {tp: pipeline.positions.get(tp, 0) for tp in todo}, sorted({t for t, _ in todo}))
+    if gone:
+        raise RecoveryError(
+            f"the committed inputs after the state's snapshot are no longer in Kafka: {'; '.join(gone)}. "
+            f"Restore a newer snapshot, or start the pipeline over with `{FIX}`"
+        )
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "ivm-replay", "enable.auto.commit": False, **CLIENT_DEFAULTS}
     )
@@ -164,39 +346,107 @@ class RecoveryReport:
     snapshot_batch: int | None  # the batch the snapshot reflected, None without one
     committed_batch: int | None  # the last committed batch, None on a first start
     replayed: int  # input records applied again
+    adoption: Adoption = field(default_factory=Adoption)
 
 
 def recover(pipeline: Pipeline, store: StateStore | None, bootstrap: str) -> RecoveryReport:
-    """Bring ``pipeline`` to the state of its last committed batch."""
+    """Bring ``pipeline`` to the state of its last committed batch, for the queries as now configured.
+
+    With a snapshot: :func:`adopt` it (queries new, changed or reset are built from the relations'
+    contents, removed ones dropped), then replay the inputs committed after it.  Without one but with
+    committed batches: replay the relation topics from the history's origin, if they still hold it and
+    no bootstrap loaded tuples outside them; otherwise :class:`RecoveryError` with the reason and the
+    commands that fix it.  Partitions the pipeline never read get their origin here: where
+    ``starting_offsets`` puts the stream (their first or their end offset).
+    """
     started = time.perf_counter()
-    queries = list(pipeline.views)
     committed = read_committed_progress(bootstrap, pipeline.config.progress_topic)
-    snapshot = store.load(queries) if store is not None else None
+    snapshot = store.load() if store is not None else None
     if snapshot is not None and committed is None:
         # nothing committed on this cluster: the snapshot belongs to another run
         log.warning("a snapshot exists but no batch was committed on this cluster: starting empty")
         snapshot = None
-    snapshot_batch = snapshot.last_batch_id if snapshot is not None else None
+    if snapshot is not None and committed is not None and snapshot.last_batch_id > committed["batch_id"]:
+        raise RuntimeError(
+            f"snapshot of batch {snapshot.last_batch_id} is ahead of the last committed batch "
+            f"{committed['batch_id']}: the progress topic was deleted or belongs to another pipeline"
+        )
+    where = store.directory if store is not None else "(no state folder)"
+    adoption = Adoption()
     if snapshot is not None:
-        pipeline.state = snapshot
+        adoption = adopt(pipeline, snapshot)
+    elif committed is not None:
+        _rebuild_from_topics(pipeline, bootstrap, committed, where)
     replayed = 0
     if committed is not None:
         end = {(o["topic"], o["partition"]): o["offset"] for o in committed["offsets"]}
-        if snapshot is not None and snapshot.last_batch_id > committed["batch_id"]:
-            raise RuntimeError(
-                f"snapshot of batch {snapshot.last_batch_id} is ahead of the last committed batch "
-                f"{committed['batch_id']}: the progress topic was deleted or belongs to another pipeline"
-            )
+        end = {tp: o for tp, o in end.items() if tp[0] in set(pipeline.topics)}
         replayed = replay(pipeline, bootstrap, end)
         pipeline.state.last_batch_id = committed["batch_id"]
+    _fix_origins(pipeline, bootstrap)
+    for name, why in adoption.rebuilt.items():
+        view = pipeline.views[name]
+        log.warning(
+            "query %s is %s: built from the relations' contents of the snapshot of batch %s (%d tuples), "
+            "then the %d records committed after it",
+            name, why, snapshot.last_batch_id if snapshot else None,
+            pipeline.store.count(view.query.relations), replayed,
+        )  # fmt: skip
+        pipeline.metrics.rebuilds.labels(name).inc()
+    for name in adoption.dropped:
+        log.warning("query %s is no longer configured: its state is dropped", name)
+    for relation in adoption.relations_dropped:
+        log.warning("relation %s is no longer configured: its contents are dropped", relation)
     report = RecoveryReport(
         time.perf_counter() - started,
-        snapshot_batch,
+        snapshot.last_batch_id if snapshot is not None else None,
         committed["batch_id"] if committed is not None else None,
         replayed,
+        adoption,
     )
     log.info(
         "recovered in %.2fs: snapshot of batch %s, last committed batch %s, %d records replayed",
         report.seconds, report.snapshot_batch, report.committed_batch, report.replayed,
     )  # fmt: skip
     return report
+
+
+def _rebuild_from_topics(pipeline: Pipeline, bootstrap: str, committed: dict[str, Any], where: Any) -> None:
+    """No usable snapshot but committed batches: the state from the relation topics' whole history."""
+    name = pipeline.config.name
+    reasons = []
+    if committed.get("legacy"):
+        reasons.append("its committed progress was written by an earlier version of the processor")
+    if committed.get("bootstrapped"):
+        reasons.append("batch 0 was a bulk bootstrap (`ivm bootstrap`) whose tuples are in no topic")
+    origin = {(o["topic"], o["partition"]): o["offset"] for o in committed.get("origin", [])}
+    if not reasons:
+        reasons += missing_history(bootstrap, origin, pipeline.topics)
+    if reasons:
+        raise RecoveryError(
+            f"pipeline {name!r} has committed batch {committed['batch_id']}, but its state folder {where} holds "
+            f"no usable snapshot and the state cannot be rebuilt from the relation topics: {'; '.join(reasons)}. "
+            f"Restore the snapshots (snapshot-*.pkl) into {where}, or start over with `{FIX}` (the pipeline then "
+            f"reads the relation topics from `starting_offsets` again, without what retention deleted or a "
+            f"bootstrap loaded: run `ivm bootstrap` again for that)"
+        )
+    log.warning(
+        "pipeline %s: no usable snapshot in %s: every query is rebuilt from the relation topics' history "
+        "up to committed batch %d", name, where, committed["batch_id"],
+    )  # fmt: skip
+    pipeline.state.positions = dict(origin)
+    pipeline.state.origin = dict(origin)
+
+
+def _fix_origins(pipeline: Pipeline, bootstrap: str) -> None:
+    """Give every input partition the pipeline has never read its origin: where the stream will start."""
+    from processor.topics import watermarks
+
+    state = pipeline.state
+    latest = pipeline.config.starting_offsets == "latest"
+    for tp, (low, high) in watermarks(bootstrap, pipeline.topics).items():
+        if tp in state.positions or tp in state.origin:
+            continue
+        state.origin[tp] = high if latest else low
+        if latest:
+            state.positions[tp] = high

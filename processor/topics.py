@@ -34,6 +34,12 @@ def create_topics(
 
 def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
     """The end offset (high watermark) of every partition of ``topics``."""
+    return {tp: high for tp, (_low, high) in watermarks(bootstrap, topics).items()}
+
+
+def watermarks(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(low, high)`` offsets of every partition of ``topics``: the first record still held (retention
+    moves it up) and the end."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -41,13 +47,13 @@ def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], 
     )
     try:
         metadata = consumer.list_topics(timeout=30)
-        out = {}
+        out: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in topics:
             if topic not in metadata.topics:
                 continue
             for partition in metadata.topics[topic].partitions:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-                out[(topic, partition)] = high
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+                out[(topic, partition)] = (low, high)
         return out
     finally:
         consumer.close()

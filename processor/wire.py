@@ -233,7 +233,7 @@ def check_writer_schema(writer: Any, codec: RelationCodec, reader: Mapping[str, 
         )
     w_name = str(writer.get("name", "")).rsplit(".", 1)[-1]
     aliases = reader.get("aliases", [])
-    if w_name != codec.relation.rsplit(".", 1)[-1] and w_name not in aliases and writer.get("name") not in aliases:
+    if w_name != codec.record_name.rsplit(".", 1)[-1] and w_name not in aliases and writer.get("name") not in aliases:
         raise DecodeError(
             f"{where} is the record {writer.get('name')!r}, relation {codec.relation} reads the record "
             f"{reader['name']!r}: Avro resolution needs the same name or an alias"
@@ -264,9 +264,15 @@ class WireCodec:
     ``<topic>-key`` and ``<topic>-value`` on first use.  Thread-safe.
     """
 
-    def __init__(self, schema: Mapping[str, Any], registry: RegistryClient, topic: str | None = None) -> None:
+    def __init__(
+        self,
+        schema: Mapping[str, Any],
+        registry: RegistryClient,
+        topic: str | None = None,
+        relation: str | None = None,
+    ) -> None:
         self.schema = dict(schema)
-        self.codec = RelationCodec.from_schema(self.schema)
+        self.codec = RelationCodec.from_schema(self.schema, relation)
         self.registry = registry
         self.topic = topic or self.codec.relation
         self._ids: tuple[int, int] | None = None

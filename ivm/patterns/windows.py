@@ -224,6 +224,14 @@ class Windows:
                 out += window.advance(timestamp)
         return out
 
+    def advance(self, timestamp: float) -> list[Update]:
+        """Expire by a watermark: every window's expirations due at ``timestamp`` (an update's own
+        admission may add a count window's overflow later)."""
+        out: list[Update] = []
+        for window in self._windows:
+            out += window.advance(timestamp)
+        return out
+
     def patterns(self) -> list[str]:
         """``R=fifo`` / ``R+S=fifo`` for every window (DESIGN §3 pattern syntax)."""
         return [p for w in self._windows for p in w.patterns()]
