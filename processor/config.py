@@ -1,25 +1,61 @@
-"""The pipeline configuration: one TOML file per pipeline (DESIGN §5).
+"""The pipeline configuration: one TOML file per pipeline (DESIGN §5), validated whole.
 
-See ``config/demo.toml`` for a complete example.  Every error names the key
-and what was expected.
+See ``config/demo.toml`` for a complete example.  A file is checked against a
+declared schema (pydantic models with ``extra="forbid"`` and strict types, one
+per table) and then as a whole (names, topics, windows, encodings, the
+relations the queries use) before anything connects; every finding is one
+line that names the key the way the file spells it::
+
+    unknown key 'modle' in [queries.tri]; did you mean 'model'?
+    [processor] exactly_once: expected a boolean, got the string "false"
+
+All findings of a file are reported together (:class:`ConfigError`).  Relative
+paths (a relation's ``schema``, ``[processor] state_dir``) are relative to the
+configuration file's folder; :func:`load_config` returns absolute ones.  What
+needs the schemas and the engines (a query's engine, eps, model) is checked by
+:func:`processor.planning.plan_pipeline`, the same path ``ivm run`` takes.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import math
+import re
 import tomllib
+import urllib.parse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ivm.policy import Policy
 
 
 class ConfigError(ValueError):
-    """The configuration file is invalid; the message names the key."""
+    """The configuration is invalid: ``errors`` holds one line per finding, each naming its key.
+
+    The message is those lines joined by newlines.
+    """
+
+    def __init__(self, errors: str | Sequence[str]) -> None:
+        self.errors: list[str] = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
 
 
 @dataclass(frozen=True)
 class RelationConfig:
+    """A relation: its topic, Avro schema, encoding and sliding window.
+
+    ``schema`` is absolute when it comes from :func:`load_config` (a relative
+    path in the file is relative to the file's folder).  A relative ``schema``
+    given in code, e.g. ``RelationConfig("R", "R", Path("relations/R.avsc"))``,
+    is relative to the schemas folder (:func:`processor.codec.schemas_dir`);
+    :meth:`schema_file` resolves both.
+    """
+
     name: str
     topic: str
     schema: Path
@@ -27,6 +63,12 @@ class RelationConfig:
     window_seconds: float | None = None  # a sliding window of the last S seconds (record timestamps)
     window_group: str | None = None  # relations with the same group share one window (jointly FIFO)
     encoding: str = "avro"  # "avro": plain Avro binary with schemas/; "confluent": wire format + registry
+
+    def schema_file(self) -> Path:
+        """The absolute path of the relation's Avro schema."""
+        from processor.codec import schemas_dir
+
+        return self.schema if self.schema.is_absolute() else schemas_dir() / self.schema
 
 
 @dataclass(frozen=True)
@@ -69,7 +111,9 @@ class PipelineConfig:
     starting_offsets: str = "earliest"
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a container
-    checkpoint: str = ""  # empty: a fresh temporary checkpoint per run
+    # Removed from the configuration ([spark] checkpoint is refused, see REMOVED_KEYS); always "".
+    # Kept only while processor/job.py still reads it.
+    checkpoint: str = ""
     name: str = "ivm"  # the pipeline: its transactional id, progress topic and state folder
     state_dir: str = ""  # snapshots; empty: .local/state/<name>
     snapshot_every: int = 50  # batches between snapshots (0: never)
@@ -87,199 +131,667 @@ class PipelineConfig:
         raise KeyError(name)
 
     def with_overrides(self, **overrides: Any) -> PipelineConfig:
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        """This configuration with the given fields replaced (``None``: keep), e.g. from the command line.
+
+        A field that comes from a table of the file is validated as that key is
+        (``shards=0`` raises ``ConfigError`` naming ``[processor] shards``).
+        """
+        given = {k: v for k, v in overrides.items() if v is not None}
+        errors = []
+        for key, value in given.items():
+            if key in _FIELD_KEYS:
+                section, name = _FIELD_KEYS[key]
+                _validate(_SECTIONS[section], {name: value}, f"[{section}]", errors)
+        if errors:
+            raise ConfigError(errors)
+        return replace(self, **given)
+
+
+# --- the declared schema ---------------------------------------------------------------------------
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Keys the configuration no longer accepts, with the reason.
+REMOVED_KEYS: dict[tuple[str, str], str] = {
+    ("spark", "checkpoint"): "no longer accepted: a Spark checkpoint would override the committed positions "
+    "the processor resumes from (its <name>.progress topic and state snapshots), silently losing or repeating "
+    "updates; remove the key",
+}
+
+
+def _topic(value: str) -> str:
+    """A Kafka topic name (or the stem of one): letters, digits, '.', '_', '-'; at most 249."""
+    if not _TOPIC.fullmatch(value):
+        raise ValueError(f"{json.dumps(value)} is not a Kafka topic name (letters, digits, '.', '_', '-')")
+    return value
+
+
+def _identifier(value: str) -> str:
+    """A relation name as queries spell it: a letter or '_', then letters, digits or '_'."""
+    if not _IDENTIFIER.fullmatch(value):
+        raise ValueError(f"{json.dumps(value)} is not a relation name (a letter or '_', then letters, digits, '_')")
+    return value
+
+
+def _nonempty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _port(text: str, where: str) -> None:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"{where}: port {text!r} is not in 1..65535")
+
+
+def _bootstrap(value: str) -> str:
+    """Kafka bootstrap servers: ``host:port`` items separated by commas, ports in 1..65535."""
+    for server in value.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"{json.dumps(server.strip())} is not host:port")
+        _port(port, json.dumps(server.strip()))
+    return value
+
+
+def _registry(value: str) -> str:
+    """The schema registry: empty, or an http(s) URL (port, if given, in 1..65535)."""
+    if not value:
+        return value
+    url = urllib.parse.urlsplit(value)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"{json.dumps(value)} is not an http:// or https:// URL")
+    try:
+        url.port  # noqa: B018 -- raises on a port out of range
+    except ValueError:
+        raise ValueError(f"{json.dumps(value)}: port not in 1..65535") from None
+    return value
+
+
+def _engine(value: str) -> str:
+    """``auto`` or a registered engine (:data:`ivm.engines.ENGINES`)."""
+    from ivm.engines import ENGINES
+
+    known = ["auto", *sorted(ENGINES)]
+    if value not in known:
+        raise ValueError(f"unknown engine {json.dumps(value)}{_suggest(value, known)}; known: {', '.join(known)}")
+    return value
+
+
+def _pattern(value: str) -> str:
+    """An update pattern declaration: ``R=insert-only``, ``R=fifo``, ``R=arbitrary``, ``R+S=fifo``."""
+    from ivm.query.patterns import parse_patterns
+
+    parse_patterns([value])
+    return value
+
+
+Topic = Annotated[str, AfterValidator(_topic)]
+Count = Annotated[int, Field(ge=1)]
+
+
+class _Table(BaseModel):
+    """One table of the file: unknown keys refused, no coercion (no string for a boolean, ...)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ProcessorTable(_Table):
+    """``[processor]``: the pipeline's name (transactional id, progress topic), state, shards."""
+
+    name: Topic = "ivm"
+    state_dir: str = ""
+    snapshot_every: Annotated[int, Field(ge=0)] = 50
+    exactly_once: bool = True
+    shards: Count = 1
+
+
+class KafkaTable(_Table):
+    """``[kafka]``: the broker, the dead-letter topic and the schema registry."""
+
+    bootstrap: Annotated[str, AfterValidator(_bootstrap)] = "127.0.0.1:9092"
+    dead_letter_topic: Topic = "ivm.dead-letter"
+    schema_registry: Annotated[str, AfterValidator(_registry)] = ""
+
+
+class SparkTable(_Table):
+    """``[spark]``: the master and the micro-batches' size and cadence."""
+
+    master: Annotated[str, AfterValidator(_nonempty)] = "local[2]"
+    max_offsets_per_trigger: Count = 200_000
+    trigger_ms: Annotated[int, Field(ge=0)] = 200
+    fetch_bytes: Count = 32 << 20
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+
+
+class MetricsTable(_Table):
+    """``[metrics]``: the /metrics endpoint (port 0: none)."""
+
+    port: Annotated[int, Field(ge=0, le=65535)] = 0
+    address: Annotated[str, AfterValidator(_nonempty)] = "127.0.0.1"
+
+
+class PolicyTable(_Table):
+    """``[policy]``: the input policy (:class:`ivm.policy.Policy`)."""
+
+    negative: Literal["reject", "allow"] = "reject"
+    duplicate: Literal["accumulate", "reject"] = "accumulate"
+
+
+class RelationTable(_Table):
+    """One ``[[relations]]`` entry."""
+
+    name: Annotated[str, AfterValidator(_identifier)]
+    topic: Topic | None = None  # default: the name
+    schema_: str | None = Field(None, alias="schema")  # default: relations/<name>.avsc of the schemas folder
+    encoding: Literal["avro", "confluent"] = "avro"
+    window_count: Count | None = None
+    window_seconds: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
+    window_group: Annotated[str, AfterValidator(_nonempty)] | None = None
+
+
+class QueryTable(_Table):
+    """One ``[[queries]]`` entry."""
+
+    name: Topic
+    query: Annotated[str, AfterValidator(_nonempty)]
+    engine: Annotated[str, AfterValidator(_engine)] = "auto"
+    eps: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
+    shards: Count | None = None
+    patterns: list[Annotated[str, AfterValidator(_pattern)]] = []
+    model: Literal["linear_regression", "chow_liu"] | None = None
+    label: str | None = None
+    method: Literal["gradient_descent", "closed_form"] | None = None
+
+
+_SECTIONS: dict[str, type[_Table]] = {
+    "processor": ProcessorTable,
+    "kafka": KafkaTable,
+    "spark": SparkTable,
+    "metrics": MetricsTable,
+    "policy": PolicyTable,
+}
+_ARRAYS: dict[str, type[_Table]] = {"relations": RelationTable, "queries": QueryTable}
+
+# PipelineConfig field -> (table, key) of the file, for dump_config and with_overrides.
+_FIELD_KEYS: dict[str, tuple[str, str]] = {
+    "name": ("processor", "name"),
+    "state_dir": ("processor", "state_dir"),
+    "snapshot_every": ("processor", "snapshot_every"),
+    "exactly_once": ("processor", "exactly_once"),
+    "shards": ("processor", "shards"),
+    "bootstrap": ("kafka", "bootstrap"),
+    "dead_letter_topic": ("kafka", "dead_letter_topic"),
+    "schema_registry": ("kafka", "schema_registry"),
+    "spark_master": ("spark", "master"),
+    "max_offsets_per_trigger": ("spark", "max_offsets_per_trigger"),
+    "trigger_ms": ("spark", "trigger_ms"),
+    "fetch_bytes": ("spark", "fetch_bytes"),
+    "starting_offsets": ("spark", "starting_offsets"),
+    "metrics_port": ("metrics", "port"),
+    "metrics_address": ("metrics", "address"),
+}
+
+
+# --- reading a file -------------------------------------------------------------------------------
 
 
 def load_config(path: str | Path) -> PipelineConfig:
-    """Read and validate a pipeline configuration file."""
+    """Read and validate a pipeline configuration file; relative paths in it are relative to its folder."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"configuration file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"configuration file {path} is a directory") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
-    return parse_config(raw, base=path.parent)
+    return parse_config(raw, base=path.resolve().parent)
 
 
-def parse_config(raw: dict[str, Any], base: Path = Path(".")) -> PipelineConfig:
-    known = {"processor", "kafka", "spark", "metrics", "policy", "relations", "queries"}
-    unknown = set(raw) - known
-    if unknown:
-        raise ConfigError(f"unknown top-level keys {sorted(unknown)}; known: {sorted(known)}")
-    kafka = _table(raw, "kafka")
-    spark = _table(raw, "spark")
-    metrics = _table(raw, "metrics")
-    policy_raw = _table(raw, "policy")
-    proc = _table(raw, "processor")
-    relations = []
-    for i, rel in enumerate(raw.get("relations", [])):
-        name = _str(rel, "name", f"relations[{i}]")
-        schema = Path(_str(rel, "schema", f"relations[{i}]", default=f"relations/{name}.avsc"))
-        seconds = rel.get("window_seconds")
-        if seconds is not None and (not isinstance(seconds, int | float) or seconds <= 0):
-            raise ConfigError(f"relations[{i}].window_seconds must be a positive number, got {seconds!r}")
-        count = _positive_int(rel, "window_count", f"relations[{i}]", default=None)
-        if count is not None and seconds is not None:
-            raise ConfigError(f"relations[{i}]: give window_count or window_seconds, not both")
-        group = rel.get("window_group")
-        relations.append(
-            RelationConfig(name, _str(rel, "topic", f"relations[{i}]", default=name), schema, count, seconds, group)
-        )
-    if not relations:
-        raise ConfigError("no [[relations]] configured")
-    queries = []
-    for i, q in enumerate(raw.get("queries", [])):
-        eps = q.get("eps")
-        if eps is not None and not (isinstance(eps, int | float) and 0 <= eps <= 1):
-            raise ConfigError(f"queries[{i}].eps must be a number in [0, 1], got {eps!r}")
-        queries.append(
-            QueryConfig(
-                _str(q, "name", f"queries[{i}]"),
-                _str(q, "query", f"queries[{i}]"),
-                _str(q, "engine", f"queries[{i}]", default="auto"),
-                eps,
-                _positive_int(q, "shards", f"queries[{i}]", default=None),
-                tuple(_str_list(q, "patterns", f"queries[{i}]")),
-                _model(q, f"queries[{i}]"),
-                q.get("label"),
-                _str(q, "method", f"queries[{i}]", default="gradient_descent"),
-            )
-        )
-    if not queries:
-        raise ConfigError("no [[queries]] configured")
-    names = [q.name for q in queries]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"query names must be unique, got {names}")
+def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConfig:
+    """Validate a parsed TOML document whole; raise :class:`ConfigError` with every finding.
+
+    Checks, each reported as one line naming its key: unknown keys (with the
+    nearest valid key), types (strict), value ranges and choices (ports,
+    ``starting_offsets``, ``encoding``, engine names, eps in [0, 1], update
+    patterns), removed keys (``[spark] checkpoint``), at least one relation
+    and one query, unique relation names, topics and query names, a window
+    group only on windowed relations that share one window definition,
+    ``confluent`` encodings only with ``[kafka] schema_registry``, ``label``
+    and ``method`` only with ``model = "linear_regression"`` (which needs a
+    label), an eps only for an engine that has one, the query text parses, and
+    every relation a query or pattern names is configured (patterns: used by
+    the query).  Relative paths resolve against ``base``.
+    """
+    base = Path(base).resolve()
+    errors: list[str] = []
+    known = [*_SECTIONS, *_ARRAYS]
+    for key in raw:
+        if key not in known:
+            errors.append(f"unknown key {key!r} at the top level{_suggest(key, known)}")
+    tables: dict[str, _Part] = {}
+    for key, model in _SECTIONS.items():
+        value = raw.get(key, {})
+        if not isinstance(value, dict):
+            errors.append(f"[{key}]: expected a table, got {_describe(value)}")
+            tables[key] = _Part(f"[{key}]", {}, None, set())
+            continue
+        tables[key] = _validate(model, value, f"[{key}]", errors)
+    entries: dict[str, list[_Part]] = {}
+    for key, model in _ARRAYS.items():
+        value = raw.get(key, [])
+        entries[key] = []
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            errors.append(f"{key}: expected an array of tables ([[{key}]]), got {_describe(value)}")
+            continue
+        if not value:
+            errors.append(f"no [[{key}]] configured: add at least one [[{key}]] table")
+        for i, entry in enumerate(value):
+            name = entry.get("name")
+            where = f"[{key}.{name}]" if isinstance(name, str) and name else f"[{key}[{i}]]"
+            entries[key].append(_validate(model, entry, where, errors))
+    errors += _check_whole(tables, entries, base)
+    if errors:
+        raise ConfigError(errors)
+    return _build(tables, entries, base)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One validated table: ``table`` is the model of its valid keys (``None`` if even those do not
+    validate); ``bad`` are the keys with findings, which the checks across keys leave alone."""
+
+    where: str
+    raw: Mapping[str, Any]
+    table: Any
+    bad: set[str]
+
+    def ok(self, *keys: str) -> bool:
+        """The table validated, at least as far as ``keys`` go."""
+        return self.table is not None and not self.bad.intersection(keys)
+
+
+def _validate(model: type[_Table], value: Mapping[str, Any], where: str, errors: list[str]) -> _Part:
+    """``value`` validated by ``model``; its findings, one line each, appended to ``errors``.
+
+    An invalid table is validated again without its bad keys, so that the
+    checks across keys still see the rest of it.
+    """
     try:
-        policy = Policy(**policy_raw)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"[policy]: {err}") from None
+        return _Part(where, value, model.model_validate(value), set())
+    except ValidationError as err:
+        found = err.errors(include_url=False)
+        errors += [_render(e, model, where) for e in found]
+        bad = {str(e["loc"][0]) for e in found if e["loc"]}
+        try:
+            rest = model.model_validate({k: v for k, v in value.items() if k not in bad})
+        except ValidationError:
+            rest = None
+        return _Part(where, value, rest, bad)
+
+
+def _render(error: Mapping[str, Any], model: type[_Table], where: str) -> str:
+    """One pydantic error as a line naming the key as the file spells it."""
+    loc = error["loc"]
+    key = _key_path(loc)
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    section = where.strip("[]")
+    if kind == "extra_forbidden":
+        removed = REMOVED_KEYS.get((section, str(loc[0])))
+        if removed:
+            return f"{where} {key}: {removed}"
+        keys = [f.alias or name for name, f in model.model_fields.items()]
+        return f"unknown key {loc[0]!r} in {where}{_suggest(str(loc[0]), keys)}"
+    if kind == "missing":
+        return f"{where} {key}: required key missing"
+    if kind == "value_error":
+        return f"{where} {key}: {ctx.get('error', error['msg'])}"
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        hint = _suggest(value, choices) if isinstance(value, str) else ""
+        expected = " or ".join(json.dumps(c) for c in choices)
+        return f"{where} {key}: expected {expected}, got {_describe(value)}{hint}"
+    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if kind in bounds:
+        limit = next(iter(ctx.values()))
+        return f"{where} {key}: expected {_noun(limit)} {bounds[kind]} {limit:g}, got {_describe(value)}"
+    if kind == "finite_number":
+        return f"{where} {key}: expected a finite number, got {_describe(value)}"
+    expected = _EXPECTED.get(kind)
+    if expected:
+        return f"{where} {key}: expected {expected}, got {_describe(value)}"
+    return f"{where} {key}: {error['msg']}"
+
+
+_EXPECTED = {
+    "bool_type": "a boolean",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "list_type": "an array",
+    "model_type": "a table",
+    "dict_type": "a table",
+}
+
+
+def _key_path(loc: Sequence[str | int]) -> str:
+    """``('patterns', 1)`` -> ``patterns[1]``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _noun(value: Any) -> str:
+    return "an integer" if isinstance(value, int) and not isinstance(value, bool) else "a number"
+
+
+def _describe(value: Any) -> str:
+    """A TOML value as the file spells it: ``the string "false"``, ``the boolean true``, ..."""
+    if isinstance(value, bool):
+        return f"the boolean {'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the float {value!r}" if math.isfinite(value) else f"the float {value}"
+    if isinstance(value, str):
+        return f"the string {json.dumps(value)}"
+    if isinstance(value, list):
+        text = json.dumps(value, default=str)
+        return f"the array {text if len(text) <= 40 else text[:37] + '...'}"
+    if isinstance(value, dict):
+        return "a table"
+    return f"the {type(value).__name__} {value}"
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` for the nearest choice (difflib), or nothing."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]], base: Path) -> list[str]:
+    """Findings across keys and tables; each check reads only keys that validated."""
+    errors: list[str] = []
+    kafka, processor = tables["kafka"], tables["processor"]
+    relations = entries["relations"]
+    queries = entries["queries"]
+    # names any relation entry declares, valid or not: a query over it is not "unconfigured"
+    declared = {r.raw["name"] for r in relations if isinstance(r.raw.get("name"), str)}
+
+    owners: dict[str, str] = {}  # topic -> who writes or reads it
+
+    def claim(topic: str, owner: str, where: str, key: str) -> None:
+        if topic in owners:
+            errors.append(f"{where} {key}: topic {topic!r} is already {owners[topic]}")
+        else:
+            owners[topic] = owner
+
+    seen: set[str] = set()
+    for r in relations:
+        if not r.ok("name"):
+            continue
+        rel = r.table
+        if rel.name in seen:
+            errors.append(f"{r.where} name: relation {rel.name!r} is configured twice")
+            continue
+        seen.add(rel.name)
+        if r.ok("topic"):
+            claim(rel.topic or rel.name, f"the topic of relation {rel.name}", r.where, "topic")
+    if kafka.ok("dead_letter_topic"):
+        claim(kafka.table.dead_letter_topic, "the dead-letter topic", "[kafka]", "dead_letter_topic")
+    if processor.ok("name", "exactly_once") and processor.table.exactly_once:
+        claim(f"{processor.table.name}.progress", "the progress topic", "[processor]", "name")
+    names: set[str] = set()
+    for q in queries:
+        if not q.ok("name"):
+            continue
+        if q.table.name in names:
+            errors.append(f"{q.where} name: query {q.table.name!r} is configured twice")
+            continue
+        names.add(q.table.name)
+        for suffix in ("result", "delta", "model"):
+            claim(f"{q.table.name}.{suffix}", f"the {suffix} topic of query {q.table.name}", q.where, "name")
+
+    windowed = ("window_count", "window_seconds", "window_group")
+    for r in relations:
+        rel = r.table
+        confluent = r.ok("encoding") and rel.encoding == "confluent"
+        if confluent and kafka.ok("schema_registry") and not kafka.table.schema_registry:
+            errors.append(f'{r.where} encoding: "confluent" needs [kafka] schema_registry (the registry URL)')
+        if r.ok(*windowed) and rel.window_count is not None and rel.window_seconds is not None:
+            errors.append(f"{r.where} window_seconds: give window_count or window_seconds, not both")
+        unwindowed = r.ok(*windowed) and rel.window_count is None and rel.window_seconds is None
+        if unwindowed and rel.window_group is not None:
+            errors.append(f"{r.where} window_group: only for a windowed relation (set window_count or window_seconds)")
+        if r.ok("schema", "name"):
+            path = _schema_path(rel, base)
+            if not path.is_file():
+                given = "" if rel.schema_ is not None else "no schema given and the default "
+                errors.append(f"{r.where} schema: {given}schema file {path} does not exist")
+    groups: dict[str, Any] = {}
+    for r in relations:
+        rel = r.table
+        if not r.ok("name", *windowed) or rel.window_group is None:
+            continue
+        if rel.window_count is None and rel.window_seconds is None:
+            continue
+        first = groups.setdefault(rel.window_group, rel)
+        if (rel.window_count, rel.window_seconds) != (first.window_count, first.window_seconds):
+            key = "window_count" if rel.window_count is not None else "window_seconds"
+            errors.append(
+                f"{r.where} {key}: window group {rel.window_group!r} is {_window(first)} (relation {first.name}); "
+                f"relation {rel.name} has {_window(rel)}: one group shares one window"
+            )
+
+    attributes = _attributes([r.table for r in relations if r.ok("name", "schema")], base)
+    for q in queries:
+        errors += _check_query(q, declared, attributes)
+    return errors
+
+
+def _window(rel: Any) -> str:
+    if rel.window_count is not None:
+        return f"window_count = {rel.window_count}"
+    return f"window_seconds = {rel.window_seconds}"
+
+
+def _check_query(q: _Part, declared: set[str], attributes: Mapping[str, list[str]] | None) -> list[str]:
+    """A query's text parses, names configured relations, and its options fit together."""
+    from ivm.engines import ENGINES
+    from ivm.query.parse import QuerySyntaxError, parse
+
+    errors: list[str] = []
+    t, where = q.table, q.where
+    if t is None:
+        return errors
+    if q.ok("model", "label", "method"):
+        if t.model != "linear_regression":
+            for key in ("label", "method"):
+                if getattr(t, key) is not None:
+                    errors.append(f'{where} {key}: only used with model = "linear_regression"')
+        elif t.label is None:
+            errors.append(f'{where} label: required with model = "linear_regression" (a variable of the COVAR)')
+    explicit = q.ok("eps", "engine") and t.eps is not None and t.engine != "auto"
+    if explicit and "eps" not in _parameters(ENGINES[t.engine]):
+        errors.append(f"{where} eps: engine {t.engine!r} has no eps (only IVM^eps engines take one)")
+    if not q.ok("query"):
+        return errors
+    try:
+        query = parse(t.query, attributes)
+    except (QuerySyntaxError, ValueError) as err:
+        return [*errors, f"{where} query: {err}"]
+    missing = sorted(set(query.relations) - declared)
+    if missing:
+        names = ", ".join(missing)
+        configured = ", ".join(sorted(declared)) or "none"
+        errors.append(f"{where} query: uses {names} with no [[relations]] entry (configured: {configured})")
+    if q.ok("patterns"):
+        for i, pattern in enumerate(t.patterns):
+            named = {n.strip() for n in pattern.split("=", 1)[0].split("+") if n.strip()}
+            unused = sorted(named - set(query.relations))
+            if unused:
+                errors.append(
+                    f"{where} patterns[{i}]: {json.dumps(pattern)} names {', '.join(unused)}, which the query "
+                    f"does not use (it uses {', '.join(sorted(query.relations))})"
+                )
+    return errors
+
+
+def _parameters(cls: type) -> Mapping[str, Any]:
+    import inspect
+
+    return inspect.signature(cls.__init__).parameters
+
+
+def _attributes(relations: Sequence[RelationTable], base: Path) -> dict[str, list[str]] | None:
+    """The attributes of the relations whose schema file reads (for SQL queries), or ``None`` if none does."""
+    out: dict[str, list[str]] = {}
+    for rel in relations:
+        try:
+            fields = json.loads(_schema_path(rel, base).read_text())["fields"]
+            out[rel.name] = [f["name"] for f in fields if f["name"] != "mult"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out or None
+
+
+def _schema_path(rel: RelationTable, base: Path) -> Path:
+    """A relation's schema: absolute, relative to the file's folder, or the registered one by default."""
+    if rel.schema_ is None:
+        from processor.codec import schemas_dir
+
+        return (schemas_dir() / "relations" / f"{rel.name}.avsc").resolve()
+    return (base / rel.schema_).resolve()
+
+
+def _build(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]], base: Path) -> PipelineConfig:
+    """The configuration of a document without findings."""
+    proc, kafka, spark, metrics, policy = (tables[k].table for k in _SECTIONS)
+    relations = tuple(
+        RelationConfig(
+            rel.name,
+            rel.topic or rel.name,
+            _schema_path(rel, base),
+            rel.window_count,
+            rel.window_seconds,
+            rel.window_group,
+            rel.encoding,
+        )
+        for rel in (r.table for r in entries["relations"])
+    )
+    queries = tuple(
+        QueryConfig(
+            q.name,
+            q.query,
+            q.engine,
+            q.eps,
+            q.shards,
+            tuple(q.patterns),
+            q.model,
+            q.label,
+            q.method or "gradient_descent",
+        )
+        for q in (e.table for e in entries["queries"])
+    )
     return PipelineConfig(
-        bootstrap=_str(kafka, "bootstrap", "kafka", default="127.0.0.1:9092"),
-        dead_letter_topic=_str(kafka, "dead_letter_topic", "kafka", default="ivm.dead-letter"),
-        schema_registry=_str(kafka, "schema_registry", "kafka", default=""),
-        relations=tuple(relations),
-        queries=tuple(queries),
-        policy=policy,
-        spark_master=_str(spark, "master", "spark", default="local[2]"),
-        max_offsets_per_trigger=int(spark.get("max_offsets_per_trigger", 200_000)),
-        trigger_ms=int(spark.get("trigger_ms", 200)),
-        fetch_bytes=_positive_int(spark, "fetch_bytes", "spark", default=32 << 20),
-        starting_offsets=_str(spark, "starting_offsets", "spark", default="earliest"),
-        checkpoint=_str(spark, "checkpoint", "spark", default=""),
-        metrics_port=int(metrics.get("port", 0)),
-        metrics_address=_str(metrics, "address", "metrics", default="127.0.0.1"),
-        name=_str(proc, "name", "processor", default="ivm"),
-        state_dir=_str(proc, "state_dir", "processor", default=""),
-        snapshot_every=_positive_int(proc, "snapshot_every", "processor", default=50, zero=True),
-        exactly_once=bool(proc.get("exactly_once", True)),
-        shards=_positive_int(proc, "shards", "processor", default=1),
+        bootstrap=kafka.bootstrap,
+        dead_letter_topic=kafka.dead_letter_topic,
+        schema_registry=kafka.schema_registry,
+        relations=relations,
+        queries=queries,
+        policy=Policy(policy.negative, policy.duplicate),
+        spark_master=spark.master,
+        max_offsets_per_trigger=spark.max_offsets_per_trigger,
+        trigger_ms=spark.trigger_ms,
+        fetch_bytes=spark.fetch_bytes,
+        starting_offsets=spark.starting_offsets,
+        metrics_port=metrics.port,
+        metrics_address=metrics.address,
+        name=proc.name,
+        state_dir=str((base / proc.state_dir).resolve()) if proc.state_dir else "",
+        snapshot_every=proc.snapshot_every,
+        exactly_once=proc.exactly_once,
+        shards=proc.shards,
     )
 
 
-def _positive_int(table: dict[str, Any], key: str, where: str, default: int | None, zero: bool = False):
-    value = table.get(key, default)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero else 1):
-        raise ConfigError(f"{where}.{key} must be an integer >= {0 if zero else 1}, got {value!r}")
-    return value
-
-
-def _str_list(table: dict[str, Any], key: str, where: str) -> list[str]:
-    value = table.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}.{key} must be a list of strings, got {value!r}")
-    return value
-
-
-def _model(table: dict[str, Any], where: str) -> str | None:
-    model = table.get("model")
-    if model not in (None, "linear_regression", "chow_liu"):
-        raise ConfigError(f"{where}.model must be 'linear_regression' or 'chow_liu', got {model!r}")
-    if model == "linear_regression" and not isinstance(table.get("label"), str):
-        raise ConfigError(f"{where}: a linear_regression model needs a label (a variable of the COVAR aggregate)")
-    return model
-
-
-def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:
-    value = raw.get(key, {})
-    if not isinstance(value, dict):
-        raise ConfigError(f"[{key}] must be a table")
-    return value
-
-
-def _str(table: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
-    value = table.get(key, default)
-    if value is None:
-        raise ConfigError(f"{where}.{key} is required")
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
-    return value
+# --- writing a file -------------------------------------------------------------------------------
 
 
 def dump_config(config: PipelineConfig) -> str:
-    """The TOML text of a configuration; ``parse_config`` reads it back unchanged."""
+    """The TOML text of a configuration; ``parse_config`` reads it back unchanged.
+
+    Paths are written absolute (a relative schema given in code is relative to
+    the schemas folder, a relative state folder to the working directory), so
+    the file means the same wherever it is saved.
+    """
 
     def value(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, int | float):
             return repr(v)
-        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(str(v), ensure_ascii=False)
 
-    lines = [
-        "[processor]",
-        f"name = {value(config.name)}",
-        f"state_dir = {value(config.state_dir)}",
-        f"snapshot_every = {config.snapshot_every}",
-        f"exactly_once = {value(config.exactly_once)}",
-        f"shards = {config.shards}",
-        "",
-        "[kafka]",
-        f"bootstrap = {value(config.bootstrap)}",
-        f"dead_letter_topic = {value(config.dead_letter_topic)}",
-        f"schema_registry = {value(config.schema_registry)}",
-        "",
-        "[spark]",
-        f"master = {value(config.spark_master)}",
-        f"max_offsets_per_trigger = {config.max_offsets_per_trigger}",
-        f"trigger_ms = {config.trigger_ms}",
-        f"fetch_bytes = {config.fetch_bytes}",
-        f"starting_offsets = {value(config.starting_offsets)}",
-        f"checkpoint = {value(config.checkpoint)}",
-        "",
-        "[metrics]",
-        f"port = {config.metrics_port}",
-        f"address = {value(config.metrics_address)}",
-        "",
-        "[policy]",
+    def line(key: str, field_name: str) -> str:
+        return f"{key} = {value(getattr(config, field_name))}"
+
+    out: list[str] = []
+    by_table: dict[str, list[str]] = {}
+    for field_name, (table, key) in _FIELD_KEYS.items():
+        if field_name == "state_dir" and config.state_dir:
+            by_table.setdefault(table, []).append(f"state_dir = {value(Path(config.state_dir).absolute())}")
+            continue
+        by_table.setdefault(table, []).append(line(key, field_name))
+    by_table["policy"] = [
         f"negative = {value(config.policy.negative)}",
         f"duplicate = {value(config.policy.duplicate)}",
     ]
+    for table in _SECTIONS:
+        out += [f"[{table}]", *by_table[table], ""]
     for rel in config.relations:
-        lines += ["", "[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
-        lines.append(f"schema = {value(str(rel.schema))}")
-        lines.append(f"encoding = {value(rel.encoding)}")
+        out += ["[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
+        out.append(f"schema = {value(rel.schema_file())}")
+        out.append(f"encoding = {value(rel.encoding)}")
         if rel.window_count is not None:
-            lines.append(f"window_count = {rel.window_count}")
+            out.append(f"window_count = {rel.window_count}")
         if rel.window_seconds is not None:
-            lines.append(f"window_seconds = {rel.window_seconds}")
+            out.append(f"window_seconds = {value(rel.window_seconds)}")
         if rel.window_group is not None:
-            lines.append(f"window_group = {value(rel.window_group)}")
+            out.append(f"window_group = {value(rel.window_group)}")
+        out.append("")
     for q in config.queries:
-        lines += ["", "[[queries]]", f"name = {value(q.name)}", f"query = {value(q.query)}"]
-        lines.append(f"engine = {value(q.engine)}")
+        out += ["[[queries]]", f"name = {value(q.name)}", f"query = {value(q.query)}", f"engine = {value(q.engine)}"]
         if q.eps is not None:
-            lines.append(f"eps = {q.eps}")
+            out.append(f"eps = {value(q.eps)}")
         if q.shards is not None:
-            lines.append(f"shards = {q.shards}")
+            out.append(f"shards = {q.shards}")
         if q.patterns:
-            lines.append("patterns = [" + ", ".join(value(p) for p in q.patterns) + "]")
+            out.append("patterns = [" + ", ".join(value(p) for p in q.patterns) + "]")
         if q.model is not None:
-            lines.append(f"model = {value(q.model)}")
-        if q.label is not None:
-            lines.append(f"label = {value(q.label)}")
-        lines.append(f"method = {value(q.method)}")
-    return "\n".join(lines) + "\n"
+            out.append(f"model = {value(q.model)}")
+        if q.model == "linear_regression":
+            if q.label is not None:
+                out.append(f"label = {value(q.label)}")
+            out.append(f"method = {value(q.method)}")
+        out.append("")
+    return "\n".join(out)
+
+
+__all__ = [
+    "REMOVED_KEYS",
+    "ConfigError",
+    "PipelineConfig",
+    "QueryConfig",
+    "RelationConfig",
+    "dump_config",
+    "load_config",
+    "parse_config",
+]

@@ -1,18 +1,117 @@
 """One planning path for ``ivm explain``, ``ivm check`` and ``ivm run``.
 
-``build_view`` turns one configured query into its maintained view, exactly as
-the running pipeline does.
+:func:`build_view` turns one configured query into its maintained view,
+exactly as the running pipeline does (``Pipeline._maintain`` calls it);
+:func:`maintain_query` is its core, shared with ``ivm explain QUERY``: it
+refuses what the runtime would refuse (an engine that cannot serve the query,
+an eps outside [0, 1] or for an engine without one, a pattern naming a
+relation the query does not use) with the key to blame.  :func:`plan_pipeline`
+plans a whole configuration without connecting to anything: it reads the
+relation schemas, builds every query's view on an empty database and reports
+every failure as a :class:`~processor.config.ConfigError` line naming the key.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ivm
+from ivm.engines import ENGINES
+from ivm.engines.base import EngineRefused
 from ivm.patterns.windows import Windows
 from ivm.policy import Policy
-from processor.config import PipelineConfig, QueryConfig
+from ivm.query.model import Query
+from ivm.query.parse import QuerySyntaxError
+from processor.config import ConfigError, PipelineConfig, QueryConfig, RelationConfig
+
+
+class Refused(ValueError):
+    """The runtime would refuse this query's options; ``key`` names the option to blame
+    (``query``, ``engine``, ``eps``, ``patterns``, ``model``, ``label``)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def request_errors(query: Query, engine: str, eps: float | None, patterns: Sequence[str]) -> list[Refused]:
+    """What ``ivm.maintain`` would refuse, or silently ignore, in a query's engine, eps and patterns.
+
+    Validates: the engine is ``auto`` or registered and, if named, can serve
+    the query (:meth:`Engine.refuses`); eps is a number in [0, 1] and, with a
+    named engine, one that takes an eps; each pattern reads ``R=level`` and
+    names only relations of the query.
+    """
+    from ivm.query.patterns import parse_patterns
+
+    found: list[Refused] = []
+    if engine != "auto" and engine not in ENGINES:
+        found.append(Refused("engine", f"unknown engine {engine!r}; known: auto, {', '.join(sorted(ENGINES))}"))
+    elif engine != "auto":
+        reason = ENGINES[engine].refuses(query)
+        if reason:
+            found.append(Refused("engine", f"engine {engine!r} cannot maintain {query}: {reason}"))
+    if eps is not None:
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 <= eps <= 1:
+            found.append(Refused("eps", f"eps must be a number in [0, 1], got {eps!r}"))
+        elif engine in ENGINES and not _takes_eps(engine):
+            found.append(Refused("eps", f"engine {engine!r} has no eps (only IVM^eps engines take one)"))
+    for pattern in patterns:
+        try:
+            parse_patterns([pattern])
+        except ValueError as err:
+            found.append(Refused("patterns", str(err)))
+            continue
+        named = {n.strip() for n in pattern.split("=", 1)[0].split("+") if n.strip()}
+        unused = sorted(named - set(query.relations))
+        if unused:
+            found.append(
+                Refused(
+                    "patterns",
+                    f"pattern {json.dumps(pattern)} names {', '.join(unused)}, which the query does not use "
+                    f"(it uses {', '.join(sorted(query.relations))})",
+                )
+            )
+    return found
+
+
+def maintain_query(
+    query: Query,
+    engine: str = "auto",
+    eps: float | None = None,
+    patterns: Sequence[str] = (),
+    *,
+    implied: Sequence[str] = (),
+    policy: Policy | None = None,
+    shards: int = 1,
+    options: Mapping[str, Any] | None = None,
+) -> Any:
+    """``ivm.maintain`` after :func:`request_errors`; raises :class:`Refused` naming the key.
+
+    ``patterns`` are the declared ones (checked), ``implied`` those a window
+    adds.  An eps under ``engine = "auto"`` that the chosen engine does not
+    take is refused too: it would be silently unused.
+    """
+    found = request_errors(query, engine, eps, patterns)
+    if found:
+        raise found[0]
+    every = [*patterns, *implied]
+    extra: dict[str, Any] = {"eps": eps} if eps is not None else {}
+    if options:
+        extra["options"] = dict(options)
+    try:
+        view = ivm.maintain(query, engine=engine, policy=policy, shards=shards, patterns=every or None, **extra)
+    except EngineRefused as err:
+        raise Refused("engine" if engine != "auto" else "query", str(err)) from None
+    chosen = engine_of(view)
+    if eps is not None and not _takes_eps(chosen):
+        raise Refused("eps", f"eps {eps} is not used: the planner chose engine {chosen!r}, which has no eps")
+    return view
 
 
 def build_view(
@@ -24,26 +123,174 @@ def build_view(
 ) -> Any:
     """The maintained view of query ``q`` over relations with attributes ``schema_of``.
 
-    Raises ``ivm.query.parse.QuerySyntaxError``, ``EngineRefused`` or ``ValueError``
-    (unknown relation, eps out of range, ...) exactly as ``ivm.maintain`` does.
+    Raises ``QuerySyntaxError`` (the query text), ``ValueError`` (a relation
+    with no configured topic) or :class:`Refused`, a ``ValueError`` naming the
+    option the runtime refuses (:func:`maintain_query`).
     """
     query = ivm.parse(q.query, schema_of)
     missing = set(query.relations) - set(schema_of)
     if missing:
         raise ValueError(f"query {q.name!r} uses relations {sorted(missing)} with no configured topic")
-    patterns = list(q.patterns)
+    implied: list[str] = []
     if windows is not None:  # a window makes its relations (jointly) FIFO
-        patterns += [p for p in windows.patterns() if set(p.split("=")[0].split("+")) <= set(query.relations)]
-    options: dict[str, Any] = {"eps": q.eps} if q.eps is not None else {}
+        implied = [p for p in windows.patterns() if set(p.split("=")[0].split("+")) <= set(query.relations)]
+    options: dict[str, Any] | None = None
     engine = q.engine
     if q.model == "chow_liu":
         engine = "fivm" if engine == "auto" else engine
-        options["options"] = {"categorical": query.aggregate.variables}
-    return ivm.maintain(
+        options = {"categorical": query.aggregate.variables}
+    return maintain_query(
         query,
-        engine=engine,
+        engine,
+        q.eps,
+        list(q.patterns),
+        implied=implied,
         policy=policy,
         shards=q.shards or config.shards,
-        patterns=patterns or None,
-        **options,
+        options=options,
     )
+
+
+def engine_of(view: Any) -> str:
+    """The name of the engine maintaining ``view`` (of its first shard if sharded)."""
+    shards = getattr(view, "shards", None)
+    return (shards[0] if shards else view).engine.name
+
+
+def _takes_eps(engine: str) -> bool:
+    return engine in ENGINES and "eps" in inspect.signature(ENGINES[engine].__init__).parameters
+
+
+@dataclass(frozen=True)
+class RelationPlan:
+    """A configured relation with its schema read."""
+
+    config: RelationConfig
+    schema_file: Path
+    attributes: tuple[str, ...]
+
+    @property
+    def window(self) -> str | None:
+        """The sliding window in words, or ``None``."""
+        rel = self.config
+        if rel.window_count is None and rel.window_seconds is None:
+            return None
+        size = f"last {rel.window_count} tuples" if rel.window_count is not None else f"last {rel.window_seconds} s"
+        return size + (f", shared by window group {rel.window_group!r}" if rel.window_group else "")
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A configured query, parsed, with the view that maintains it and its ``view.explain()``."""
+
+    config: QueryConfig
+    query: Query
+    view: Any
+    explain: Mapping[str, Any]
+
+    @property
+    def engine(self) -> str:
+        return engine_of(self.view)
+
+    @property
+    def guarantee(self) -> Mapping[str, Any]:
+        """``update``, ``delay``, ``space``, ``preprocessing`` (and ``amortized``, ``lower_bound``)."""
+        return self.explain["guarantee"]
+
+    @property
+    def output_topics(self) -> list[str]:
+        q = self.config
+        return [q.result_topic, *([q.delta_topic] if self.query.free else []), *([q.model_topic] if q.model else [])]
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """What ``ivm run`` would maintain: relations with their schemas, queries with their views."""
+
+    config: PipelineConfig
+    relations: tuple[RelationPlan, ...]
+    queries: tuple[QueryPlan, ...]
+
+    @property
+    def topics(self) -> list[str]:
+        """The input topics, one per relation."""
+        return [r.config.topic for r in self.relations]
+
+    @property
+    def schemas(self) -> dict[str, tuple[str, ...]]:
+        """Relation name -> attributes."""
+        return {r.config.name: r.attributes for r in self.relations}
+
+    def query(self, name: str) -> QueryPlan:
+        for q in self.queries:
+            if q.config.name == name:
+                return q
+        raise KeyError(name)
+
+
+def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
+    """Plan every query of ``config`` without connecting to anything; raise :class:`ConfigError`.
+
+    Validates, one line per finding naming the key: each relation's schema
+    file exists, is JSON and is a relation update schema
+    (``RelationCodec.from_schema``); each query parses against those schemas,
+    names configured relations, and ``ivm.maintain`` accepts its engine, eps
+    and patterns (:func:`maintain_query`); a model's query is a ``COVAR``
+    aggregate and a regression's label one of its variables (the pipeline's
+    own model check).
+    """
+    from processor.codec import RelationCodec, load_schema
+    from processor.pipeline import _model, _windows
+
+    errors: list[str] = []
+    relations: list[RelationPlan] = []
+    unread: set[str] = set()
+    for rel in config.relations:
+        where = f"[relations.{rel.name}] schema"
+        path = rel.schema_file()
+        try:
+            codec = RelationCodec.from_schema(load_schema(path))
+        except FileNotFoundError:
+            errors.append(f"{where}: schema file {path} does not exist")
+        except (OSError, json.JSONDecodeError) as err:
+            errors.append(f"{where}: cannot read {path}: {err}")
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            errors.append(f"{where}: {path} is not a relation update schema: {err}")
+        else:
+            relations.append(RelationPlan(rel, path, tuple(codec.attributes)))
+            continue
+        unread.add(rel.name)
+    schema_of = {r.config.name: list(r.attributes) for r in relations}
+    try:
+        windows = _windows(config)
+    except (ValueError, TypeError) as err:
+        errors.append(f"[relations] window: {err}")
+        windows = None
+    queries: list[QueryPlan] = []
+    for q in config.queries:
+        where = f"[queries.{q.name}]"
+        try:
+            query = ivm.parse(q.query, schema_of)
+            if set(query.relations) & unread:
+                continue  # its relation's schema is reported above
+            view = build_view(config, q, schema_of, windows, config.policy)
+        except QuerySyntaxError as err:
+            errors.append(f"{where} query: {err}")
+            continue
+        except Refused as err:
+            errors.append(f"{where} {err.key}: {err}")
+            continue
+        except ValueError as err:
+            errors.append(f"{where} query: {err}")
+            continue
+        if q.model:
+            try:
+                _model(q, view)
+            except ValueError as err:
+                key = "label" if q.label is not None and repr(q.label) in str(err) else "model"
+                errors.append(f"{where} {key}: {str(err).removeprefix(f'query {q.name!r}: ')}")
+                continue
+        queries.append(QueryPlan(q, view.query, view, view.explain()))
+    if errors:
+        raise ConfigError(errors)
+    return PipelinePlan(config, tuple(relations), tuple(queries))
