@@ -9,9 +9,15 @@ schemas from ``schemas/``.
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
 import io
 import json
+import math
+import numbers
 import os
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,26 +219,165 @@ def load_relation_codecs(directory: Path | None = None) -> dict[str, RelationCod
     return codecs
 
 
-def result_to_json(value: Any) -> str:
-    """The JSON text of a result: exact integers of any size, group-by dicts as objects.
+def result_to_json(value: Any, query: Any = None) -> str:
+    """The JSON text of a result, the ``value`` of ``<query>.result`` (the forms: ``docs/results.md``).
+
+    Exact integers stay exact (any size); a group-by result is an object keyed by
+    the JSON text of each group's tuple; a ring element (COVAR's covariance
+    triple, the categorical covariance, a relation) is an object, never its
+    Python ``repr``.  ``query``, the view's parsed query (``view.query``) or the
+    sequence of the COVAR variable names, names the variables of a covariance;
+    without it they are named by their positions ``"0"``, ``"1"``, ...  Non-finite
+    floats become ``null`` (JSON has no NaN).
 
     >>> result_to_json(10**30)
     '1000000000000000000000000000000'
     >>> result_to_json({(1, "x"): 2})
     '{"[1, \\\\"x\\\\"]": 2}'
+    >>> from ivm.rings import CovarianceRing
+    >>> cov = json.loads(result_to_json(CovarianceRing(("x", "y")).lift_tuple(("x", "y"), (2, 3)), ["x", "y"]))
+    >>> cov["count"], cov["sums"], cov["products"]
+    (1, {'x': 2, 'y': 3}, {'x': {'x': 4, 'y': 6}, 'y': {'x': 6, 'y': 9}})
     """
-    if isinstance(value, dict):
-        return json.dumps(
-            {json.dumps(list(k)) if isinstance(k, tuple) else str(k): _plain(v) for k, v in value.items()}
-        )
-    return json.dumps(_plain(value))
+    return json.dumps(_plain(value, covar_variables(query)), allow_nan=False)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, int | float | str | bool) or value is None:
+def covar_variables(query: Any) -> tuple[str, ...] | None:
+    """The names of a covariance result's variables, in the ring's order, if ``query`` tells them.
+
+    ``query`` is a parsed query (its ``COVAR(...)`` variables, or all its variables
+    sorted for a bare ``COVAR()``, as F-IVM orders them), a sequence of names, or ``None``.
+    """
+    if query is None:
+        return None
+    if isinstance(query, Sequence) and not isinstance(query, str):
+        return tuple(str(v) for v in query)
+    aggregate = getattr(query, "aggregate", None)
+    if aggregate is None or aggregate.kind != "covariance":
+        return None
+    return tuple(aggregate.variables) or tuple(sorted(query.variables))
+
+
+def group_key(key: Any) -> str:
+    """The JSON object key of a group-by result's group: the JSON text of its tuple (``'[1, "x"]'``)."""
+    if isinstance(key, tuple):
+        return json.dumps([json_value(k) for k in key], allow_nan=False)
+    return key if isinstance(key, str) else json.dumps(json_value(key), allow_nan=False)
+
+
+def json_value(value: Any) -> Any:
+    """``value`` as plain JSON data: the one mapping of Avro-decoded and engine values to JSON.
+
+    Integers stay exact; other real numbers become floats (non-finite ones ``null``);
+    datetimes ISO-8601 strings, in UTC with a ``Z`` and milliseconds (microseconds
+    when they have some) for aware ones; dates and times ISO-8601; bytes base64
+    (RFC 4648, padded); decimals and UUIDs strings (exact); lists, tuples and
+    numpy arrays lists; mappings objects (non-string keys as their JSON text).
+    Anything else is a :class:`TypeError`, never a ``repr`` string.
+
+    >>> import datetime
+    >>> json_value(datetime.datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=datetime.timezone.utc))
+    '2024-05-01T12:00:00.250Z'
+    >>> json_value(b"\\x00\\xff"), json_value(float("nan")), json_value((1, 2.5))
+    ('AP8=', None, [1, 2.5])
+    """
+    if value is None or isinstance(value, bool | int | str):
         return value
-    if hasattr(value, "tolist"):
-        return value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime.datetime):
+        timespec = "milliseconds" if value.microsecond % 1000 == 0 else "microseconds"
+        if value.tzinfo is None:
+            return value.isoformat(timespec=timespec)
+        return value.astimezone(datetime.UTC).replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, numbers.Integral):  # numpy integers
+        return int(value)
+    if isinstance(value, numbers.Real):  # fractions, numpy floats
+        return json_value(float(value))
+    if isinstance(value, Mapping):
+        return {group_key(k): json_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return str(value)
+        return [json_value(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return json_value(value.tolist())
+    raise TypeError(f"no JSON form for a {type(value).__name__}: {value!r:.200}")
+
+
+def _plain(value: Any, variables: Sequence[str] | None = None) -> Any:
+    """The JSON data of a result or ring element (``docs/results.md``); ``variables`` names COVAR's."""
+    from ivm.rings import Covariance, GeneralizedCovariance, Pair, Relation
+    from ivm.rings.matrix import Matrix
+
+    if value is None or isinstance(value, bool | int | str | float):
+        return json_value(value)
+    if isinstance(value, Covariance):
+        return _covariance_json(value, variables)
+    if isinstance(value, GeneralizedCovariance):
+        return _generalized_covariance_json(value, variables)
+    if isinstance(value, Relation):
+        return {
+            "type": "relation",
+            "variables": list(value.schema),
+            "tuples": [[json_value(row), _plain(mult)] for row, mult in value.data.items()],
+        }
+    if isinstance(value, Pair):
+        return [_plain(value.first, variables), _plain(value.second, variables)]
+    if isinstance(value, Matrix):
+        return json_value(value.array)
+    if isinstance(value, Mapping):  # group-by: group tuple -> aggregate value
+        return {group_key(k): _plain(v, variables) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v, variables) for v in value]
+    return json_value(value)
+
+
+def _variable_names(variables: Sequence[str] | None, m: int) -> list[str]:
+    """``variables`` if they name the ``m`` variables uniquely, else the positions ``"0"``, ``"1"``, ..."""
+    if variables is not None and len(variables) == m and len(set(variables)) == m:
+        return list(variables)
+    return [str(i) for i in range(m)]
+
+
+def _covariance_json(cov: Any, variables: Sequence[str] | None) -> dict[str, Any]:
+    """A :class:`~ivm.rings.covariance.Covariance` ``(c, s, Q)``: count, sums and the full symmetric products."""
+    names = _variable_names(variables, len(cov.s))
+    s, q = json_value(cov.s), json_value(cov.Q)
+    return {
+        "type": "covariance",
+        "variables": names,
+        "count": json_value(cov.c),
+        "sums": dict(zip(names, s, strict=True)),
+        "products": {a: dict(zip(names, row, strict=True)) for a, row in zip(names, q, strict=True)},
+    }
+
+
+def _generalized_covariance_json(cov: Any, variables: Sequence[str] | None) -> dict[str, Any]:
+    """A :class:`~ivm.rings.generalized_covariance.GeneralizedCovariance`: the covariance with categorical
+    variables kept as group-by keys.  An entry touching a categorical variable is a list of
+    ``[[its categorical values, in the order of the entry's variables], number]``; a continuous one a number."""
+    used = set(cov.s) | {i for ij in cov.Q for i in ij} | set(cov.cat)
+    m = len(variables) if variables is not None else (max(used) + 1 if used else 0)
+    names = _variable_names(variables, m)
+
+    def entry(values: Mapping[tuple[Any, ...], Any], categorical: bool, swap: bool = False) -> Any:
+        if not categorical:
+            return _plain(values.get((), 0))
+        return [[json_value(key[::-1] if swap else key), _plain(v)] for key, v in values.items()]
+
+    return {
+        "type": "categorical_covariance",
+        "variables": names,
+        "categorical": [names[j] for j in sorted(cov.cat) if j < m],
+        "count": _plain(cov.c),
+        "sums": {names[j]: entry(cov.s.get(j, {}), j in cov.cat) for j in range(m)},
+        "products": {
+            names[i]: {names[j]: entry(cov.entry(i, j), i in cov.cat or j in cov.cat, swap=i > j) for j in range(m)}
+            for i in range(m)
+        },
+    }

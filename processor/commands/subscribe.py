@@ -1,31 +1,131 @@
-"""``ivm subscribe``: print an output topic as it changes."""
+"""``ivm subscribe``: print any topic of a pipeline as it changes."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+DESCRIPTION = """\
+Print the records of one of a pipeline's topics, one line each, as they arrive
+(isolation.level=read_committed): <query>.result, <query>.delta, <query>.model,
+<pipeline>.progress, the dead-letter topic, or a relation topic (with -c).
+
+With -c the topic's kind comes from the configuration; without it, from the
+name: the suffixes .result, .delta, .model, .progress, and the dead-letter
+topic (ivm.dead-letter, or any name ending in dead-letter). A topic that is not
+the pipeline's, or whose kind the name does not tell, or that does not exist
+on the broker, is an error (exit 2) listing the topics there are.
+
+--json prints one JSON document per record, with the record's fields (as in
+schemas/*.avsc): the fields that carry JSON text (a result's value, a delta's
+answer, a model's model) parsed into JSON values; timestamps as ISO-8601 UTC
+strings with milliseconds ("2024-05-01T12:00:00.250Z"); bytes (a dead letter's
+key and value) as base64; decimals as strings; a relation topic's updates as
+{"relation": R, <attribute>: value, ..., "mult": m}. The JSON forms of result
+values per query kind: docs/results.md.
+"""
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("subscribe", help="print a result, delta or dead-letter topic as it changes")
-    p.add_argument("topic", help="e.g. triangle.result, triangle.delta or ivm.dead-letter")
-    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    p = subparsers.add_parser(
+        "subscribe",
+        help="print a result, delta, model, progress, dead-letter or relation topic as it changes",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("topic", help="e.g. triangle.result, triangle.delta, triangle.model, demo.progress, ivm.dead-letter")
+    p.add_argument(
+        "-c", "--config",
+        help="the pipeline configuration (TOML): tells every topic's kind, and the schemas of relation topics",
+    )  # fmt: skip
+    p.add_argument(
+        "--bootstrap",
+        help=f"Kafka bootstrap servers (default: the configuration's [kafka].bootstrap, else {DEFAULT_BOOTSTRAP})",
+    )
     p.add_argument("--latest", action="store_true", help="start at the end instead of the beginning")
     p.add_argument("--idle-timeout", type=float, help="exit after this many seconds without a record")
-    p.add_argument("--json", action="store_true", help="print each record as one JSON line")
+    p.add_argument(
+        "--json", action="store_true",
+        help="print each record as one JSON document per line (timestamps ISO-8601 UTC with milliseconds, "
+        "bytes base64, JSON-text fields parsed)",
+    )  # fmt: skip
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    from processor.subscribe import follow
+def _error(message: str) -> int:
+    print(f"ivm subscribe: {message}", file=sys.stderr)
+    return 2
 
-    for record in follow(args.bootstrap, args.topic, from_beginning=not args.latest, idle_timeout=args.idle_timeout):
-        if args.json:
-            print(json.dumps({k: v.hex() if isinstance(v, bytes) else v for k, v in record.items()}), flush=True)
-        elif "batch_id" in record and "value" in record:
-            print(f"batch {record['batch_id']:>6}  {record['query']} = {record['value']}", flush=True)
-        elif "answer" in record:
-            print(f"batch {record['batch_id']:>6}  {record['mult']:+d} {record['answer']}", flush=True)
-        else:
-            print(f"{record['topic']}[{record['partition']}]@{record['offset']}: {record['reason']}", flush=True)
+
+def run(args: argparse.Namespace) -> int:
+    from processor.subscribe import (
+        UnknownTopicError,
+        broker_topics,
+        decoder_for,
+        describe_topics,
+        follow,
+        infer_kind,
+        pipeline_topics,
+        render,
+        resolve_topic,
+    )
+
+    config = None
+    if args.config:
+        from processor.config import ConfigError, load_config
+
+        try:
+            config = load_config(args.config)
+        except ConfigError as err:
+            return _error(str(err))
+    bootstrap = args.bootstrap or (config.bootstrap if config is not None else DEFAULT_BOOTSTRAP)
+    try:
+        spec = resolve_topic(args.topic, config)
+    except UnknownTopicError as err:
+        if config is not None:
+            return _error(str(err))
+        try:
+            outputs = {t: resolve_topic(t) for t in broker_topics(bootstrap) if infer_kind(t)}
+        except RuntimeError as unreachable:
+            return _error(f"{err}\n({unreachable})")
+        return _error(f"{err}\nthe output topics on {bootstrap}:\n{describe_topics(outputs)}")
+    try:
+        existing = broker_topics(bootstrap)
+    except RuntimeError as err:
+        print(f"ivm subscribe: {err}", file=sys.stderr)
+        return 1
+    if spec.topic not in existing:
+        if config is not None:
+            known = describe_topics(pipeline_topics(config), existing)
+            return _error(
+                f"topic {spec.topic!r} does not exist on {bootstrap}; pipeline {config.name!r}'s topics:\n{known}"
+            )
+        outputs = {t: resolve_topic(t) for t in existing if infer_kind(t)}
+        return _error(
+            f"topic {spec.topic!r} does not exist on {bootstrap}; the output topics there:\n{describe_topics(outputs)}"
+        )
+    try:
+        decoder = decoder_for(spec, config)
+    except ValueError as err:
+        return _error(str(err))
+
+    def skipped(topic: str, partition: int, offset: int, err: Exception) -> None:
+        print(f"ivm subscribe: {topic}[{partition}]@{offset} skipped: {err}", file=sys.stderr, flush=True)
+
+    records = follow(
+        bootstrap,
+        spec.topic,
+        from_beginning=not args.latest,
+        idle_timeout=args.idle_timeout,
+        decoder=decoder,
+        on_error=skipped,
+    )
+    try:
+        for record in records:
+            print(render(spec.kind, record, as_json=args.json), flush=True)
+    except RuntimeError as err:  # the broker or the schema registry failed (not a message's fault)
+        print(f"ivm subscribe: {err}", file=sys.stderr)
+        return 1
     return 0
