@@ -1,4 +1,10 @@
-"""``ivm run``: the Spark Structured Streaming job."""
+"""``ivm run``: the Spark Structured Streaming job.
+
+Before anything connects, the configuration (with the command-line overrides)
+is validated and planned the way ``ivm check`` does it; every finding is
+printed on its own line and the exit code is 2.  A Kafka failure (a broker that
+cannot be reached) ends the run with one line and exit code 1.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
+    from processor.commands.check import report, validate
     from processor.job import run_job
 
     try:
@@ -40,11 +49,27 @@ def run(args: argparse.Namespace) -> int:
             shards=args.shards,
         )
     except ConfigError as err:
-        print(f"ivm run: {err}", file=sys.stderr)
+        report(err, "run")
+        return 2
+    if validate(config, "run") is None:
         return 2
     logging.getLogger("processor").setLevel(logging.INFO)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    run_job(config, stop=stop)
+    try:
+        run_job(config, stop=stop)
+    except KafkaException as err:
+        if getattr(args, "verbose", False):
+            logging.getLogger("processor").exception("Kafka failure")
+        print(f"ivm run: Kafka at {config.bootstrap}: {kafka_reason(err)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def kafka_reason(err: Exception) -> str:
+    """The reason of a ``KafkaException`` in words: its ``KafkaError``'s text and code name."""
+    error = err.args[0] if err.args else None
+    if hasattr(error, "str") and hasattr(error, "name"):
+        return f"{error.str()} ({error.name()})"
+    return str(err)
