@@ -34,7 +34,7 @@ import ivm
 from ivm.patterns.windows import CountWindow, TimeWindow, Windows
 from ivm.policy import Policy
 from ivm.updates import Row, Update
-from processor.codec import OutputCodec, RelationCodec, load_schema, result_to_json, schemas_dir
+from processor.codec import OutputCodec, RelationCodec, json_value, load_schema, result_to_json, schemas_dir
 from processor.config import PipelineConfig, QueryConfig
 from processor.metrics import Metrics
 from processor.planning import build_view
@@ -447,7 +447,7 @@ class Pipeline:
         record = {
             "query": q.name,
             "batch_id": batch_id,
-            "model": json.dumps(parameters, default=float),
+            "model": json.dumps(json_value(parameters), allow_nan=False),  # NaN/inf as null: valid JSON
             "timestamp_ms": int(time.time() * 1000),
         }
         self.sink.send(q.model_topic, q.name.encode(), self._model.encode(record))
@@ -460,7 +460,7 @@ class Pipeline:
         record = {
             "query": q.name,
             "batch_id": batch_id,
-            "value": result_to_json(value),
+            "value": result_to_json(value, view.query),
             "offsets": self._offsets(),
             "applied": outcome.applied,
             "rejected": refused,
