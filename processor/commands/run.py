@@ -3,7 +3,9 @@
 Before anything connects, the configuration (with the command-line overrides)
 is validated and planned the way ``ivm check`` does it; every finding is
 printed on its own line and the exit code is 2.  A Kafka failure (a broker that
-cannot be reached) ends the run with one line and exit code 1.
+cannot be reached) ends the run with one line and exit code 1; stored state that
+cannot serve the configuration (a changed relation, history lost to retention)
+with the reason and the commands that fix it, and exit code 2.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from processor.commands.check import report, validate
     from processor.job import run_job
+    from processor.recovery import RecoveryError
 
     try:
         config = load_config(args.config).with_overrides(
@@ -59,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         run_job(config, stop=stop)
+    except RecoveryError as err:  # the stored state cannot serve this configuration: the reason and the fix
+        print(f"ivm run: {err}", file=sys.stderr)
+        return 2
     except KafkaException as err:
         if getattr(args, "verbose", False):
             logging.getLogger("processor").exception("Kafka failure")
