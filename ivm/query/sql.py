@@ -1,35 +1,72 @@
 """Parse the SQL fragment of conjunctive queries with aggregates (via sqlglot).
 
-Supported::
+Supported, exactly::
 
-    SELECT [DISTINCT] g1, ..., gk [, COUNT(*) | SUM(x * y * ...) | COVAR(x, y, ...)]
-    FROM R [AS r], S [AS s] [JOIN T [AS t] ON eq AND ...] ...
+    SELECT [DISTINCT] item, ..., item
+    FROM from_item, ..., from_item
     [WHERE eq AND eq AND ...]
-    [GROUP BY g1, ..., gk]
+    [GROUP BY column, ..., column]
 
-where each ``eq`` equates two columns (an equi-join) or a column and a literal
-(a selection).  The columns in SELECT outside the aggregate must be exactly
-the GROUP BY columns; they are the free variables.  A SELECT without
-aggregate lists the join result (free variables, each answer with its
-multiplicity).  ``COVAR(x, y, ...)`` is this library's covariance aggregate:
-the covariance-ring element of the features (count, sums and sums of
-products), from which a linear regression is solved (F-IVM §6.1).
+    from_item := table [[AS] alias] join ... join
+    join      := [INNER] JOIN table [[AS] alias] ON eq AND eq AND ...
+               | [INNER] JOIN table [[AS] alias] USING (c1, ..., ck)
+               | NATURAL JOIN table [[AS] alias]
+               | CROSS JOIN table [[AS] alias]
+    item      := column | COUNT(*) | SUM(f * f * ...) | COVAR(column, ..., column)   [[AS] name]
+    eq        := column = column | column = literal        (parentheses allowed)
 
-Anything else (OR, inequalities, outer joins, subqueries, HAVING, ORDER BY,
-LIMIT, other functions) raises :class:`QuerySyntaxError` naming the construct.
-Relation attributes come from ``schema`` or, if it is ``None``, from the Avro
-schemas registered in ``schemas/`` (:func:`ivm.query.schemas.registered_schemas`).
+where a ``column`` is ``c`` or ``alias.c``, a ``literal`` is a number (with an
+optional minus sign) or a string, and each SUM factor ``f`` is a column or a
+number.  The meaning is standard SQL's (as DuckDB computes it, bag semantics):
+
+- a comma is a cross product and binds looser than JOIN: ``R, S NATURAL JOIN T``
+  is ``R`` times ``(S NATURAL JOIN T)``; an ON clause sees the tables to its left;
+- ``JOIN t USING (c, ...)`` equi-joins each ``c``, which must be a column of
+  ``t`` and name exactly one column of the join so far (a column merged by an
+  earlier USING/NATURAL counts once), and merges the pairs;
+  ``NATURAL JOIN t`` is ``USING`` over every column name that the join so far
+  and ``t`` have in common (none: a cross product, as standard SQL says;
+  DuckDB alone refuses that and asks for CROSS JOIN); a name the join so far
+  has twice, unmerged, is ambiguous and refused, as DuckDB does;
+- an unqualified column must name one column of the FROM items (a merged
+  column counts once), else it is unknown or ambiguous;
+- the columns in SELECT outside the aggregate are the free variables; each is
+  selected once, and with an aggregate they must be exactly the GROUP BY
+  columns (one result row per group).  A SELECT without aggregate lists the
+  join result: each answer with its multiplicity, i.e. SQL's bag of rows;
+  GROUP BY and DISTINCT there would make it a set, which this model cannot
+  state, so they are refused.  DISTINCT next to an aggregate changes nothing
+  (the groups are distinct already) and is accepted;
+- ``COVAR(x, y, ...)`` is this library's covariance aggregate: the
+  covariance-ring element of the features (count, sums and sums of products),
+  from which a linear regression is solved (F-IVM §6.1).  One difference from
+  SQL: a SUM over no rows is 0 here, NULL in SQL.
+
+Anything else raises :class:`QuerySyntaxError` naming the construct and where
+it is ("line L, column C", 1-based): outer, semi and anti joins, subqueries,
+CTEs, set operations, OR, NOT, inequalities, IN, EXISTS, other functions,
+window functions, HAVING, ORDER BY, LIMIT, OFFSET, SELECT *, ... .  The parse
+tree is audited against an allow-list of node kinds and of their options, so
+a construct nobody listed is refused too, never dropped.  Relation attributes
+come from ``schema`` or, if it is ``None``, from the Avro schemas registered in
+``schemas/`` (:func:`ivm.query.schemas.registered_schemas`).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.tokens import Token, TokenType
 
 from ivm.query.model import Aggregate, Atom, Constant, Query
 from ivm.query.parse import QuerySyntaxError, validate
+
+Slot = tuple[int, int]
+"""A column of the FROM clause: (table index, attribute position)."""
 
 
 def parse_sql(text: str, schema: Mapping[str, Sequence[str]] | None = None) -> Query:
@@ -43,10 +80,13 @@ def parse_sql(text: str, schema: Mapping[str, Sequence[str]] | None = None) -> Q
     >>> str(parse_sql("SELECT e1.src, COUNT(*) FROM E e1 JOIN E e2 ON e1.dst = e2.src "
     ...               "WHERE e2.dst = 7 GROUP BY e1.src", {"E": ["src", "dst"]}))
     'Q(src) :- E(src, dst), E(dst, 7)'
-    >>> parse_sql("SELECT COUNT(*) FROM R WHERE R.A < 3", {"R": ["A"]})
+    >>> str(parse_sql("SELECT B, SUM(A * C) FROM R NATURAL JOIN S JOIN T USING (C) GROUP BY B",
+    ...               {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "D"]}))
+    'Q(B, SUM(A * C)) :- R(A, B), S(B, C), T(C, D)'
+    >>> parse_sql("SELECT COUNT(*)\\nFROM R\\nWHERE R.A < 3", {"R": ["A"]})
     Traceback (most recent call last):
     ...
-    ivm.query.parse.QuerySyntaxError: unsupported SQL: comparison '<' in WHERE (only equalities)
+    ivm.query.parse.QuerySyntaxError: unsupported SQL: comparison '<' in WHERE (only equalities) at line 3, column 11
     """
     if schema is None:
         from ivm.query.schemas import registered_schemas
@@ -55,13 +95,329 @@ def parse_sql(text: str, schema: Mapping[str, Sequence[str]] | None = None) -> Q
     try:
         tree = sqlglot.parse_one(text)
     except sqlglot.errors.ParseError as error:
+        raise QuerySyntaxError(_parse_error_message(error)) from error
+    except sqlglot.errors.SqlglotError as error:  # the tokenizer's errors (an unterminated string, ...)
         raise QuerySyntaxError(f"cannot parse SQL: {error}") from error
+    source = _Source(text)
+    while isinstance(tree, exp.Subquery) and _set_args(tree) == ["this"]:
+        tree = tree.this  # (SELECT ...) is SELECT ...
     if not isinstance(tree, exp.Select):
-        raise QuerySyntaxError(f"unsupported SQL: {tree.key.upper()} (only SELECT ... FROM ... WHERE)")
-    return _SqlReader(tree, schema).query()
+        raise QuerySyntaxError(
+            f"unsupported SQL: {_statement_name(tree)} {source.statement_at(tree)} "
+            "(only one SELECT ... FROM ... WHERE ...)"
+        )
+    _audit(tree, source)
+    return _SqlReader(tree, schema, source).query()
 
 
-_UNSUPPORTED_CLAUSES = {
+def _parse_error_message(error: sqlglot.errors.ParseError) -> str:
+    first = error.errors[0] if error.errors else {}
+    line, end, highlight = first.get("line"), first.get("col"), first.get("highlight") or ""
+    if not isinstance(line, int) or not isinstance(end, int):
+        return f"cannot parse SQL: {error}"
+    column = max(1, end - len(highlight) + 1) if highlight else end
+    return f"cannot parse SQL: {first.get('description', error)} at line {line}, column {column}"
+
+
+def _statement_name(tree: exp.Expression) -> str:
+    if isinstance(tree, exp.Block):
+        return "more than one statement"
+    if isinstance(tree, exp.SetOperation):
+        return tree.key.upper()
+    return f"{tree.key.upper()} statement"
+
+
+def _set_args(node: exp.Expression) -> list[str]:
+    """The keys of ``node``'s arguments that are set (not None, False or empty)."""
+    return [key for key, value in node.args.items() if _is_set(value)]
+
+
+def _is_set(value: object) -> bool:
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, list | str) and not value)
+
+
+# Where a construct is: sqlglot records the position of identifiers, literals,
+# stars and function names (``node.meta``); keywords are found in the tokens.
+
+_INFIX: dict[type[exp.Expression], tuple[TokenType, ...]] = {
+    exp.Or: (TokenType.OR,),
+    exp.In: (TokenType.IN,),
+    exp.Between: (TokenType.BETWEEN,),
+    exp.Like: (TokenType.LIKE,),
+    exp.ILike: (TokenType.ILIKE,),
+    exp.Is: (TokenType.IS,),
+    exp.EQ: (TokenType.EQ,),
+    exp.NEQ: (TokenType.NEQ,),
+    exp.NullSafeEQ: (TokenType.NULLSAFE_EQ,),
+    exp.LT: (TokenType.LT,),
+    exp.LTE: (TokenType.LTE,),
+    exp.GT: (TokenType.GT,),
+    exp.GTE: (TokenType.GTE,),
+    exp.Add: (TokenType.PLUS,),
+    exp.Sub: (TokenType.DASH,),
+    exp.Div: (TokenType.SLASH,),
+    exp.Mod: (TokenType.MOD, TokenType.PERCENT),
+    exp.DPipe: (TokenType.DPIPE,),
+    exp.Union: (TokenType.UNION,),
+    exp.Intersect: (TokenType.INTERSECT,),
+    exp.Except: (TokenType.EXCEPT,),
+    exp.Window: (TokenType.OVER,),
+}
+_PREFIX: dict[type[exp.Expression], tuple[TokenType, ...]] = {
+    exp.Not: (TokenType.NOT,),
+    exp.Exists: (TokenType.EXISTS,),
+    exp.Subquery: (TokenType.L_PAREN,),
+    exp.Select: (TokenType.SELECT,),
+    exp.With: (TokenType.WITH,),
+    exp.Order: (TokenType.ORDER_BY,),
+    exp.Limit: (TokenType.LIMIT,),
+    exp.Fetch: (TokenType.FETCH,),
+    exp.Offset: (TokenType.OFFSET,),
+    exp.Having: (TokenType.HAVING,),
+    exp.Qualify: (TokenType.QUALIFY,),
+    exp.Lateral: (TokenType.LATERAL,),
+    exp.Case: (TokenType.CASE,),
+    exp.Distinct: (TokenType.DISTINCT,),
+    exp.Group: (TokenType.GROUP_BY,),
+}
+# Leaves without a recorded position, found as the first such token after their left neighbour.
+_LEAVES: dict[type[exp.Expression], tuple[TokenType, ...]] = {
+    exp.Placeholder: (TokenType.PLACEHOLDER, TokenType.COLON, TokenType.PARAMETER),
+    exp.Null: (TokenType.NULL,),
+    exp.Boolean: (TokenType.TRUE, TokenType.FALSE),
+}
+# Tokens that may stand between a prefix keyword and the first positioned part of its construct.
+_GLUE = frozenset(
+    getattr(TokenType, n)
+    for n in ("L_PAREN", "SELECT", "DISTINCT", "ALL", "RECURSIVE", "FIRST", "NEXT", "WHEN")
+    if hasattr(TokenType, n)
+)
+_JOIN_WORDS = frozenset(
+    getattr(TokenType, n)
+    for n in (
+        "JOIN",
+        "NATURAL",
+        "LEFT",
+        "RIGHT",
+        "FULL",
+        "INNER",
+        "OUTER",
+        "CROSS",
+        "SEMI",
+        "ANTI",
+        "ASOF",
+        "POSITIONAL",
+        "STRAIGHT_JOIN",
+        "LATERAL",
+    )
+    if hasattr(TokenType, n)
+)
+
+
+class _Source:
+    """The SQL text and its tokens, to say where a construct is."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[Token] = sqlglot.tokenize(text)
+        self.starts = [token.start for token in self.tokens]
+
+    def at(self, offset: int) -> str:
+        """``line L, column C`` (1-based) of a character offset."""
+        line = self.text.count("\n", 0, offset) + 1
+        column = offset - self.text.rfind("\n", 0, offset)
+        return f"line {line}, column {column}"
+
+    def statement_at(self, tree: exp.Expression) -> str:
+        """Where a statement other than one SELECT is refused: its set operation, its second
+        statement, or its first word."""
+        if isinstance(tree, exp.Block):
+            token = next((t for t in self.tokens if t.token_type == TokenType.SEMICOLON), None)
+            return "at " + self.at(token.start) if token else self.where(tree)
+        if isinstance(tree, exp.SetOperation):
+            return self.where(tree)
+        return "at " + self.at(self.tokens[0].start) if self.tokens else self.where(tree)
+
+    def where(self, node: exp.Expression) -> str:
+        """``at line L, column C`` of ``node``."""
+        return "at " + self.at(self.locate(node))
+
+    def locate(self, node: exp.Expression) -> int:
+        """The offset of ``node``, or of its nearest positioned ancestor."""
+        current: exp.Expression | None = node
+        while current is not None:
+            offset = self.offset(current)
+            if offset is not None:
+                return offset
+            current = current.parent
+        return 0
+
+    def offset(self, node: exp.Expression) -> int | None:
+        """Where ``node`` is: its keyword, else its own or first positioned descendant's position."""
+        if isinstance(node, exp.Join):
+            return self.join_start(node)
+        span = _span(node)
+        if isinstance(node, exp.Distinct) and isinstance(node.parent, exp.Select) and node.parent.expressions:
+            span = _span(node.parent.expressions[0])  # SELECT DISTINCT: the keyword before the first item
+        if span is None and type(node) in _LEAVES and node.parent is not None:
+            left = node.parent.this if node.parent.args.get("expression") is node else None
+            left_span = _span(left) if isinstance(left, exp.Expression) else None
+            leaf = self.after(left_span[1] + 1 if left_span else 0, _LEAVES[type(node)])
+            return leaf.start if leaf is not None else None
+        token = self.keyword(node, span)
+        if token is not None:
+            return token.start
+        return span[0] if span else None
+
+    def keyword(self, node: exp.Expression, span: tuple[int, int] | None) -> Token | None:
+        if span is None:
+            return None
+        prefix = _PREFIX.get(type(node))
+        if prefix:
+            token = self.before(span[0], prefix)
+            if token is not None or not isinstance(node, exp.Not):
+                return token
+            inner = node.this  # x NOT IN (...), x NOT LIKE ..., x IS NOT NULL
+            left = _span(inner.this) if isinstance(inner.this, exp.Expression) else None
+            return self.after(left[1] + 1 if left else span[0], prefix)
+        infix = _INFIX.get(type(node))
+        if infix:
+            left = _span(node.this) if isinstance(node.this, exp.Expression) else None
+            return self.after(left[1] + 1 if left else span[0], infix)
+        return None
+
+    def before(self, offset: int, types: tuple[TokenType, ...]) -> Token | None:
+        """The keyword of ``types`` right before ``offset`` (only glue such as ``(`` between)."""
+        i = bisect.bisect_left(self.starts, offset) - 1
+        while i >= 0:
+            token = self.tokens[i]
+            if token.token_type in types:
+                return token
+            if token.token_type not in _GLUE:
+                return None
+            i -= 1
+        return None
+
+    def after(self, start: int, types: tuple[TokenType, ...]) -> Token | None:
+        """The first token of ``types`` at or after offset ``start`` (past an infix's left operand)."""
+        for token in self.tokens[bisect.bisect_left(self.starts, start) :]:
+            if token.token_type in types:
+                return token
+        return None
+
+    def join_start(self, join: exp.Join) -> int | None:
+        """Where a join begins: its first keyword (``NATURAL``, ``LEFT``, ``JOIN``, ``,`` ...)."""
+        span = _span(join.this)
+        if span is None:
+            return None
+        i = bisect.bisect_left(self.starts, span[0])
+        first = i
+        while first > 0 and self.tokens[first - 1].token_type in _JOIN_WORDS:
+            first -= 1
+        if first == i and i > 0 and self.tokens[i - 1].token_type == TokenType.COMMA:
+            first -= 1
+        return self.tokens[first].start if first < i else span[0]
+
+    def is_comma(self, join: exp.Join) -> bool:
+        """Is ``join`` a comma in FROM (sqlglot parses ``R, S`` and ``R JOIN S`` alike)?"""
+        span = _span(join.this)
+        if span is None:
+            return False
+        i = bisect.bisect_left(self.starts, span[0])
+        return i > 0 and self.tokens[i - 1].token_type == TokenType.COMMA
+
+
+def _span(node: exp.Expression) -> tuple[int, int] | None:
+    """The first and last character offsets of the positioned parts of ``node``."""
+    starts, ends = [], []
+    for part in node.walk():
+        meta = part.meta
+        if "start" in meta and "end" in meta:
+            starts.append(meta["start"])
+            ends.append(meta["end"])
+    return (min(starts), max(ends)) if starts else None
+
+
+# The audit: every node of the tree must be of a kind the reader handles, with
+# only the options it handles; anything else is refused by name and position.
+
+_COVAR_NAMES = ("COVAR", "COVAR_MATRIX")
+_ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
+    exp.Select: frozenset({"expressions", "from", "from_", "joins", "where", "group", "distinct"}),
+    exp.From: frozenset({"this"}),
+    exp.Join: frozenset({"this", "on", "using", "kind", "side", "method"}),
+    exp.Table: frozenset({"this", "alias"}),
+    exp.TableAlias: frozenset({"this"}),
+    exp.Identifier: frozenset({"this", "quoted"}),
+    exp.Column: frozenset({"this", "table"}),
+    exp.Where: frozenset({"this"}),
+    exp.And: frozenset({"this", "expression"}),
+    exp.EQ: frozenset({"this", "expression"}),
+    exp.Paren: frozenset({"this"}),
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.Neg: frozenset({"this"}),
+    exp.Group: frozenset({"expressions"}),
+    exp.Alias: frozenset({"this", "alias"}),
+    exp.Count: frozenset({"this", "big_int"}),
+    exp.Sum: frozenset({"this"}),
+    exp.Mul: frozenset({"this", "expression"}),
+    exp.Star: frozenset(),
+    exp.Anonymous: frozenset({"this", "expressions"}),
+}
+_NAMES: dict[type[exp.Expression], str] = {
+    exp.Or: "OR",
+    exp.Not: "NOT",
+    exp.In: "IN",
+    exp.Exists: "EXISTS",
+    exp.Between: "BETWEEN",
+    exp.Like: "LIKE",
+    exp.ILike: "ILIKE",
+    exp.Is: "IS",
+    exp.Null: "NULL",
+    exp.Case: "CASE",
+    exp.Cast: "CAST",
+    exp.TryCast: "TRY_CAST",
+    exp.Window: "window function (OVER)",
+    exp.Union: "UNION",
+    exp.Intersect: "INTERSECT",
+    exp.Except: "EXCEPT",
+    exp.With: "WITH (common table expressions)",
+    exp.CTE: "WITH (common table expressions)",
+    exp.Select: "SUBQUERY (SELECT)",
+    exp.Lateral: "LATERAL",
+    exp.Unnest: "UNNEST",
+    exp.Values: "VALUES",
+    exp.Distinct: "DISTINCT",
+    exp.Placeholder: "parameter",
+    exp.Filter: "FILTER",
+    exp.Collate: "COLLATE",
+    exp.Interval: "INTERVAL",
+    exp.Tuple: "tuple",
+    exp.Dot: "nested field access",
+    exp.Bracket: "subscript",
+    exp.Order: "ORDER BY",
+    exp.Limit: "LIMIT",
+    exp.Fetch: "FETCH",
+    exp.Offset: "OFFSET",
+    exp.Having: "HAVING",
+    exp.Qualify: "QUALIFY",
+}
+_COMPARISONS: dict[type[exp.Expression], str] = {
+    exp.NEQ: "<>",
+    exp.NullSafeEQ: "<=>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+_ARITHMETIC: dict[type[exp.Expression], str] = {exp.Add: "+", exp.Sub: "-", exp.Div: "/", exp.Mod: "%", exp.DPipe: "||"}
+_HINTS: dict[type[exp.Expression], str] = {
+    exp.Or: " (only conjunctions of equalities)",
+    **{cls: " (only equalities)" for cls in _COMPARISONS},
+}
+_OPTIONS: dict[str, str] = {
     "having": "HAVING",
     "order": "ORDER BY",
     "limit": "LIMIT",
@@ -69,24 +425,177 @@ _UNSUPPORTED_CLAUSES = {
     "qualify": "QUALIFY",
     "windows": "WINDOW",
     "with": "WITH (common table expressions)",
+    "with_": "WITH (common table expressions)",
     "laterals": "LATERAL",
     "pivots": "PIVOT",
+    "into": "SELECT INTO",
+    "kind": "SELECT AS",
+    "sample": "TABLESAMPLE",
+    "db": "a schema-qualified name",
+    "catalog": "a catalog-qualified name",
+    "columns": "column aliases (AS t(x, y))",
+    "except": "* EXCLUDE",
+    "except_": "* EXCLUDE",
+    "replace": "* REPLACE",
+    "rename": "* RENAME",
+    "rollup": "ROLLUP",
+    "cube": "CUBE",
+    "grouping_sets": "GROUPING SETS",
+    "all": "GROUP BY ALL",
+    "totals": "WITH TOTALS",
+    "locks": "FOR UPDATE",
+    "hint": "an optimizer hint",
+    "connect": "CONNECT BY",
+    "prewhere": "PREWHERE",
+    "match": "MATCH_RECOGNIZE",
+    "cluster": "CLUSTER BY",
+    "distribute": "DISTRIBUTE BY",
+    "sort": "SORT BY",
+    "joins": "a parenthesized join",
+    "version": "time travel (AS OF)",
 }
-_COMPARISONS = {exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.Like: "LIKE"}
+_SELECT_CLAUSES: dict[str, str] = {
+    "expressions": "in SELECT",
+    "from": "in FROM",
+    "from_": "in FROM",
+    "joins": "in FROM",
+    "where": "in WHERE",
+    "group": "in GROUP BY",
+}
+
+
+def _construct(node: exp.Expression) -> str:
+    """The SQL name of a node kind, for messages."""
+    cls = type(node)
+    if cls in _COMPARISONS:
+        return f"comparison {_COMPARISONS[cls]!r}"
+    if cls in _ARITHMETIC:
+        return f"arithmetic {_ARITHMETIC[cls]!r}"
+    if isinstance(node, exp.Subquery):
+        return "SUBQUERY" if isinstance(node.this, exp.Query) else "a parenthesized join"
+    if isinstance(node, exp.Boolean):
+        return node.sql()
+    if isinstance(node, exp.Not) and isinstance(node.this, exp.In | exp.Like | exp.ILike | exp.Between):
+        return f"NOT {_construct(node.this)}"
+    if isinstance(node, exp.Not) and isinstance(node.this, exp.Is):
+        return "IS NOT"
+    if cls in _NAMES:
+        return _NAMES[cls]
+    if isinstance(node, exp.Anonymous):
+        return f"function {node.name.upper()}"
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name()}"
+    return node.key.upper()
+
+
+def _join_name(join: exp.Join) -> str:
+    words = [join.args.get("method"), join.args.get("side"), join.args.get("kind")]
+    name = " ".join(str(w).upper() for w in words if w)
+    return name if name.endswith("JOIN") else f"{name} JOIN".lstrip()
+
+
+def _join_problem(join: exp.Join) -> str | None:
+    """Why a join form is outside the fragment, or None."""
+    side, kind, method = (str(join.args.get(k) or "").upper() for k in ("side", "kind", "method"))
+    condition = join.args.get("on") is not None or _is_set(join.args.get("using"))
+    if side or kind not in ("", "INNER", "CROSS") or method not in ("", "NATURAL"):
+        return _join_name(join)
+    if method == "NATURAL" and (kind == "CROSS" or condition):
+        return f"{_join_name(join)} with {'ON/USING' if condition else 'CROSS'}"
+    if kind == "CROSS" and condition:
+        return "CROSS JOIN with ON/USING"
+    return None
+
+
+def _audit(select: exp.Select, source: _Source) -> None:
+    """Refuse (the first, in the text) node outside the fragment the reader handles."""
+    problems: list[tuple[int, str]] = []
+
+    def refuse(node: exp.Expression, construct: str, context: str = "", hint: str = "") -> None:
+        offset = source.locate(node)
+        context = f" {context}" if context else ""
+        problems.append((offset, f"unsupported SQL: {construct}{context}{hint} at {source.at(offset)}"))
+
+    def visit(node: exp.Expression, context: str) -> None:
+        allowed = _ALLOWED.get(type(node))
+        if (
+            allowed is None
+            or (isinstance(node, exp.Select) and node is not select)
+            or (isinstance(node, exp.Anonymous) and node.name.upper() not in _COVAR_NAMES)
+        ):
+            refuse(node, _construct(node), context, _HINTS.get(type(node), ""))
+            return
+        if isinstance(node, exp.Join):
+            problem = _join_problem(node)
+            if problem:
+                refuse(node, problem)
+        for key, value in node.args.items():
+            if not _is_set(value):
+                continue
+            first = value[0] if isinstance(value, list) else value
+            at = first if isinstance(first, exp.Expression) else node
+            if key not in allowed:
+                clause = isinstance(node, exp.Select)
+                name = _NAMES.get(type(at)) if clause and at is not node else None
+                name = name or _OPTIONS.get(key, f"{key.rstrip('_').upper()} option of {_construct(node)}")
+                refuse(at, name, "" if clause else context)
+                continue
+            if isinstance(node, exp.Select) and key == "distinct":
+                if _is_set(value.args.get("on")):
+                    refuse(value, "DISTINCT ON")
+                continue  # SELECT DISTINCT: the reader decides
+            inner = _inner_context(node, key, context)
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, exp.Expression):
+                    visit(child, inner)
+
+    visit(select, "")
+    if problems:
+        raise QuerySyntaxError(min(problems)[1])
+
+
+def _inner_context(node: exp.Expression, key: str, context: str) -> str:
+    if isinstance(node, exp.Select):
+        return _SELECT_CLAUSES.get(key, context)
+    if isinstance(node, exp.Join):
+        return {"on": "in JOIN ... ON", "using": "in JOIN ... USING"}.get(key, context)
+    if isinstance(node, exp.Sum | exp.Count):
+        return f"inside {node.key.upper()}"
+    if isinstance(node, exp.Anonymous):
+        return f"inside {node.name.upper()}"
+    return context
+
+
+@dataclass
+class _Output:
+    """One column of a FROM item's join result: its name and the table columns it stands for.
+
+    A column merged by USING or NATURAL stands for several table columns (all
+    equal); an unqualified reference to its name then names it, unambiguously.
+    """
+
+    name: str
+    slots: list[Slot]
 
 
 class _SqlReader:
-    def __init__(self, tree: exp.Select, schema: Mapping[str, Sequence[str]]) -> None:
+    """Reads an audited SELECT: FROM and its joins, the equalities, then SELECT and GROUP BY."""
+
+    def __init__(self, tree: exp.Select, schema: Mapping[str, Sequence[str]], source: _Source) -> None:
         self.tree = tree
+        self.source = source
         self.schema = {name.lower(): (name, list(attrs)) for name, attrs in schema.items()}
         self.tables: list[tuple[str, str, list[str]]] = []  # (alias, relation, attributes)
-        self.parent: dict[tuple[int, int], tuple[int, int]] = {}
-        self.constants: dict[tuple[int, int], Constant] = {}
+        self.items: list[list[_Output]] = []  # the columns of each comma-separated FROM item
+        self.parent: dict[Slot, Slot] = {}
+        self.constants: dict[Slot, tuple[Constant, exp.Expression]] = {}
+        self.aggregate_slots: list[Slot] = []
+
+    def refuse(self, message: str, node: exp.Expression) -> QuerySyntaxError:
+        """The error for ``message``, saying where ``node`` is."""
+        return QuerySyntaxError(f"{message} {self.source.where(node)}")
 
     def query(self) -> Query:
-        for arg, construct in _UNSUPPORTED_CLAUSES.items():
-            if self.tree.args.get(arg):
-                raise QuerySyntaxError(f"unsupported SQL: {construct}")
         self.read_from()
         where = self.tree.args.get("where")
         if where is not None:
@@ -98,31 +607,95 @@ class _SqlReader:
     def read_from(self) -> None:
         source = self.tree.args.get("from") or self.tree.args.get("from_")
         if source is None:
-            raise QuerySyntaxError("unsupported SQL: SELECT without FROM")
-        self.add_table(source.this)
+            raise self.refuse("unsupported SQL: SELECT without FROM", self.tree)
+        self.items.append(self.add_table(source.this))
         for join in self.tree.args.get("joins") or []:
-            side, kind = join.args.get("side"), join.args.get("kind")
-            if side or (kind and kind.upper() not in ("INNER", "CROSS")):
-                raise QuerySyntaxError(f"unsupported SQL: {' '.join(filter(None, [side, kind]))} JOIN")
-            if join.args.get("using"):
-                raise QuerySyntaxError("unsupported SQL: JOIN ... USING (write ON a = b)")
-            self.add_table(join.this)
-            if join.args.get("on") is not None:
+            if self.source.is_comma(join) and not set(_set_args(join)) - {"this"}:
+                self.items.append(self.add_table(join.this))
+                continue
+            kind = str(join.args.get("kind") or "").upper()
+            left = self.items[-1]
+            right = self.add_table(join.this)
+            if str(join.args.get("method") or "").upper() == "NATURAL":
+                self.items[-1] = self.natural(join, left, right)
+            elif _is_set(join.args.get("using")):
+                self.items[-1] = self.using(join, left, right)
+            elif join.args.get("on") is not None:
+                self.items[-1] = left + right
                 self.read_conjunction(join.args["on"], "JOIN ... ON")
+            elif kind == "CROSS":
+                self.items[-1] = left + right
+            else:
+                raise self.refuse(f"unsupported SQL: {_join_name(join)} without ON or USING", join)
 
-    def add_table(self, node: exp.Expression) -> None:
+    def add_table(self, node: exp.Expression) -> list[_Output]:
+        """Add a table of FROM; return its columns."""
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
-            raise QuerySyntaxError(f"unsupported SQL: {node.key.upper()} in FROM (only table names)")
+            raise self.refuse(f"unsupported SQL: {_construct(node)} in FROM (only table names)", node)
         found = self.schema.get(node.name.lower())
         if found is None:
-            raise QuerySyntaxError(
+            raise self.refuse(
                 f"unknown relation {node.name!r}: give its attributes in the schema "
-                f"(known: {sorted(v[0] for v in self.schema.values())})"
+                f"(known: {sorted(v[0] for v in self.schema.values())})",
+                node.this,
             )
         alias = node.alias_or_name
         if any(a.lower() == alias.lower() for a, _, _ in self.tables):
-            raise QuerySyntaxError(f"table alias {alias!r} is used twice in FROM")
+            alias_node = node.args.get("alias")
+            raise self.refuse(f"table alias {alias!r} is used twice in FROM", alias_node or node)
+        t = len(self.tables)
         self.tables.append((alias, found[0], found[1]))
+        return [_Output(a, [(t, p)]) for p, a in enumerate(found[1])]
+
+    def natural(self, join: exp.Join, left: list[_Output], right: list[_Output]) -> list[_Output]:
+        """``left NATURAL JOIN right``: USING over every common column name."""
+        right_names = {o.name.lower() for o in right}
+        common = list(dict.fromkeys(o.name.lower() for o in left if o.name.lower() in right_names))
+        for name in common:
+            for side, columns in (("left side", left), ("joined table", right)):
+                hits = [o for o in columns if o.name.lower() == name]
+                if len(hits) > 1:
+                    raise self.refuse(
+                        f"ambiguous column {hits[0].name!r} in NATURAL JOIN: the {side} has "
+                        f"{' and '.join(self.describe(o) for o in hits)} (write JOIN ... ON instead)",
+                        join,
+                    )
+        return self.merge(left, right, common)
+
+    def using(self, join: exp.Join, left: list[_Output], right: list[_Output]) -> list[_Output]:
+        """``left JOIN right USING (c, ...)``."""
+        names: list[str] = []
+        alias = self.tables[-1][0]
+        for node in join.args["using"]:
+            name = node.name
+            for side, columns in (("the left side of the join", left), (f"table {alias}", right)):
+                hits = [o for o in columns if o.name.lower() == name.lower()]
+                if not hits:
+                    raise self.refuse(f"column {name!r} of USING is not a column of {side}", node)
+                if len(hits) > 1:
+                    raise self.refuse(
+                        f"ambiguous column {name!r} in USING: {side} has "
+                        f"{' and '.join(self.describe(o) for o in hits)}",
+                        node,
+                    )
+            if name.lower() not in names:
+                names.append(name.lower())
+        return self.merge(left, right, names)
+
+    def merge(self, left: list[_Output], right: list[_Output], names: list[str]) -> list[_Output]:
+        """Equi-join ``left`` and ``right`` on ``names`` (lower case, one column each side); merge them."""
+        merged, used = [], set()
+        for name in names:
+            a = next(o for o in left if o.name.lower() == name)
+            b = next(o for o in right if o.name.lower() == name)
+            self.union(a.slots[0], b.slots[0])
+            merged.append(_Output(a.name, a.slots + b.slots))
+            used.update((id(a), id(b)))
+        return merged + [o for o in left + right if id(o) not in used]
+
+    def describe(self, column: _Output) -> str:
+        """``R.A`` (or ``R.A = S.A`` for a merged column), for messages."""
+        return " = ".join(f"{self.tables[t][0]}.{self.tables[t][2][p]}" for t, p in column.slots)
 
     # WHERE / ON
     def read_conjunction(self, node: exp.Expression, where: str) -> None:
@@ -132,92 +705,141 @@ class _SqlReader:
             self.read_conjunction(node.this, where)
             self.read_conjunction(node.expression, where)
         elif isinstance(node, exp.EQ):
-            self.read_equality(node.this, node.expression, where)
-        elif isinstance(node, exp.Or):
-            raise QuerySyntaxError(f"unsupported SQL: OR in {where} (only conjunctions of equalities)")
-        elif isinstance(node, exp.Not):
-            raise QuerySyntaxError(f"unsupported SQL: NOT in {where}")
+            self.read_equality(node, where)
         else:
-            name = next((sym for cls, sym in _COMPARISONS.items() if isinstance(node, cls)), None)
-            construct = f"comparison {name!r}" if name else f"{node.key.upper()} ({node.sql()})"
-            raise QuerySyntaxError(f"unsupported SQL: {construct} in {where} (only equalities)")
+            raise self.refuse(f"unsupported SQL: {_construct(node)} in {where} (only equalities)", node)
 
-    def read_equality(self, left: exp.Expression, right: exp.Expression, where: str) -> None:
+    def read_equality(self, node: exp.EQ, where: str) -> None:
+        left, right = _unparen(node.this), _unparen(node.expression)
         if isinstance(left, exp.Column) and isinstance(right, exp.Column):
-            a, b = self.find(self.column(left)), self.find(self.column(right))
-            if a != b:
-                self.parent[max(a, b)] = min(a, b)
+            self.union(self.column(left), self.column(right))
             return
         if isinstance(right, exp.Column):
             left, right = right, left
         value = _literal(right)
         if not isinstance(left, exp.Column) or value is None:
-            raise QuerySyntaxError(f"unsupported SQL: {left.sql()} = {right.sql()} in {where}")
+            raise self.refuse(
+                f"unsupported SQL: {node.sql()} in {where} (only column = column and column = literal)",
+                right if isinstance(left, exp.Column) else left,
+            )
         slot = self.column(left)
-        old = self.constants.setdefault(slot, value)
+        old = self.constants.setdefault(slot, (value, node))[0]
         if old != value:
-            raise QuerySyntaxError(f"{left.sql()} is equated with two constants {old!r} and {value!r}")
+            raise self.refuse(f"{left.sql()} is equated with two constants {old!r} and {value!r}", node)
 
-    def column(self, column: exp.Column) -> tuple[int, int]:
+    def column(self, column: exp.Column) -> Slot:
         """The (table index, position) a column reference names."""
+        if not isinstance(column.this, exp.Identifier):
+            raise self.refuse(f"unsupported SQL: {column.sql()} (name one column)", column)
         attr, table = column.name, column.table
-        hits = []
-        for t, (alias, _relation, attrs) in enumerate(self.tables):
-            if table and table.lower() not in (alias.lower(),):
-                continue
-            hits += [(t, p) for p, a in enumerate(attrs) if a.lower() == attr.lower()]
-        if not hits:
-            raise QuerySyntaxError(f"unknown column {column.sql()!r}")
-        if len(hits) > 1:
-            raise QuerySyntaxError(f"ambiguous column {column.sql()!r}: qualify it with a table alias")
-        return hits[0]
+        if table:
+            found = [t for t, (alias, _, _) in enumerate(self.tables) if alias.lower() == table.lower()]
+            if not found:
+                raise self.refuse(
+                    f"unknown table {table!r} in {column.sql()!r} (tables so far: {[a for a, _, _ in self.tables]})",
+                    column,
+                )
+            _, relation, attrs = self.tables[found[0]]
+            hits = [(found[0], p) for p, a in enumerate(attrs) if a.lower() == attr.lower()]
+            if not hits:
+                raise self.refuse(f"unknown column {column.sql()!r}: {relation} has attributes {attrs}", column)
+            if len(hits) > 1:
+                raise self.refuse(f"ambiguous column {column.sql()!r}: {relation} has it twice", column)
+            return hits[0]
+        outputs = [o for item in self.items for o in item if o.name.lower() == attr.lower()]
+        if not outputs:
+            raise self.refuse(f"unknown column {column.sql()!r}", column)
+        if len(outputs) > 1:
+            raise self.refuse(
+                f"ambiguous column {column.sql()!r}: it may be {' or '.join(self.describe(o) for o in outputs)}; "
+                "qualify it with a table alias",
+                column,
+            )
+        return outputs[0].slots[0]
 
-    def find(self, slot: tuple[int, int]) -> tuple[int, int]:
+    def union(self, a: Slot, b: Slot) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+    def find(self, slot: Slot) -> Slot:
         while slot in self.parent:
             slot = self.parent[slot]
         return slot
 
     # SELECT and GROUP BY
-    def read_select(self) -> tuple[list[tuple[int, int]], Aggregate | None]:
-        plain: list[tuple[int, int]] = []
-        aggregate: tuple[str, list[tuple[int, int]], int | float] | None = None
+    def read_select(self) -> tuple[list[Slot], Aggregate | None]:
+        plain: list[tuple[Slot, exp.Column]] = []
+        aggregate: tuple[str, list[Slot], int | float] | None = None
         for item in self.tree.expressions:
             node = item.this if isinstance(item, exp.Alias) else item
             if isinstance(node, exp.Column):
-                plain.append(self.find(self.column(node)))
+                slot = self.find(self.column(node))
+                twin = next((other for s, other in plain if s == slot), None)
+                if twin is not None:
+                    raise self.refuse(
+                        f"unsupported SQL: {node.sql()} is selected twice (as {twin.sql()}, equal by the joins); "
+                        "select it once",
+                        node,
+                    )
+                plain.append((slot, node))
             elif isinstance(node, exp.Star):
-                raise QuerySyntaxError("unsupported SQL: SELECT * (name the columns)")
+                raise self.refuse("unsupported SQL: SELECT * (name the columns)", node)
             else:
                 if aggregate is not None:
-                    raise QuerySyntaxError("unsupported SQL: more than one aggregate in SELECT")
+                    raise self.refuse("unsupported SQL: more than one aggregate in SELECT", node)
                 aggregate = self.read_aggregate(node)
         group = self.tree.args.get("group")
+        distinct = self.tree.args.get("distinct")
+        if aggregate is None and group is not None:
+            raise self.refuse(
+                "unsupported SQL: GROUP BY without an aggregate (SQL lists each group once; "
+                "here a listing keeps multiplicities: drop GROUP BY, or add COUNT(*))",
+                group,
+            )
+        if aggregate is None and distinct is not None:
+            raise self.refuse(
+                "unsupported SQL: SELECT DISTINCT without an aggregate (a listing here keeps each "
+                "answer's multiplicity: drop DISTINCT, or add COUNT(*) and GROUP BY)",
+                distinct,
+            )
         if group is not None:
-            keys = []
+            keys = {}
             for node in group.expressions:
                 if not isinstance(node, exp.Column):
-                    raise QuerySyntaxError(f"unsupported SQL: GROUP BY {node.sql()} (only columns)")
-                keys.append(self.find(self.column(node)))
-            if set(keys) != set(plain):
-                raise QuerySyntaxError("the columns in SELECT outside the aggregate must be the GROUP BY columns")
+                    raise self.refuse(f"unsupported SQL: GROUP BY {node.sql()} (only columns)", node)
+                keys.setdefault(self.find(self.column(node)), node)
+            for slot, node in plain:
+                if slot not in keys:
+                    raise self.refuse(
+                        f"{node.sql()} is in SELECT but not in GROUP BY (the columns next to the "
+                        "aggregate must be exactly the GROUP BY columns)",
+                        node,
+                    )
+            selected = {slot for slot, _ in plain}
+            for slot, node in keys.items():
+                if slot not in selected:
+                    raise self.refuse(
+                        f"unsupported SQL: GROUP BY {node.sql()} without selecting it (the columns next to "
+                        "the aggregate must be exactly the GROUP BY columns)",
+                        node,
+                    )
         elif aggregate is not None and plain:
-            raise QuerySyntaxError("columns next to an aggregate need GROUP BY")
-        free = list(dict.fromkeys(plain))
+            raise self.refuse("columns next to an aggregate need GROUP BY", plain[0][1])
+        free = [slot for slot, _ in plain]
         if aggregate is None:
             return free, None
         kind, slots, coefficient = aggregate
-        self._aggregate_slots = slots
+        self.aggregate_slots = slots
         return free, Aggregate(kind, (), coefficient)  # variables filled in by build()
 
-    def read_aggregate(self, node: exp.Expression) -> tuple[str, list[tuple[int, int]], int | float]:
+    def read_aggregate(self, node: exp.Expression) -> tuple[str, list[Slot], int | float]:
         if isinstance(node, exp.Count):
             if not isinstance(node.this, exp.Star):
-                raise QuerySyntaxError(f"unsupported SQL: {node.sql()} (only COUNT(*))")
+                raise self.refuse(f"unsupported SQL: {node.sql()} (only COUNT(*))", node)
             return "count", [], 1
         if isinstance(node, exp.Sum):
-            if isinstance(node.this, exp.Distinct):
-                raise QuerySyntaxError("unsupported SQL: SUM(DISTINCT ...)")
-            slots: list[tuple[int, int]] = []
+            slots: list[Slot] = []
             coefficient: int | float = 1
             for factor in _factors(node.this):
                 value = _literal(factor)
@@ -226,33 +848,36 @@ class _SqlReader:
                 elif isinstance(value, int | float) and not isinstance(value, bool):
                     coefficient *= value
                 else:
-                    raise QuerySyntaxError(
-                        f"unsupported SQL: {factor.sql()} inside SUM (only products of columns and numbers)"
+                    raise self.refuse(
+                        f"unsupported SQL: {factor.sql()} inside SUM (only products of columns and numbers)", factor
                     )
             return "sum", slots, coefficient
-        name = node.name.upper() if isinstance(node, exp.Anonymous) else node.key.upper()
-        if name in ("COVAR", "COVAR_MATRIX"):
+        if isinstance(node, exp.Anonymous) and node.name.upper() in _COVAR_NAMES:
             args = node.expressions
             if not args or not all(isinstance(a, exp.Column) for a in args):
-                raise QuerySyntaxError("COVAR takes one or more columns: COVAR(R.x, S.y, ...)")
+                raise self.refuse("COVAR takes one or more columns: COVAR(R.x, S.y, ...)", node)
             return "covariance", [self.find(self.column(a)) for a in args], 1
-        raise QuerySyntaxError(f"unsupported SQL: {name} in SELECT (use COUNT(*), SUM(x * y) or COVAR(x, y, ...))")
+        raise self.refuse(
+            f"unsupported SQL: {_construct(node)} in SELECT (use columns, COUNT(*), SUM(x * y) or COVAR(x, y, ...))",
+            node,
+        )
 
     # the query
-    def build(self, free: list[tuple[int, int]], aggregate: Aggregate | None) -> Query:
+    def build(self, free: list[Slot], aggregate: Aggregate | None) -> Query:
         slots = [(t, p) for t, (_, _, attrs) in enumerate(self.tables) for p in range(len(attrs))]
-        classes: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        classes: dict[Slot, list[Slot]] = {}
         for slot in slots:
             classes.setdefault(self.find(slot), []).append(slot)
-        constant_of: dict[tuple[int, int], Constant] = {}
-        for slot, value in self.constants.items():
+        constant_of: dict[Slot, Constant] = {}
+        for slot, (value, node) in self.constants.items():
             root = self.find(slot)
-            if constant_of.setdefault(root, value) != value:
-                raise QuerySyntaxError(f"a join column is equated with two constants {value!r}")
-        names: dict[tuple[int, int], str] = {}
+            old = constant_of.setdefault(root, value)
+            if old != value:
+                raise self.refuse(f"a join column is equated with two constants {old!r} and {value!r}", node)
+        names: dict[Slot, str] = {}
         used: set[str] = set()
         for root, members in classes.items():
-            if root in constant_of and root not in free and not self._in_aggregate(root):
+            if root in constant_of and root not in free and root not in self.aggregate_slots:
                 continue
             candidates = [self.tables[t][2][p] for t, p in members]
             name = next((c for c in candidates if c not in used), None)
@@ -279,11 +904,14 @@ class _SqlReader:
                 terms.append(names[root])
             atoms.append(Atom(relation, tuple(terms), tuple(constants)))
         if aggregate is not None and aggregate.kind != "count":
-            aggregate = Aggregate(aggregate.kind, tuple(names[s] for s in self._aggregate_slots), aggregate.coefficient)
+            aggregate = Aggregate(aggregate.kind, tuple(names[s] for s in self.aggregate_slots), aggregate.coefficient)
         return Query("Q", tuple(names[s] for s in free), tuple(atoms), aggregate or Aggregate())
 
-    def _in_aggregate(self, root: tuple[int, int]) -> bool:
-        return root in getattr(self, "_aggregate_slots", [])
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
 
 
 def _factors(node: exp.Expression) -> list[exp.Expression]:
@@ -295,12 +923,15 @@ def _factors(node: exp.Expression) -> list[exp.Expression]:
 
 
 def _literal(node: exp.Expression) -> Constant | None:
+    node = _unparen(node)
     if isinstance(node, exp.Neg):
         inner = _literal(node.this)
         return -inner if isinstance(inner, int | float) else None
     if isinstance(node, exp.Literal):
         if node.is_string:
             return node.this
-        text = node.this
-        return float(text) if any(c in text for c in ".eE") else int(text)
+        try:
+            return float(node.this) if any(c in node.this for c in ".eE") else int(node.this)
+        except ValueError:
+            return None
     return None
