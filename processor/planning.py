@@ -22,7 +22,6 @@ from typing import Any
 
 import ivm
 from ivm.engines import ENGINES
-from ivm.engines.base import EngineRefused
 from ivm.patterns.windows import Windows
 from ivm.policy import Policy
 from ivm.query.model import Query
@@ -42,20 +41,16 @@ class Refused(ValueError):
 def request_errors(query: Query, engine: str, eps: float | None, patterns: Sequence[str]) -> list[Refused]:
     """What ``ivm.maintain`` would refuse, or silently ignore, in a query's engine, eps and patterns.
 
-    Validates: the engine is ``auto`` or registered and, if named, can serve
-    the query (:meth:`Engine.refuses`); eps is a number in [0, 1] and, with a
-    named engine, one that takes an eps; each pattern reads ``R=level`` and
-    names only relations of the query.
+    Validates: the engine is ``auto`` or registered; eps is a number in
+    [0, 1] and, with a named engine, one that takes an eps; each pattern reads
+    ``R=level`` and names only relations of the query.  Whether the engine can
+    serve the query, the engine itself says (:func:`maintain_query`).
     """
     from ivm.query.patterns import parse_patterns
 
     found: list[Refused] = []
     if engine != "auto" and engine not in ENGINES:
         found.append(Refused("engine", f"unknown engine {engine!r}; known: auto, {', '.join(sorted(ENGINES))}"))
-    elif engine != "auto":
-        reason = ENGINES[engine].refuses(query)
-        if reason:
-            found.append(Refused("engine", f"engine {engine!r} cannot maintain {query}: {reason}"))
     if eps is not None:
         if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 <= eps <= 1:
             found.append(Refused("eps", f"eps must be a number in [0, 1], got {eps!r}"))
@@ -91,7 +86,8 @@ def maintain_query(
     shards: int = 1,
     options: Mapping[str, Any] | None = None,
 ) -> Any:
-    """``ivm.maintain`` after :func:`request_errors`; raises :class:`Refused` naming the key.
+    """``ivm.maintain`` after :func:`request_errors`; raises :class:`Refused` naming the key
+    (an ``EngineRefused`` from the engine blames ``engine`` if it was named, else ``query``).
 
     ``patterns`` are the declared ones (checked), ``implied`` those a window
     adds.  An eps under ``engine = "auto"`` that the chosen engine does not
@@ -106,7 +102,7 @@ def maintain_query(
         extra["options"] = dict(options)
     try:
         view = ivm.maintain(query, engine=engine, policy=policy, shards=shards, patterns=every or None, **extra)
-    except EngineRefused as err:
+    except ValueError as err:  # EngineRefused, or an option the named engine does not take
         raise Refused("engine" if engine != "auto" else "query", str(err)) from None
     chosen = engine_of(view)
     if eps is not None and not _takes_eps(chosen):
