@@ -1,4 +1,4 @@
-"""``ivm produce``: load an edge file or a CSV into relation topics as Avro updates."""
+"""``ivm produce``: load an edge list or a CSV file into relation topics as Avro updates."""
 
 from __future__ import annotations
 
@@ -8,22 +8,65 @@ import time
 
 from processor.codec import load_relation_codecs
 
+DESCRIPTION = """\
+Each input tuple becomes an Avro update keyed by the tuple: an insert (+1), or a delete (-1) with --delete.
+The whole file is read and checked before anything is sent.
+
+Input: an edge list ('u v' per line, SNAP and KONECT files as they are) or a CSV file, plain or gzipped (.gz).
+  - Blank lines and comment lines (first character # or %) are skipped.
+  - Fields are separated by commas (CSV quoting) when the first non-comment line has one, else by runs of
+    tabs and spaces (--separator to choose).
+  - A relation R(A, B) takes the file's first two columns; further columns (a weight, a timestamp) are ignored.
+    --columns picks others, by position (--columns 2,1) or by header name (--columns src,dst).
+  - Header: the first non-comment line is a header naming the columns when it contains every attribute name
+    of a relation being loaded (A,B for R(A, B)), or with --header, or with --columns names; the attributes
+    are then taken by name.  --skip-header skips that line unread (a 'nodes edges' count line, or a header
+    you don't take names from).  Every other line is data: a line that does not parse (a non-numeric value
+    for an integer attribute, too few columns) stops the command with its file, line number and what was
+    expected; nothing is dropped silently.
+"""
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from processor.produce import SEPARATORS
+
     p = subparsers.add_parser(
         "produce",
-        help="load an edge file or CSV into relation topics",
-        description="Each input tuple becomes an Avro update keyed by the tuple: an insert (+1), "
-        "or a delete (-1) with --delete.",
+        help="load an edge list or CSV file into relation topics",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", help="an edge list ('u v' per line) or a CSV file with a header")
+    p.add_argument("file", help="an edge list or CSV file, plain or gzipped")
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     p.add_argument(
         "--relation", "-r", action="append", required=True,
         help="relation to load into (repeat for several, e.g. -r R -r S -r T)",
     )  # fmt: skip
-    p.add_argument("--format", choices=["edges", "csv"], help="input format (default: from the file suffix)")
-    p.add_argument("--both-directions", action="store_true", help="edges: also load (v, u) for each (u, v)")
+    p.add_argument(
+        "--columns", metavar="COLS",
+        help="the columns of the relation's attributes, in order: 1-based positions or header names, "
+        "comma-separated (default: the attributes' names if the file has a header, else the first columns)",
+    )  # fmt: skip
+    header = p.add_mutually_exclusive_group()
+    header.add_argument(
+        "--header", dest="header", action="store_const", const="names", default="auto",
+        help="the first non-comment line is a header naming the columns",
+    )  # fmt: skip
+    header.add_argument(
+        "--skip-header", dest="header", action="store_const", const="skip",
+        help="skip the first non-comment line unread (a 'nodes edges' count line, or an unused header)",
+    )  # fmt: skip
+    header.add_argument(
+        "--no-header", dest="header", action="store_const", const="none",
+        help="every non-comment line is data, even one that names the attributes",
+    )  # fmt: skip
+    p.add_argument(
+        "--separator", choices=SEPARATORS, default="auto",
+        help="field separator; auto: comma if the first non-comment line has one, else tabs or spaces",
+    )  # fmt: skip
+    p.add_argument(
+        "--both-directions", action="store_true", help="two-attribute relations: also load (v, u) for each (u, v)"
+    )
     p.add_argument("--delete", action="store_true", help="produce deletes (-1) instead of inserts")
     p.add_argument("--sample", type=float, default=1.0, help="keep each tuple with this probability")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample")
@@ -36,39 +79,41 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ivm.updates import Update
-    from processor.produce import UpdateProducer, edge_updates, read_csv, read_edges, sample
+    from processor.produce import Target, UpdateProducer, parse_columns, read_updates
     from processor.progress import ProgressBar
     from processor.topics import create_topics
 
     codecs = load_relation_codecs()
-    if args.encoding == "confluent":
-        if not args.schema_registry:
-            print("ivm produce: --encoding confluent needs --schema-registry URL", file=sys.stderr)
-            return 2
-        from processor.wire import RegistryClient, WireCodec
-
-        registry = RegistryClient(args.schema_registry)
-        codecs = {name: WireCodec.for_relation(name, registry) for name in codecs}
     unknown = [r for r in args.relation if r not in codecs]
     if unknown:
         print(f"ivm produce: no schema for relations {unknown}; known: {sorted(codecs)}", file=sys.stderr)
         return 2
-    fmt = args.format or ("csv" if args.file.endswith(".csv") else "edges")
-    mult = -1 if args.delete else 1
+    if args.encoding == "confluent" and not args.schema_registry:
+        print("ivm produce: --encoding confluent needs --schema-registry URL", file=sys.stderr)
+        return 2
     started = time.monotonic()
+    try:
+        updates = read_updates(
+            args.file,
+            [Target.of(codecs[r]) for r in args.relation],
+            -1 if args.delete else 1,
+            columns=parse_columns(args.columns) if args.columns else None,
+            header=args.header,
+            separator=args.separator,
+            both_directions=args.both_directions,
+            fraction=args.sample,
+            seed=args.seed,
+        )
+    except ValueError as err:  # InputError: the file; ValueError: the options
+        print(f"ivm produce: {err}", file=sys.stderr)
+        return 2
+    if args.encoding == "confluent":
+        from processor.wire import RegistryClient, WireCodec
+
+        registry = RegistryClient(args.schema_registry)
+        codecs = {name: WireCodec.for_relation(name, registry) for name in codecs}
     create_topics(args.bootstrap, args.relation)
     producer = UpdateProducer(args.bootstrap, codecs)
-    if fmt == "edges":
-        edges = sample(read_edges(args.file), args.sample, args.seed)
-        updates = list(edge_updates(edges, args.relation, mult, args.both_directions))
-    else:
-        updates = []
-        for relation in args.relation:
-            codec = codecs[relation]
-            types = [int] * len(codec.attributes)
-            rows = sample(read_csv(args.file, codec.attributes, types), args.sample, args.seed)
-            updates += [Update(relation, row, mult) for row in rows]
     with ProgressBar("produce", len(updates), unit="updates") as bar:
         for start in range(0, len(updates), 10_000):
             bar.advance(producer.send_all(updates[start : start + 10_000]))
