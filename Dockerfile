@@ -12,11 +12,13 @@ COPY ivm ./ivm
 COPY processor ./processor
 COPY schemas ./schemas
 COPY config ./config
+COPY data ./data
 RUN pip install --no-cache-dir '.[processor]' \
  && IVM_CACHE=/opt/ivm-cache ivm local fetch
 
 ENV IVM_CACHE=/opt/ivm-cache \
     IVM_SCHEMAS=/app/schemas \
+    IVM_DATA=/app/data \
     SPARK_LOCAL_IP=127.0.0.1
 EXPOSE 9108
 ENTRYPOINT ["ivm"]

@@ -45,6 +45,7 @@ import ivm
 from ivm.policy import Policy
 from processor.codec import load_relation_codecs
 from processor.config import PipelineConfig, QueryConfig, RelationConfig
+from processor.data import sample_graph
 from processor.job import run_job
 from processor.local.kafka import KafkaBroker
 from processor.local.spark import spark_session
@@ -54,7 +55,7 @@ from processor.subscribe import follow, reflects
 from processor.topics import create_topics, end_offsets
 
 ROOT = Path(__file__).resolve().parents[1]
-FACEBOOK = ROOT.parent / "shared" / "data" / "graphs" / "facebook_combined.edges"
+FACEBOOK = sample_graph()
 OUT = ROOT / "bench" / "out"
 SPARK: dict[str, int] = {}  # micro-batch settings given on the command line (default: the configuration's)
 CODECS = load_relation_codecs()

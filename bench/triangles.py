@@ -46,8 +46,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# shared/ sits beside the checkout (locally and in CI)
-FACEBOOK = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "graphs" / "facebook_combined.edges"
 OUT = ROOT / "bench" / "out"
 QUERY = "Q() :- R(a,b), S(b,c), T(c,a)"
 METHODS = ("ivm_eps", "first_order", "recompute")
@@ -59,11 +57,9 @@ Update = tuple[str, tuple[int, int], int]
 
 def facebook_stream(n: int, seed: int) -> list[Update]:
     """The first ``n`` tuples of the facebook edge stream (edges shuffled by ``seed``)."""
-    edges = []
-    for line in FACEBOOK.read_text().splitlines():
-        if line and not line.startswith("#"):
-            u, v = line.split()
-            edges.append((int(u), int(v)))
+    from processor.data import facebook_edges
+
+    edges = facebook_edges()
     random.Random(seed).shuffle(edges)
     out: list[Update] = []
     for u, v in edges:

@@ -17,12 +17,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from processor.codec import load_relation_codecs
+from processor.data import FACEBOOK_TRIANGLES
 from processor.local.stack import ProcessorProcess, local_dir, project_root, start_broker
 from processor.produce import UpdateProducer, edge_updates, read_edges, sample
 from processor.subscribe import follow, reflects
 from processor.topics import create_topics, end_offsets
 
-FACEBOOK_TRIANGLES = 1_612_010
 RELATIONS = ("R", "S", "T")
 
 
@@ -91,8 +91,12 @@ def run_demo(
     timeout: float = 900,
     expected_triangles: int | None = FACEBOOK_TRIANGLES,
 ) -> bool:
-    """Run the demo end to end; True when both checks hold."""
+    """Run the demo end to end; True when both checks hold.
+
+    Raises :class:`processor.produce.InputError` for an edge file that does not parse, before starting anything.
+    """
     t0 = time.monotonic()
+    edges = list(read_edges(edges_path))  # a bad file stops the demo before anything starts
     print("starting a local Kafka broker (KRaft) ...", flush=True)
     broker = start_broker("demo")
     processor = None
@@ -113,7 +117,6 @@ def run_demo(
             flush=True,
         )
         live = LiveCount(bootstrap, "triangle.result")
-        edges = list(read_edges(edges_path))
         producer = UpdateProducer(bootstrap, load_relation_codecs())
 
         print(f"insert phase: {len(edges):,} edges x 6 = {6 * len(edges):,} updates", flush=True)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DEFAULT_EDGES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "graphs" / "facebook_combined.edges"
+from processor.data import sample_graph
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("demo", help="stream the facebook graph through a local broker and the processor")
-    p.add_argument("--edges", type=Path, default=DEFAULT_EDGES, help="edge list (default: SNAP ego-Facebook)")
+    p.add_argument(
+        "--edges", type=Path, default=sample_graph(),
+        help="edge list, plain or gzipped (default: SNAP ego-Facebook, data/graphs/ in the repository)",
+    )  # fmt: skip
     p.add_argument("--delete-fraction", type=float, default=0.5, help="fraction of edges deleted afterwards")
     p.add_argument("--seed", type=int, default=42, help="seed of the deleted sample")
     p.add_argument(
@@ -21,13 +24,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.demo import FACEBOOK_TRIANGLES, run_demo
+    from processor.data import FACEBOOK_TRIANGLES
+    from processor.demo import run_demo
+    from processor.produce import InputError
 
     if not args.edges.exists():
         print(f"ivm demo: edge file {args.edges} not found")
         return 2
     expected = args.expected_triangles
-    if expected is None and args.edges.name == "facebook_combined.edges":
+    if expected is None and args.edges.resolve() == sample_graph().resolve():
         expected = FACEBOOK_TRIANGLES
-    ok = run_demo(args.edges, delete_fraction=args.delete_fraction, seed=args.seed, expected_triangles=expected)
+    try:
+        ok = run_demo(args.edges, delete_fraction=args.delete_fraction, seed=args.seed, expected_triangles=expected)
+    except InputError as err:
+        print(f"ivm demo: {err}")
+        return 2
     return 0 if ok else 1

@@ -9,7 +9,6 @@ demotions on small random and skewed streams.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -19,11 +18,10 @@ from ivm.engines.ivm_eps import check_invariants
 from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
 from ivm.engines.ivm_eps.invariants import brute_force_triangles
 from ivm.query import parse
+from processor.data import facebook_edges
 
 TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 QUERIES = [TRIANGLE, "Q() :- R(a,b), S(c,b), T(c,a)", "Q() :- E(a,b), E(b,c), F(c,a)"]
-# shared/ sits beside the checkout (locally and in CI)
-FACEBOOK = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "graphs" / "facebook_combined.edges"
 
 
 def brute(engine: IVMEpsAdaptive) -> int:
@@ -154,8 +152,8 @@ def test_mild_degrees_stay_first_order() -> None:
 
 
 def test_facebook_prefix_stays_first_order_and_matches_first_order_engine() -> None:
-    lines = [ln.split() for ln in FACEBOOK.read_text().splitlines()[:6000] if ln and not ln.startswith("#")]
-    stream = [(r, row, 1) for u, v in lines for row in ((int(u), int(v)), (int(v), int(u))) for r in "RST"]
+    prefix = facebook_edges()[:5999]  # the first 6,000 lines of the file, its comment line included
+    stream = [(r, row, 1) for u, v in prefix for row in ((u, v), (v, u)) for r in "RST"]
     auto = ivm.maintain(TRIANGLE)
     fo = ivm.maintain(TRIANGLE, engine="first_order")
     for view in (auto, fo):

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ivm.engines.ivm_eps import IVMEps, IVMEpsSelfJoin, IVMEpsTriangle, static_triangle_count
 from ivm.query import parse
-
-# shared/ sits beside the checkout (locally and in CI)
-FACEBOOK = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "graphs" / "facebook_combined.edges"
-TRIANGLES = 1_612_010
+from processor.data import FACEBOOK_TRIANGLES as TRIANGLES
+from processor.data import facebook_edges
 
 
 def edges() -> list[tuple[int, int]]:
-    out = []
-    for line in FACEBOOK.read_text().splitlines():
-        if line and not line.startswith("#"):
-            u, v = line.split()
-            out.append((int(u), int(v)))
+    """The repository's copy of the graph (``data/graphs/facebook_combined.edges.gz``)."""
+    out = facebook_edges()
     assert len(out) == 88_234
     return out
 
