@@ -111,9 +111,6 @@ class PipelineConfig:
     starting_offsets: str = "earliest"
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a container
-    # Removed from the configuration ([spark] checkpoint is refused, see REMOVED_KEYS); always "".
-    # Kept only while processor/job.py still reads it.
-    checkpoint: str = ""
     name: str = "ivm"  # the pipeline: its transactional id, progress topic and state folder
     state_dir: str = ""  # snapshots; empty: .local/state/<name>
     snapshot_every: int = 50  # batches between snapshots (0: never)

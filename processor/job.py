@@ -30,7 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from processor.config import PipelineConfig
+from processor.config import PipelineConfig, QueryConfig
+from processor.control import control_topic
 from processor.local.spark import spark_session
 from processor.metrics import LagMonitor, Metrics
 from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
@@ -61,17 +62,32 @@ def starting_offsets(config: PipelineConfig, topics: list[str], positions: Posit
     return json.dumps(spec)
 
 
+def output_topics(q: QueryConfig) -> list[str]:
+    return [q.result_topic, q.delta_topic] + ([q.model_topic] if q.model else [])
+
+
 def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     """Create the topics, build the pipeline and recover its state (exactly-once mode)."""
     outputs = [config.dead_letter_topic]
     for q in config.queries:
-        outputs += [q.result_topic, q.delta_topic] + ([q.model_topic] if q.model else [])
+        outputs += output_topics(q)
     create_topics(config.bootstrap, [r.topic for r in config.relations] + outputs)
+    # the control topic keeps every command: a rebuild from the topics replays them with the updates
+    create_topics(config.bootstrap, [control_topic(config)], config={"retention.ms": "-1"})
+
+    def on_new_query(q: QueryConfig) -> None:
+        create_topics(config.bootstrap, output_topics(q))
+
     if not config.exactly_once:
-        return Pipeline(config, KafkaSink(config.bootstrap), metrics)
+        pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
+        pipeline.on_new_query = on_new_query
+        return pipeline
     create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
     pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+    pipeline.on_new_query = on_new_query
     report = recover(pipeline, StateStore(state_dir(config)), config.bootstrap)
+    for q in pipeline.query_configs.values():  # queries restored from the control topic
+        on_new_query(q)
     metrics.recovery_seconds.set(report.seconds)
     metrics.replayed_records.inc(report.replayed)
     return pipeline
@@ -148,8 +164,6 @@ def run_job(
             handoff.put(batch)
 
     writer = stream.writeStream.foreachBatch(process).trigger(processingTime=f"{config.trigger_ms} milliseconds")
-    if config.checkpoint:
-        writer = writer.option("checkpointLocation", config.checkpoint)
     query = writer.start()
     lag = LagMonitor(
         config.bootstrap, pipeline.topics, lambda: pipeline.positions, metrics,

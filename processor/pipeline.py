@@ -25,8 +25,8 @@ import logging
 import operator
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from itertools import groupby, repeat
 from typing import Any, NamedTuple
 
@@ -35,7 +35,9 @@ from ivm.patterns.windows import CountWindow, TimeWindow, Windows
 from ivm.policy import Policy
 from ivm.updates import Row, Update
 from processor.codec import OutputCodec, RelationCodec, json_value, load_schema, result_to_json, schemas_dir
-from processor.config import PipelineConfig, QueryConfig
+from processor.config import ConfigError, PipelineConfig, QueryConfig
+from processor.control import control_topic
+from processor.control import decode as decode_control
 from processor.metrics import Metrics
 from processor.planning import build_view
 from processor.relations import Contents, RelationStore, fingerprint, load_view
@@ -81,7 +83,8 @@ class PipelineState:
     ``query:<name>``), so that a restart reuses a piece of state only for the same definition.
     ``origin`` is where the pipeline's history starts in each input partition (absent: offset 0)
     and ``bootstrapped`` whether batch 0 loaded tuples that are in no topic: together they say
-    whether the state can be rebuilt from the relation topics alone.
+    whether the state can be rebuilt from the relation topics alone.  ``control`` holds the
+    queries added (or replaced) and removed through the control topic (``processor.control``).
     """
 
     views: dict[str, Any]  # query name -> View or ShardedView
@@ -93,6 +96,7 @@ class PipelineState:
     fingerprints: dict[str, str] = field(default_factory=dict)
     origin: Positions = field(default_factory=dict)
     bootstrapped: bool = False
+    control: dict[str, QueryConfig | None] = field(default_factory=dict)  # queries added/removed at run time
 
 
 @dataclass
@@ -185,6 +189,8 @@ class Pipeline:
             self.codecs[rel.topic] = codec
             schema_of[rel.name] = list(codec.attributes)
         self.relation_of_topic = {rel.topic: rel.name for rel in config.relations}
+        self.control_topic = control_topic(config)
+        self.on_new_query: Callable[[QueryConfig], None] | None = None  # e.g. create its output topics
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
         self._schema_of = schema_of
         windows = _windows(config)
@@ -196,6 +202,8 @@ class Pipeline:
             views, {}, windows=windows, models=models, relations=contents, fingerprints=dict(self.fingerprints)
         )
         self.metrics.observe_relations(self.relation_of_topic.values())
+        for name in self.query_configs:
+            self.metrics.rebuilds.labels(name)  # exported from 0
         self._result = OutputCodec("result")
         self._delta = OutputCodec("delta")
         self._dead = OutputCodec("dead_letter")
@@ -230,19 +238,72 @@ class Pipeline:
              if rel.window_count is not None or rel.window_seconds is not None}
         )  # fmt: skip
         for name, view in views.items():
-            q = self.query_configs[name]
-            out[f"query:{name}"] = fingerprint(
-                {
-                    "query": str(view.query),
-                    "engine": q.engine,
-                    "eps": q.eps,
-                    "shards": q.shards or self.config.shards,
-                    "patterns": sorted(q.patterns),
-                    "model": [q.model, q.label, q.method],
-                    "relations": {r: out[f"relation:{r}"] for r in sorted(view.query.relations)},
-                }
-            )
+            out[f"query:{name}"] = self._query_fingerprint(self.query_configs[name], view, out)
         return out
+
+    def _query_fingerprint(self, q: QueryConfig, view: Any, fingerprints: Mapping[str, str]) -> str:
+        return fingerprint(
+            {
+                "query": str(view.query),
+                "engine": q.engine,
+                "eps": q.eps,
+                "shards": q.shards or self.config.shards,
+                "patterns": sorted(q.patterns),
+                "model": [q.model, q.label, q.method],
+                "relations": {r: fingerprints[f"relation:{r}"] for r in sorted(view.query.relations)},
+            }
+        )
+
+    def declare(self, q: QueryConfig) -> Any:
+        """Make ``q`` one of the pipeline's queries (added, or replacing the one of its name) without state:
+        its planned (empty) view is returned; :meth:`build_query` gives it its state.  Raises
+        ``ConfigError`` with the reason if the pipeline cannot serve it (the planning ``ivm check`` does)."""
+        from processor.planning import plan_pipeline
+
+        others = tuple(c for n, c in self.query_configs.items() if n != q.name)
+        plan_pipeline(replace(self.config, queries=(*others, q)))  # the same checks as `ivm check` and `ivm run`
+        view = self._maintain(q, self._schema_of, self.state.windows)
+        self.query_configs[q.name] = q
+        self.fingerprints[f"query:{q.name}"] = self._query_fingerprint(q, view, self.fingerprints)
+        return view
+
+    def retract(self, name: str) -> None:
+        """Stop maintaining query ``name``: its state is dropped (its output topics stay)."""
+        self.query_configs.pop(name, None)
+        self.fingerprints.pop(f"query:{name}", None)
+        self.state.views.pop(name, None)
+        self.state.models.pop(name, None)
+        self.state.fingerprints.pop(f"query:{name}", None)
+
+    def _control(self, batch: RecordBatch, tp: tuple[str, int], rows: list[int], dead: list) -> None:
+        """Apply the control records ``rows`` in offset order (before the batch's updates): add, replace or
+        remove a query; a command that cannot be served is dead-lettered with its reason."""
+        for i in rows:
+            record = batch.record(i)
+            try:
+                op, name, q = decode_control(batch.value[i])
+                if op == "remove":
+                    if name not in self.query_configs:
+                        raise ValueError(f"no query {name!r} to remove (queries: {sorted(self.query_configs)})")
+                    self.retract(name)
+                    log.warning("control %s[%d]@%d: query %s removed", tp[0], tp[1], record.offset, name)
+                else:
+                    assert q is not None
+                    replaced = name in self.query_configs
+                    self.declare(q)
+                    if self.on_new_query is not None:
+                        self.on_new_query(q)
+                    view = self.build_query(name)
+                    self.metrics.rebuilds.labels(name).inc()
+                    log.warning(
+                        "control %s[%d]@%d: query %s %s, built from the relations' contents (%d tuples)",
+                        tp[0], tp[1], record.offset, name, "replaced" if replaced else "added",
+                        self.store.count(view.query.relations),
+                    )  # fmt: skip
+                self.state.control[name] = q
+            except (ValueError, ConfigError) as err:
+                reason = str(err).replace("\n", "; ")
+                dead.append((record, f"control command refused: {reason}", "control", None, None))
 
     def build_query(self, name: str) -> Any:
         """A fresh view of configured query ``name`` (and its model), loaded from the relations' current
@@ -265,7 +326,8 @@ class Pipeline:
 
     @property
     def topics(self) -> list[str]:
-        return [rel.topic for rel in self.config.relations]
+        """The input topics: every relation's, and the control topic."""
+        return [rel.topic for rel in self.config.relations] + [self.control_topic]
 
     @property
     def positions(self) -> Positions:
@@ -307,8 +369,11 @@ class Pipeline:
     def _count_relations(self, applied: _Applied) -> None:
         """Per relation: records consumed = records applied + records dead-lettered (the exported invariant)."""
         dead: Counter[str] = Counter(relation or self.relation_of_topic.get(r.topic, r.topic)
-                                     for r, _, _, _, relation in applied.dead)  # fmt: skip
+                                     for r, _, _, _, relation in applied.dead
+                                     if r.topic != self.control_topic)  # fmt: skip
         for topic, n in applied.per_topic.items():
+            if topic == self.control_topic:
+                continue
             relation = self.relation_of_topic.get(topic, topic)
             self.metrics.relation_consumed.labels(relation).inc(n)
         for relation, n in applied.accepted.items():
@@ -341,7 +406,9 @@ class Pipeline:
         accepted: dict[str, int] = {}
         refusals: dict[str, int] = {}
         oldest = 0
-        for tp, rows in batch.runs():
+        runs = batch.runs()
+        runs.sort(key=lambda run: run[0][0] != self.control_topic)  # control records first: stable otherwise
+        for tp, rows in runs:
             offsets = [batch.offset[i] for i in rows]
             rows = rows[bisect.bisect_left(offsets, positions.get(tp, 0)) :]  # earlier ones: redeliveries
             if not rows:
@@ -352,6 +419,9 @@ class Pipeline:
             stamp = min((t for t in (batch.timestamp_ms[i] for i in rows) if t > 0), default=0)
             if stamp and (not oldest or stamp < oldest):
                 oldest = stamp
+            if topic == self.control_topic:
+                self._control(batch, tp, rows, dead)
+                continue
             codec = self.codecs.get(topic)
             if codec is None:
                 reason = f"unknown relation topic {topic!r}"

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.codec import OutputCodec
+from processor.config import ConfigError
 from processor.pipeline import Pipeline, PipelineState, Positions, Record
 from processor.topics import CLIENT_DEFAULTS
 
@@ -133,9 +134,19 @@ def adopt(pipeline: Pipeline, snapshot: PipelineState) -> Adoption:
     is built from the relations' contents, so it is the query over every update ever committed.
     Queries no longer configured are dropped.  Pure: no Kafka.
     """
-    now = pipeline.fingerprints
     before = snapshot.fingerprints
     report = Adoption()
+    for name, q in snapshot.control.items():  # queries added or removed through the control topic
+        if q is None:
+            pipeline.retract(name)
+            continue
+        try:
+            pipeline.declare(q)
+        except (ConfigError, ValueError) as err:
+            log.warning("query %s, added through the control topic, cannot be served any more: %s; dropped", name, err)
+            pipeline.retract(name)
+            snapshot.control[name] = None
+    now = pipeline.fingerprints
     changed = [
         rel.name
         for rel in pipeline.config.relations
@@ -188,6 +199,7 @@ def adopt(pipeline: Pipeline, snapshot: PipelineState) -> Adoption:
         fingerprints=fingerprints,
         origin=snapshot.origin,
         bootstrapped=snapshot.bootstrapped,
+        control=snapshot.control,
     )
     for name, why in rebuild.items():
         pipeline.build_query(name)
@@ -446,6 +458,9 @@ def _fix_origins(pipeline: Pipeline, bootstrap: str) -> None:
     latest = pipeline.config.starting_offsets == "latest"
     for tp, (low, high) in watermarks(bootstrap, pipeline.topics).items():
         if tp in state.positions or tp in state.origin:
+            continue
+        if tp[0] == pipeline.control_topic:  # every command counts, whatever starting_offsets says
+            state.origin[tp] = state.positions[tp] = low
             continue
         state.origin[tp] = high if latest else low
         if latest:

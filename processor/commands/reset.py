@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config).with_overrides(bootstrap=args.bootstrap)
     except ConfigError as err:
-        for line in str(err).splitlines():
+        for line in err.errors or str(err).splitlines():
             print(f"ivm reset: {line}", file=sys.stderr)
         return 2
     store = StateStore(state_dir(config))

@@ -1,0 +1,118 @@
+"""Queries added, replaced and removed through the control topic (no Kafka: an in-memory sink)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ivm.query import parse
+from processor.config import PipelineConfig, QueryConfig, RelationConfig
+from processor.control import decode, effective, encode_add, encode_remove
+from processor.pipeline import Pipeline, Record
+from processor.recovery import StateStore, adopt
+from tests.oracles import count
+from tests.unit.test_pipeline import MemorySink
+from tests.unit.test_relation_state import _database, _records, _stream
+
+TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
+TWO_PATH = "Q() :- R(a,b), S(b,c)"
+CONFIG = PipelineConfig(
+    relations=tuple(RelationConfig(r, r, Path(f"relations/{r}.avsc")) for r in "RST"),
+    queries=(QueryConfig("tri", TRIANGLE),),
+)
+
+
+class Control:
+    """Records of the control topic ``ivm.control`` (the default pipeline's)."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+
+    def __call__(self, value: bytes) -> Record:
+        self.offset += 1
+        return Record("ivm.control", 0, self.offset - 1, b"k", value)
+
+
+def _process(pipeline: Pipeline, records: list[Record], size: int = 60) -> None:
+    for i in range(0, len(records), size):
+        pipeline.process(records[i : i + size])
+
+
+def _value(sink: MemorySink, name: str) -> int:
+    return json.loads(sink.on(f"{name}.result")[-1]["value"])
+
+
+def test_codec_round_trip_and_overrides() -> None:
+    q = QueryConfig("p", TWO_PATH, "fivm", None, 2, ("R=insert-only",))
+    assert decode(encode_add(q)) == ("add", "p", q)
+    assert decode(encode_remove("tri")) == ("remove", "tri", None)
+    assert [x.name for x in effective(CONFIG, {"p": q, "tri": None}).queries] == ["p"]
+
+
+def test_add_replace_and_remove_while_running() -> None:
+    sink = MemorySink()
+    pipeline = Pipeline(CONFIG, sink)
+    control = Control()
+    first, second, third = _stream(11, 300), _stream(12, 300), _stream(13, 300)
+    offsets = {r: 0 for r in "RST"}
+
+    def records(stream):
+        out = _records(stream, offsets)
+        for rel, *_ in stream:
+            offsets[rel] += 1
+        return out
+
+    _process(pipeline, records(first))
+    # added mid-stream: its first result already counts everything before it
+    later = records(second)
+    batch = [control(encode_add(QueryConfig("path", TWO_PATH))), *later[:1]]
+    pipeline.process(batch)
+    db = _database(first + second[:1])
+    assert _value(sink, "path") == count(parse(TWO_PATH), db)
+    _process(pipeline, later[1:])
+    db = _database(first + second)
+    assert _value(sink, "path") == count(parse(TWO_PATH), db)
+    assert _value(sink, "tri") == count(parse(TRIANGLE), db)
+    # replaced under the same name, the configured one removed
+    pipeline.process([control(encode_add(QueryConfig("path", TRIANGLE, "first_order"))), control(encode_remove("tri"))])
+    _process(pipeline, records(third))
+    db = _database(first + second + third)
+    assert _value(sink, "path") == count(parse(TRIANGLE), db)
+    assert pipeline.views["path"].engine.name == "first_order"
+    assert "tri" not in pipeline.views
+    assert all(d["topic"] != "ivm.control" for d in sink.on("ivm.dead-letter"))
+
+
+def test_a_command_the_pipeline_cannot_serve_is_dead_lettered() -> None:
+    sink = MemorySink()
+    pipeline = Pipeline(CONFIG, sink)
+    control = Control()
+    pipeline.process(
+        [
+            control(encode_add(QueryConfig("bad", "Q() :- R(a,b), X(b)"))),  # no relation X
+            control(encode_add(QueryConfig("eps", TWO_PATH, "first_order", eps=0.3))),  # no eps in first_order
+            control(encode_remove("nothing")),
+            control(b"\x07garbage"),
+        ]
+    )
+    dead = sink.on("ivm.dead-letter")
+    assert [d["offset"] for d in dead] == [0, 1, 2, 3]
+    assert all(d["reason"].startswith("control command refused") for d in dead)
+    assert "X" in dead[0]["reason"] and "eps" in dead[1]["reason"] and "no query 'nothing'" in dead[2]["reason"]
+    assert set(pipeline.views) == {"tri"}
+
+
+def test_control_queries_survive_a_restart(tmp_path: Path) -> None:
+    sink = MemorySink()
+    pipeline = Pipeline(CONFIG, sink)
+    control = Control()
+    stream = _stream(14, 400)
+    pipeline.process([control(encode_add(QueryConfig("path", TWO_PATH))), control(encode_remove("tri"))])
+    _process(pipeline, _records(stream))
+    store = StateStore(tmp_path)
+    store.save(pipeline.state)
+    again = Pipeline(CONFIG, MemorySink())
+    report = adopt(again, store.load())
+    assert report.kept == ["path"] and report.rebuilt == {} and set(again.views) == {"path"}
+    assert again.views["path"].result() == count(parse(TWO_PATH), _database(stream))
+    assert again.state.control == {"path": QueryConfig("path", TWO_PATH), "tri": None}
