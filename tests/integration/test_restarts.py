@@ -156,6 +156,7 @@ def test_retention_gap_refuses_to_start_then_reset_starts_over(kafka, start_job,
     toml = tmp_path / "pipeline.toml"
     toml.write_text(dump_config(config))
     assert main(["reset", "-c", str(toml), "--yes"]) == 0
+    _produce(kafka, topic_prefix, _edges(rng, 30))  # results of the new start reflect offsets the old ones never did
     values = _run_until_caught_up(kafka, start_job, config)
     held = {}
     for rel in "RST":  # what the topics still hold: R from offset 20 on
