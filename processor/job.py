@@ -24,9 +24,12 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +46,25 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+STOP_GRACE_SECONDS = 5.0  # how long a stop waits for the batch in flight to commit before abandoning it
+
+
+@dataclass
+class StopReport:
+    """How a job ended: the last committed batch, and the batch in flight, committed or abandoned."""
+
+    last_committed: int
+    abandoned: int | None = None  # a batch whose transaction was left open (never visible; replayed at restart)
+    dropped: int = 0  # records Spark had handed over that no batch applied (read again at restart)
+
+    def __str__(self) -> str:
+        if self.abandoned is not None:
+            return (
+                f"stopped: abandoned batch {self.abandoned} in flight (its transaction is not committed, so none of "
+                f"its outputs are visible; the next start fences it and applies its inputs again); last committed "
+                f"batch {self.last_committed}"
+            )
+        return f"stopped: last committed batch {self.last_committed}, nothing left open"
 
 
 def state_dir(config: PipelineConfig) -> Path:
@@ -100,21 +122,35 @@ def run_job(
     on_batch: Callable[[BatchReport], None] | None = None,
     metrics: Metrics | None = None,
     spark: SparkSession | None = None,
-) -> None:
-    """Run the streaming job until ``stop`` is set (or forever).
+    stop_grace: float = STOP_GRACE_SECONDS,
+) -> StopReport:
+    """Run the streaming job until ``stop`` is set (or forever); returns how it stopped.
 
-    A ``spark`` session given by the caller is left running; otherwise the job
-    starts its own and stops it at the end.
+    A stop is prompt whatever the state of Kafka: the streaming query stops (a micro-batch
+    Spark is still reading is dropped: its records are read again at the next start), a batch
+    handed over but not started is dropped likewise, and the batch being applied gets
+    ``stop_grace`` seconds to commit.  If its transaction cannot commit by then (a broker that is
+    down), it is abandoned: never visible to read_committed readers, fenced and replayed by the
+    next start.  A ``spark`` session given by the caller is left running; otherwise the job starts
+    its own, stops it at the end and removes its temporary folder.
     """
     metrics = metrics or Metrics()
     if config.metrics_port:
         port = metrics.serve(config.metrics_port, config.metrics_address)
         log.info("metrics on http://%s:%d/metrics", config.metrics_address, port)
     pipeline = prepare(config, metrics)
+    if stop is not None and stop.is_set():  # stopped during recovery: nothing is running yet
+        report = StopReport(pipeline.state.last_batch_id)
+        log.warning("%s", report)
+        return report
     store = StateStore(state_dir(config)) if config.exactly_once and config.snapshot_every else None
     own_session = spark is None
     if spark is None:
         spark = spark_session("ivm-processor", config.spark_master)
+        if stop is not None and threading.current_thread() is threading.main_thread():
+            # pyspark's SparkContext installs a SIGINT handler that cancels every job and raises
+            # KeyboardInterrupt; Ctrl-C stops the job like SIGTERM instead: cleanly, with a report
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
     stream = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap)
@@ -152,16 +188,26 @@ def run_job(
 
     handoff = Handoff(apply) if config.exactly_once else None
 
+    stopping = threading.Event()
+
     def process(df, spark_batch_id: int) -> None:
         started = time.perf_counter()
-        batch = RecordBatch.from_arrow(df.toArrow())
+        try:
+            batch = RecordBatch.from_arrow(df.toArrow())
+        except Exception:
+            if stopping.is_set():  # the stop cancelled Spark's job: its records are read again at restart
+                log.debug("spark batch %d dropped by the stop", spark_batch_id)
+                return
+            raise
         log.debug(
             "spark batch %d: %d records handed over in %.3fs", spark_batch_id, len(batch), time.perf_counter() - started
         )
+        if stopping.is_set():
+            return
         if handoff is None:
             apply(batch)
         else:
-            handoff.put(batch)
+            handoff.put(batch, stopping)
 
     writer = stream.writeStream.foreachBatch(process).trigger(processingTime=f"{config.trigger_ms} milliseconds")
     query = writer.start()
@@ -180,14 +226,41 @@ def run_job(
         if query.exception() is not None:
             raise RuntimeError(f"the streaming query failed: {query.exception()}")
     finally:
-        lag.stop()
-        query.stop()
+        # every step is bounded, and they overlap: the query stops while the batch in flight commits
+        stopping.set()
+        deadline = time.monotonic() + stop_grace
+        lag.stop(timeout=0)
+        stopper = _bounded(query.stop, "stopping the streaming query")
+        report = StopReport(pipeline.state.last_batch_id)
         if handoff is not None:
-            handoff.close()  # finish the batch handed over last
+            report.dropped = handoff.drop_waiting()
+            if not handoff.close(max(0.0, deadline - time.monotonic())):
+                report.abandoned = pipeline.state.last_batch_id + 1
+        report.last_committed = pipeline.state.last_batch_id
+        stopper.join(max(0.5, deadline + 1 - time.monotonic()))
         if own_session:
-            spark.stop()
+            local = spark.conf.get("spark.local.dir", None)
+            _bounded(spark.stop, "stopping Spark").join(3)
+            if local and Path(local).name.startswith("ivm-spark-"):
+                shutil.rmtree(local, ignore_errors=True)
+        log.warning("%s", report)
     if handoff is not None and handoff.error is not None:
         raise RuntimeError(f"a batch failed: {handoff.error}") from handoff.error
+    return report
+
+
+def _bounded(step: Callable[[], object], what: str) -> threading.Thread:
+    """Run ``step`` on a daemon thread (the caller joins it with a timeout); its failure is logged."""
+
+    def run() -> None:
+        try:
+            step()
+        except Exception as err:  # a stop timeout, a batch cancelled by the stop
+            log.debug("%s: %s", what, err)
+
+    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread.start()
+    return thread
 
 
 class Handoff:
@@ -204,8 +277,11 @@ class Handoff:
         self._worker = threading.Thread(target=self._run, name="ivm-pipeline", daemon=True)
         self._worker.start()
 
-    def put(self, batch: RecordBatch) -> None:
+    def put(self, batch: RecordBatch, stopping: threading.Event | None = None) -> None:
+        """Hand ``batch`` over; gives up (dropping it) once ``stopping`` is set."""
         while self.error is None:
+            if stopping is not None and stopping.is_set():
+                return
             try:
                 self._queue.put(batch, timeout=0.5)
                 return
@@ -213,15 +289,27 @@ class Handoff:
                 continue
         raise RuntimeError(f"the pipeline failed on an earlier batch: {self.error}") from self.error
 
-    def close(self) -> None:
-        """Apply what was handed over, then stop the worker."""
+    def drop_waiting(self) -> int:
+        """Drop the batch handed over but not started (a stop); returns its number of records."""
+        try:
+            batch = self._queue.get_nowait()
+        except queue.Empty:
+            return 0
+        return len(batch) if batch is not None else 0
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Apply what was handed over, then stop the worker; False if it is still busy after ``timeout``
+        seconds (its batch is abandoned: the worker is a daemon thread)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self._worker.is_alive():
             try:
                 self._queue.put(None, timeout=0.5)
                 break
             except queue.Full:
-                continue
-        self._worker.join()
+                if deadline is not None and time.monotonic() > deadline:
+                    return False
+        self._worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not self._worker.is_alive()
 
     def _run(self) -> None:
         """Apply batches until ``close`` or the first failure (reported by ``put`` and ``run_job``)."""

@@ -426,9 +426,11 @@ class LagMonitor:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop polling; wait at most ``timeout`` seconds (default: one poll) for a read in progress,
+        which a broker that is down can hold for its own timeouts (the thread is a daemon)."""
         self._stop.set()
-        self._thread.join(timeout=self.interval + 35)
+        self._thread.join(timeout=self.interval + 35 if timeout is None else timeout)
 
     def poll(self) -> None:
         """Read the end offsets once and update the lag gauges."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        run_job(config, stop=stop)
+        report = run_job(config, stop=stop)
     except RecoveryError as err:  # the stored state cannot serve this configuration: the reason and the fix
         print(f"ivm run: {err}", file=sys.stderr)
         return 2
@@ -70,6 +71,13 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger("processor").exception("Kafka failure")
         print(f"ivm run: Kafka at {config.bootstrap}: {kafka_reason(err)}", file=sys.stderr)
         return 1
+    if report.abandoned is not None:
+        # a thread is still blocked in the Kafka client on the abandoned transaction: the client's
+        # clean-up at interpreter exit would wait on it, so the process ends here
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

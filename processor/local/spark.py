@@ -43,6 +43,7 @@ def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str 
         .config("spark.driver.memory", os.environ.get("IVM_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.local.dir", local_dir)
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.sql.streaming.stopTimeout", "5s")  # a stop never waits on a Kafka fetch for long
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.ui.showConsoleProgress", "false")
     )

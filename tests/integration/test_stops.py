@@ -1,0 +1,139 @@
+"""Prompt, clean stops of `ivm run` (a child process, as a user runs it), with the broker up or down.
+
+A stop ends the process within 10 s, says whether the batch in flight was committed or its transaction
+abandoned, removes Spark's temporary folder, and loses nothing: a restart after an abandoned
+transaction publishes every batch exactly once (the reliability suite's oracle).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from processor.codec import load_relation_codecs
+from processor.config import dump_config
+from processor.local.kafka import KafkaBroker
+from processor.local.stack import ProcessorProcess
+from processor.produce import UpdateProducer
+from processor.recovery import read_committed_progress
+from processor.subscribe import reflects
+from processor.topics import create_topics, end_offsets
+from tests.integration.helpers import consume_raw, pipeline_config, read_until
+from tests.integration.test_reliability import LOGS
+
+pytestmark = pytest.mark.integration
+CODECS = load_relation_codecs()
+STOP_BUDGET = 10.0
+
+
+def _produce(bootstrap: str, topics: dict[str, str], n: int, domain: int, seed: int) -> None:
+    rng = random.Random(seed)
+    producer = UpdateProducer(bootstrap, CODECS, topics)
+    for _ in range(n):
+        rel = rng.choice("RST")
+        producer.send_raw(topics[rel], *CODECS[rel].encode((rng.randrange(domain), rng.randrange(domain)), 1))
+    producer.flush()
+
+
+def _start(tmp_path: Path, config, bootstrap: str, name: str, monkeypatch) -> ProcessorProcess:
+    path = tmp_path / "pipeline.toml"
+    path.write_text(dump_config(config))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the child's temporary folders land here
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    proc = ProcessorProcess(path, bootstrap, tmp_path / f"{name}.log", metrics_port=0)
+    monkeypatch.delenv("TMPDIR")
+    return proc
+
+
+def _wait_for(predicate, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:  # a hang, not a speed check
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def _stop(proc: ProcessorProcess, sig: int) -> float:
+    started = time.monotonic()
+    os.kill(proc.proc.pid, sig)
+    try:
+        proc.proc.wait(60)
+    finally:
+        if proc.alive():
+            proc.stop(kill=True)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_with_the_broker_up(kafka, topic_prefix, tmp_path, monkeypatch, sig) -> None:
+    topics = {r: f"{topic_prefix}{r}" for r in "RST"}
+    config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path / "state", snapshot_every=2)
+    create_topics(kafka.bootstrap, list(topics.values()))
+    _produce(kafka.bootstrap, topics, 3000, 200, seed=1)
+    proc = _start(tmp_path, config, kafka.bootstrap, "run", monkeypatch)
+    _wait_for(lambda: proc.batches_logged() >= 1, "no batch committed")
+    _produce(kafka.bootstrap, topics, 3000, 200, seed=2)
+    seconds = _stop(proc, sig)
+    log = proc.log_path.read_text(errors="replace")
+    assert seconds < STOP_BUDGET, f"the stop took {seconds:.1f} s"
+    assert proc.proc.returncode == 0
+    assert "stopped: last committed batch" in log and "nothing left open" in log
+    assert "Traceback" not in log
+    assert not list((tmp_path / "tmp").glob("ivm-spark-*")), "Spark's temporary folder was left behind"
+
+
+def test_stop_with_the_broker_down_abandons_the_open_transaction(tmp_path, monkeypatch) -> None:
+    broker = KafkaBroker.start(LOGS / f"kafka-stops-{time.strftime('%H%M%S')}-{random.randrange(10**6)}")
+    try:
+        bootstrap, domain = broker.bootstrap, 3000
+        topics = {r: f"stop.{r}" for r in "RST"}
+        config = pipeline_config(
+            bootstrap, "stop.", tmp_path / "state", engine="first_order", max_offsets_per_trigger=200_000,
+            snapshot_every=0,
+        )  # fmt: skip
+        create_topics(bootstrap, list(topics.values()))
+        _produce(bootstrap, topics, 1_000_000, domain, seed=3)
+        proc = _start(tmp_path, config, bootstrap, "run-0", monkeypatch)
+        _wait_for(lambda: proc.batches_logged() >= 1, "no batch committed")
+        time.sleep(0.5)  # the next batch (200,000 updates, about a second) is being applied
+        broker.stop(kill=True)
+        seconds = _stop(proc, signal.SIGTERM)
+        log = proc.log_path.read_text(errors="replace")
+        assert seconds < STOP_BUDGET, f"the stop took {seconds:.1f} s"
+        assert proc.proc.returncode == 0
+        assert "stopped: abandoned batch" in log and "not committed" in log
+        assert not list((tmp_path / "tmp").glob("ivm-spark-*"))
+
+        # nothing lost: the broker and the processor come back, every batch once, results exact
+        broker = KafkaBroker.start(broker.workdir)
+        proc = _start(tmp_path, config, bootstrap, "run-1", monkeypatch)
+        final = end_offsets(bootstrap, list(topics.values()))
+        _wait_for(
+            lambda: (c := read_committed_progress(bootstrap, config.progress_topic)) is not None and reflects(c, final),
+            "the stream did not complete after the restart",
+            timeout=300,
+        )
+        proc.stop()
+        results = read_until(bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
+        assert [r["batch_id"] for r in results] == list(range(len(results))), "a batch is missing or duplicated"
+        assert int(results[-1]["value"]) == _triangles(bootstrap, topics, domain)
+    finally:
+        broker.stop()
+
+
+def _triangles(bootstrap: str, topics: dict[str, str], domain: int) -> int:
+    """The triangle count of everything the topics hold: trace(R S T) with dense matrices (BLAS)."""
+    matrices = {}
+    for rel, topic in topics.items():
+        m = np.zeros((domain, domain))
+        for *_, value in consume_raw(bootstrap, topic):
+            (a, b), mult = CODECS[rel].decode(value)
+            m[a, b] += mult
+        matrices[rel] = m
+    return round(float(np.sum((matrices["R"] @ matrices["S"]) * matrices["T"].T)))
