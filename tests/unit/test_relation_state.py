@@ -240,3 +240,42 @@ def test_relation_store_policies() -> None:
     assert kept == [0, 2] and refused[0][:2] == (1, "duplicate_insert")
     z = RelationStore.empty(["R"], Policy(negative="allow"))
     assert z.admit("R", [(1,)], [-2]) == ([0], []) and z.contents["R"] == {(1,): -2}
+
+
+def test_progress_records_of_an_earlier_version_are_recognised() -> None:
+    import io
+
+    import fastavro
+
+    from processor.codec import OutputCodec
+    from processor.recovery import _LEGACY_PROGRESS, decode_progress
+
+    codec = OutputCodec("progress")
+    record = {
+        "pipeline": "p",
+        "batch_id": 7,
+        "offsets": [{"topic": "R", "partition": 0, "offset": 3}],
+        "timestamp_ms": 1,
+    }
+    old = io.BytesIO()
+    fastavro.schemaless_writer(old, fastavro.parse_schema(_LEGACY_PROGRESS), record)
+    decoded = decode_progress(codec, old.getvalue())
+    assert decoded["legacy"] and decoded["batch_id"] == 7 and decoded["origin"] == []
+    new = codec.encode({**record, "origin": [{"topic": "R", "partition": 0, "offset": 2}], "bootstrapped": True})
+    decoded = decode_progress(codec, new)
+    assert "legacy" not in decoded and decoded["bootstrapped"] and decoded["origin"][0]["offset"] == 2
+
+
+@pytest.mark.parametrize(
+    ("committed", "reason"),
+    [
+        ({"batch_id": 4, "offsets": [], "origin": [], "bootstrapped": True}, "bulk bootstrap"),
+        ({"batch_id": 4, "offsets": [], "origin": [], "bootstrapped": False, "legacy": True}, "earlier version"),
+    ],
+)
+def test_no_snapshot_and_a_history_outside_the_topics_is_refused(committed: dict, reason: str) -> None:
+    from processor.recovery import _rebuild_from_topics
+
+    pipeline = Pipeline(_config({"q": TRIANGLE}), MemorySink())
+    with pytest.raises(RecoveryError, match=rf"{reason}.*ivm reset -c CONFIG --yes"):
+        _rebuild_from_topics(pipeline, "127.0.0.1:1", committed, "/state")
