@@ -1,12 +1,109 @@
-"""Kafka topic helpers: creating topics and reading their end offsets."""
+"""Kafka topic helpers: creating topics, reading their end offsets, and checking that a broker answers.
+
+Every Kafka client of the project is configured with :data:`CLIENT_DEFAULTS`,
+which routes librdkafka's own log lines (``FAIL ... Connection refused`` every
+50 ms while a broker is down) to the Python logger ``librdkafka`` instead of
+stderr: ``ivm`` silences it unless ``-v`` (``processor/cli.py``), and reports a
+broker it cannot reach once, in one line (:func:`require_broker`).
+"""
 
 from __future__ import annotations
 
+import logging
+import socket
 from collections.abc import Sequence
 from typing import Any
 
-# librdkafka logs connection churn at info level; keep the console for real errors.
-CLIENT_DEFAULTS: dict[str, Any] = {"log_level": 3, "log.connection.close": False}
+#: The logger librdkafka's log lines go to (served when a client polls); silenced by ``ivm`` unless ``-v``.
+KAFKA_LOGGER = logging.getLogger("librdkafka")
+
+# librdkafka logs connection churn at info level; errors only, and to a Python logger rather than stderr.
+CLIENT_DEFAULTS: dict[str, Any] = {"log_level": 3, "log.connection.close": False, "logger": KAFKA_LOGGER}
+
+#: Seconds :func:`require_broker` waits for a TCP connection and then for the broker's metadata.
+PROBE_TIMEOUT = 5.0
+
+
+class BrokerUnreachable(RuntimeError):
+    """No Kafka broker answers at a bootstrap address; the message names the addresses and why."""
+
+
+def require_broker(bootstrap: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """Return if a Kafka broker answers a metadata request at ``bootstrap``; :class:`BrokerUnreachable` otherwise.
+
+    A quick check before the long operations (whose Kafka timeouts are 30 s and
+    more): each address is first connected to over TCP, so that a refused
+    connection or an unknown host is reported at once and by name; then the
+    broker must answer a metadata request within ``timeout`` seconds.
+
+    >>> from processor.local.ports import free_port
+    >>> require_broker(f"127.0.0.1:{free_port()}")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    processor.topics.BrokerUnreachable: cannot reach the Kafka broker at 127.0.0.1:...: connection refused
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    if not addresses:
+        raise BrokerUnreachable("no Kafka bootstrap address given")
+    reasons = {address: _tcp_reason(address, min(timeout, 3.0)) for address in addresses}
+    failed = {address: reason for address, reason in reasons.items() if reason is not None}
+    if len(failed) == len(addresses):
+        if len(addresses) == 1:
+            raise BrokerUnreachable(f"cannot reach the Kafka broker at {addresses[0]}: {failed[addresses[0]]}")
+        each = "; ".join(f"{address}: {reason}" for address, reason in failed.items())
+        raise BrokerUnreachable(f"cannot reach any Kafka broker of {bootstrap} ({each})")
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as err:
+        admin.poll(0)  # hand librdkafka's log lines to the logger (shown with -v)
+        raise BrokerUnreachable(
+            f"{bootstrap} accepts connections but no Kafka broker there answered within {timeout:.0f} s "
+            f"({kafka_reason(err)}): is it a Kafka listener?"
+        ) from None
+
+
+def _tcp_reason(address: str, timeout: float) -> str | None:
+    """Why a TCP connection to ``host:port`` fails, in words, or ``None`` if it succeeds."""
+    host, port = split_address(address)
+    if port is None:
+        return f"no port in {address!r} (host:port)"
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except ConnectionRefusedError:
+        return "connection refused"
+    except socket.gaierror:
+        return f"unknown host {host!r}"
+    except TimeoutError:
+        return f"no answer within {timeout:.0f} s"
+    except OSError as err:
+        return (err.strerror or str(err)).lower()
+
+
+def split_address(address: str) -> tuple[str, int | None]:
+    """``(host, port)`` of ``host:port``, ``[v6]:port`` or ``PLAINTEXT://host:port``; port ``None`` if absent
+    or not a number.
+
+    >>> split_address("127.0.0.1:9092"), split_address("[::1]:9093"), split_address("PLAINTEXT://kafka:9092")
+    (('127.0.0.1', 9092), ('::1', 9093), ('kafka', 9092))
+    """
+    text = address.split("://", 1)[-1]
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or (":" in host and not host.startswith("[")):
+        return text.strip("[]"), None
+    return host.strip("[]"), int(port)
+
+
+def kafka_reason(err: BaseException) -> str:
+    """The reason of a ``KafkaException`` in words: its ``KafkaError``'s text and code name."""
+    error = err.args[0] if err.args else None
+    if hasattr(error, "str") and hasattr(error, "name"):
+        return f"{error.str()} ({error.name()})"
+    return str(err)
 
 
 def create_topics(

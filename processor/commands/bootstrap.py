@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 
@@ -24,28 +23,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from processor.bootstrap import BootstrapError, bootstrap
-    from processor.config import ConfigError, load_config
+    from processor.cli import CommandError
+    from processor.config import load_config
+    from processor.topics import require_broker
 
-    try:
-        config = load_config(args.config).with_overrides(bootstrap=args.bootstrap, state_dir=args.state_dir)
-    except ConfigError as err:
-        print(f"ivm bootstrap: {err}", file=sys.stderr)
-        return 2
+    config = load_config(args.config).with_overrides(bootstrap=args.bootstrap, state_dir=args.state_dir)
+    configured = [r.name for r in config.relations]
     files = {}
     for item in args.load:
         relation, sep, path = item.partition("=")
         if not sep or not path:
-            print(f"ivm bootstrap: --load takes RELATION=PATH, got {item!r}", file=sys.stderr)
-            return 2
+            raise CommandError(f"--load takes RELATION=PATH, got {item!r}")
+        if relation not in configured:
+            raise CommandError(f"--load {item}: no relation {relation!r} in {args.config} ({', '.join(configured)})")
         if not Path(path).exists():
-            print(f"ivm bootstrap: {path} does not exist", file=sys.stderr)
-            return 2
+            raise CommandError(f"--load {item}: {path} does not exist")
         files[relation] = Path(path)
+    require_broker(config.bootstrap)
     try:
         results = bootstrap(config, files)
     except BootstrapError as err:
-        print(f"ivm bootstrap: {err}", file=sys.stderr)
-        return 1
+        raise CommandError(str(err), 1) from err
     for query, value in results.items():
         print(f"{query}: {value}  (committed as batch 0)")
     return 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -177,16 +176,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from processor.cli import CommandError
+
     try:
         seconds = parse_duration(args.range)
     except ValueError as err:
-        print(f"ivm dashboards: {err}", file=sys.stderr)
-        return 2
+        raise CommandError(f"--range: {err}") from err
+    if not args.dashboards.is_dir():
+        raise CommandError(f"--dashboards {args.dashboards}: no such directory")
     try:
         paths = render_all(args.prometheus, args.out, seconds, args.dashboards)
-    except OSError as err:
-        print(f"ivm dashboards: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
-        return 1
+    except OSError as err:  # unreachable, or an HTTP error
+        raise CommandError(f"cannot query Prometheus at {args.prometheus}: {err}", 1) from err
+    except RuntimeError as err:  # Prometheus refused a query
+        raise CommandError(f"Prometheus at {args.prometheus}: {err}", 1) from err
     for path in paths:
         print(path)
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import re
 from pathlib import Path
 
 
@@ -30,7 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--schema", action="append", default=[], metavar="SPEC",
         help="relation attributes: R=A,B (repeatable), a JSON object, or an .avsc file or directory "
-        "(default for SQL: the registered Avro schemas in schemas/)",
+        "(default for SQL: the relation schemas of schemas/relations/, or of $IVM_SCHEMAS/relations/)",
     )  # fmt: skip
     p.add_argument(
         "--pattern", action="append", default=[], metavar="R=KIND",
@@ -42,33 +42,100 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="IVM^eps heavy/light threshold exponent in [0, 1] (default 0.5; only for IVM^eps engines)",
     )  # fmt: skip
     p.add_argument("--engine", default=None, help="override the engine choice (e.g. first_order, ivm_eps, fivm)")
-    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    p.add_argument(
+        "--json", action="store_true",
+        help="print the analysis as one JSON object (the fields of the text form; numbers exact, no NaN)",
+    )  # fmt: skip
     return p
 
 
 def read_schema(specs: list[str]) -> dict[str, list[str]] | None:
-    """``R=A,B`` items, JSON objects, or Avro schema files/directories, merged."""
-    from ivm.query.schemas import load_avro_schemas
+    """``R=A,B`` items, JSON objects, or Avro schema files/directories, merged; ``None`` if none given.
 
+    A spec that does not read is a ``ValueError`` naming it (and the file): a path that does
+    not exist, a file that is not JSON, an ``.avsc`` file with no relation update record.
+    """
     if not specs:
         return None
     schema: dict[str, list[str]] = {}
     for spec in specs:
         text = spec.strip()
         if text.startswith("{"):
-            schema.update({k: list(v) for k, v in json.loads(text).items()})
+            schema.update(_json_schema(text, f"--schema {text}"))
         elif Path(text).exists():
             path = Path(text)
             if path.suffix == ".json":
-                schema.update({k: list(v) for k, v in json.loads(path.read_text()).items()})
+                schema.update(_json_schema(_read(path), f"--schema {text}"))
             else:
-                schema.update(load_avro_schemas(path))
+                schema.update(avro_schemas(path))
+        elif text.endswith((".avsc", ".json")) or "/" in text:
+            raise ValueError(f"--schema {text}: no such file or directory")
         elif "=" in text or ":" in text:
             name, attrs = text.split("=", 1) if "=" in text else text.split(":", 1)
             schema[name.strip()] = [a.strip() for a in attrs.split(",") if a.strip()]
         else:
-            raise ValueError(f"cannot read schema {spec!r}: use R=A,B, a JSON object, or an .avsc path")
+            raise ValueError(f"--schema {spec}: use R=A,B, a JSON object, or an .avsc file or folder")
     return schema
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as err:
+        raise ValueError(f"--schema {path}: {(err.strerror or str(err)).lower()}") from None
+
+
+def _json_schema(text: str, where: str) -> dict[str, list[str]]:
+    """``{"R": ["A", "B"], ...}`` from JSON text; ``ValueError`` naming ``where`` otherwise."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not JSON: {err}") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, list) and all(isinstance(a, str) for a in v) for v in data.values()
+    ):
+        raise ValueError(f'{where}: expected an object of attribute lists, {{"R": ["A", "B"]}}')
+    return {k: list(v) for k, v in data.items()}
+
+
+def avro_schemas(path: Path) -> dict[str, list[str]]:
+    """Relation name -> attributes of the relation update records in an ``.avsc`` file or a folder of them.
+
+    ``ValueError`` naming the file for one that is not JSON, or, given as a file, has no relation
+    update record (an Avro record with a ``mult`` field).
+    """
+    from ivm.query.schemas import load_avro_schemas
+
+    files = sorted(path.rglob("*.avsc")) if path.is_dir() else [path]
+    found: dict[str, list[str]] = {}
+    for file in files:
+        try:
+            json.loads(_read(file))
+            relations = load_avro_schemas(file)
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            what = "not JSON" if isinstance(err, json.JSONDecodeError) else "not an Avro schema"
+            where = f"--schema {path}: {file}" if path.is_dir() else f"--schema {file}"
+            raise ValueError(f"{where}: {what}: {err}") from None
+        if not relations and not path.is_dir():
+            raise ValueError(
+                f"--schema {path}: not a relation update schema (an Avro record with the attributes and 'mult')"
+            )
+        found.update(relations)
+    return found
+
+
+def default_schema() -> dict[str, list[str]]:
+    """The relations of SQL queries given no ``--schema``: the schemas folder's ``relations/``
+    (``$IVM_SCHEMAS``, else the checkout's ``schemas/``), wherever ``ivm`` runs from."""
+    from processor.codec import schemas_dir
+
+    folder = schemas_dir() / "relations"
+    return avro_schemas(folder) if folder.is_dir() else {}
+
+
+def is_sql(text: str) -> bool:
+    """Whether the query text is SQL (as :func:`ivm.query.parse.parse` tells it) rather than a rule."""
+    return re.match(r"\s*(with\b|select\b|\()", text, re.IGNORECASE) is not None
 
 
 _FLAGS = {"engine": "--engine", "eps": "--eps", "patterns": "--pattern"}
@@ -78,58 +145,61 @@ def run(args: argparse.Namespace) -> int:
     from ivm.query.explain import render_text
 
     result = _explain_configured(args) if getattr(args, "config", None) else _explain_query(args)
-    if result is None:
-        return 2
-    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render_text(result))
+    if args.json:
+        from processor.codec import json_value
+
+        print(json.dumps(json_value(result), indent=2, ensure_ascii=False, allow_nan=False))
+    else:
+        print(render_text(result))
     return 0
 
 
-def _fail(message: str) -> None:
-    print(f"ivm explain: {message}", file=sys.stderr)
+def _explain_query(args: argparse.Namespace) -> dict:
+    """``view.explain()`` of the view ``ivm run`` would build for QUERY with these options.
 
-
-def _explain_query(args: argparse.Namespace) -> dict | None:
-    """``view.explain()`` of the view ``ivm run`` would build for QUERY with these options, or ``None``."""
+    What ``ivm run`` would refuse raises: a :class:`~ivm.query.parse.QuerySyntaxError` (the
+    query, with its line and column), or a :class:`~processor.cli.CommandError` naming the option.
+    """
     from ivm.query.parse import QuerySyntaxError, parse
+    from processor.cli import CommandError
     from processor.planning import Refused, maintain_query
 
     if not args.query:
-        _fail("give a QUERY, or -c CONFIG and a query name")
-        return None
+        raise CommandError("give a QUERY, or -c CONFIG and a query name")
     try:
-        query = parse(args.query, read_schema(args.schema))
+        schema = read_schema(args.schema)
+        if schema is None and is_sql(args.query):
+            schema = default_schema()
+        query = parse(args.query, schema)
         view = maintain_query(query, args.engine or "auto", args.eps, args.pattern)
+    except QuerySyntaxError:
+        raise
     except Refused as error:
-        _fail(f"{_FLAGS[error.key]}: {error}" if error.key in _FLAGS else str(error))
-        return None
-    except (QuerySyntaxError, ValueError) as error:
-        _fail(str(error))
-        return None
+        raise CommandError(f"{_FLAGS[error.key]}: {error}" if error.key in _FLAGS else str(error)) from error
+    except ValueError as error:  # a --schema or --pattern that does not read
+        raise CommandError(str(error)) from error
     return view.explain()
 
 
-def _explain_configured(args: argparse.Namespace) -> dict | None:
-    """The configured query's ``view.explain()`` as ``ivm run`` plans it (options overridden), or ``None``."""
+def _explain_configured(args: argparse.Namespace) -> dict:
+    """The configured query's ``view.explain()`` as ``ivm run`` plans it (options overridden).
+
+    A configuration finding raises :class:`~processor.config.ConfigError` (one line each).
+    """
     import dataclasses
 
-    from processor.commands.check import report
-    from processor.config import ConfigError, load_config
+    from processor.cli import CommandError
+    from processor.config import load_config
     from processor.planning import plan_pipeline
 
     if args.schema:
-        _fail("--schema does not apply with -c: the configuration names the relation schemas")
-        return None
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        report(err, "explain")
-        return None
+        raise CommandError("--schema does not apply with -c: the configuration names the relation schemas")
+    config = load_config(args.config)
     names = [q.name for q in config.queries]
     name = args.query if args.query else (names[0] if len(names) == 1 else None)
     if name not in names:
         what = f"no query {name!r} in {args.config}" if name else f"{args.config} has several queries"
-        _fail(f"{what}; give one of: {', '.join(names)}")
-        return None
+        raise CommandError(f"{what}; give one of: {', '.join(names)}")
     q = config.queries[names.index(name)]
     q = dataclasses.replace(
         q,
@@ -137,9 +207,5 @@ def _explain_configured(args: argparse.Namespace) -> dict | None:
         eps=args.eps if args.eps is not None else q.eps,
         patterns=(*q.patterns, *args.pattern),
     )
-    try:
-        plan = plan_pipeline(dataclasses.replace(config, queries=(q,)))
-    except ConfigError as err:
-        report(err, "explain")
-        return None
+    plan = plan_pipeline(dataclasses.replace(config, queries=(q,)))
     return dict(plan.query(name).explain)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import json
 import time
+from pathlib import Path
+from typing import Any
 
-from processor.codec import load_relation_codecs
+from processor.cli import CommandError
 
 DESCRIPTION = """\
 Each input tuple becomes an Avro update keyed by the tuple: an insert (+1), or a delete (-1) with --delete.
@@ -24,6 +26,12 @@ Input: an edge list ('u v' per line, SNAP and KONECT files as they are) or a CSV
     you don't take names from).  Every other line is data: a line that does not parse (a non-numeric value
     for an integer attribute, too few columns) stops the command with its file, line number and what was
     expected; nothing is dropped silently.
+
+Relations: their schemas are the .avsc files of the schemas folder's relations/ ($IVM_SCHEMAS, else the
+checkout's schemas/), each a record with the attributes and a long 'mult'; topics are created if missing.
+Errors (one line each): a file that does not exist or a line that does not parse, an unknown relation or a
+schema file that does not read (exit 2); a broker or schema registry that cannot be reached (exit 1,
+within seconds, naming the address).
 """
 
 
@@ -78,19 +86,53 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def relation_codecs(directory: Path | None = None) -> dict[str, Any]:
+    """Every relation schema of ``directory`` (default: the schemas folder's ``relations/``) by relation name.
+
+    A file that is not JSON, or not a relation update record (a record with an int or long
+    ``mult``), is a :class:`~processor.cli.CommandError` (exit 2) with one line per such file.
+    """
+    from processor.codec import RelationCodec, load_schema, schemas_dir
+
+    directory = Path(directory) if directory is not None else schemas_dir() / "relations"
+    codecs: dict[str, Any] = {}
+    problems: list[str] = []
+    for path in sorted(directory.glob("*.avsc")):
+        try:
+            schema = load_schema(path)
+        except json.JSONDecodeError as err:
+            problems.append(f"schema file {path} is not JSON: {err}")
+            continue
+        except OSError as err:
+            problems.append(f"schema file {path} cannot be read: {(err.strerror or str(err)).lower()}")
+            continue
+        if not isinstance(schema, dict):
+            problems.append(f"schema file {path} is not a relation update schema: not an Avro record")
+            continue
+        try:
+            codec = RelationCodec.from_schema(schema)
+        except Exception as err:  # ValueError for a missing mult; fastavro's own for an invalid Avro schema
+            problems.append(f"schema file {path} is not a relation update schema: {err}")
+            continue
+        codecs[codec.relation] = codec
+    if problems:
+        raise CommandError("\n".join(problems))
+    return codecs
+
+
 def run(args: argparse.Namespace) -> int:
+    from processor.codec import schemas_dir
     from processor.produce import Target, UpdateProducer, parse_columns, read_updates
     from processor.progress import ProgressBar
-    from processor.topics import create_topics
+    from processor.topics import create_topics, require_broker
 
-    codecs = load_relation_codecs()
+    codecs = relation_codecs()
     unknown = [r for r in args.relation if r not in codecs]
     if unknown:
-        print(f"ivm produce: no schema for relations {unknown}; known: {sorted(codecs)}", file=sys.stderr)
-        return 2
+        known = ", ".join(sorted(codecs)) or "none"
+        raise CommandError(f"no schema for {', '.join(unknown)} in {schemas_dir() / 'relations'} (known: {known})")
     if args.encoding == "confluent" and not args.schema_registry:
-        print("ivm produce: --encoding confluent needs --schema-registry URL", file=sys.stderr)
-        return 2
+        raise CommandError("--encoding confluent needs --schema-registry URL")
     started = time.monotonic()
     try:
         updates = read_updates(
@@ -104,14 +146,16 @@ def run(args: argparse.Namespace) -> int:
             fraction=args.sample,
             seed=args.seed,
         )
-    except ValueError as err:  # InputError: the file; ValueError: the options
-        print(f"ivm produce: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:  # InputError: the file (its name, line and what was expected); ValueError: the options
+        raise CommandError(str(err)) from err
     if args.encoding == "confluent":
         from processor.wire import RegistryClient, WireCodec
 
         registry = RegistryClient(args.schema_registry)
-        codecs = {name: WireCodec.for_relation(name, registry) for name in codecs}
+        codecs = {name: WireCodec.for_relation(name, registry) for name in args.relation}
+        for codec in codecs.values():  # now: a registry that cannot be reached is one line (RegistryError, exit 1)
+            codec.register()
+    require_broker(args.bootstrap)
     create_topics(args.bootstrap, args.relation)
     producer = UpdateProducer(args.bootstrap, codecs)
     with ProgressBar("produce", len(updates), unit="updates") as bar:

@@ -10,13 +10,15 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DESCRIPTION = """\
 Print the records of one of a pipeline's topics, one line each, as they arrive
 (isolation.level=read_committed): <query>.result, <query>.delta, <query>.model,
-<pipeline>.progress, the dead-letter topic, or a relation topic (with -c).
+<pipeline>.progress, <pipeline>.control (the queries added and removed with
+ivm query), the dead-letter topic, or a relation topic (with -c).
 
 With -c the topic's kind comes from the configuration; without it, from the
-name: the suffixes .result, .delta, .model, .progress, and the dead-letter
-topic (ivm.dead-letter, or any name ending in dead-letter). A topic that is not
-the pipeline's, or whose kind the name does not tell, or that does not exist
-on the broker, is an error (exit 2) listing the topics there are.
+name: the suffixes .result, .delta, .model, .progress, .control, and the
+dead-letter topic (ivm.dead-letter, or any name ending in dead-letter). A topic
+that is not the pipeline's, or whose kind the name does not tell, or that does
+not exist on the broker, is an error (exit 2) listing the topics there are; a
+broker that cannot be reached, one line naming its address (exit 1).
 
 --json prints one JSON document per record, with the record's fields (as in
 schemas/*.avsc): the fields that carry JSON text (a result's value, a delta's
@@ -31,11 +33,14 @@ values per query kind: docs/results.md.
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "subscribe",
-        help="print a result, delta, model, progress, dead-letter or relation topic as it changes",
+        help="print a result, delta, model, progress, control, dead-letter or relation topic as it changes",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("topic", help="e.g. triangle.result, triangle.delta, triangle.model, demo.progress, ivm.dead-letter")
+    p.add_argument(
+        "topic",
+        help="e.g. triangle.result, triangle.delta, triangle.model, demo.progress, demo.control, ivm.dead-letter",
+    )
     p.add_argument(
         "-c", "--config",
         help="the pipeline configuration (TOML): tells every topic's kind, and the schemas of relation topics",
@@ -60,6 +65,7 @@ def _error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from processor.cli import CommandError
     from processor.subscribe import (
         UnknownTopicError,
         broker_topics,
@@ -74,28 +80,21 @@ def run(args: argparse.Namespace) -> int:
 
     config = None
     if args.config:
-        from processor.config import ConfigError, load_config
+        from processor.config import load_config
 
-        try:
-            config = load_config(args.config)
-        except ConfigError as err:
-            return _error(str(err))
+        config = load_config(args.config)  # a ConfigError: one line per finding, exit 2 (processor/cli.py)
     bootstrap = args.bootstrap or (config.bootstrap if config is not None else DEFAULT_BOOTSTRAP)
     try:
         spec = resolve_topic(args.topic, config)
     except UnknownTopicError as err:
         if config is not None:
-            return _error(str(err))
+            return _error(str(err))  # the cause, then the pipeline's topics, one per line
         try:
             outputs = {t: resolve_topic(t) for t in broker_topics(bootstrap) if infer_kind(t)}
-        except RuntimeError as unreachable:
+        except RuntimeError as unreachable:  # the name is the first mistake: exit 2, the broker's state as a note
             return _error(f"{err}\n({unreachable})")
         return _error(f"{err}\nthe output topics on {bootstrap}:\n{describe_topics(outputs)}")
-    try:
-        existing = broker_topics(bootstrap)
-    except RuntimeError as err:
-        print(f"ivm subscribe: {err}", file=sys.stderr)
-        return 1
+    existing = broker_topics(bootstrap)
     if spec.topic not in existing:
         if config is not None:
             known = describe_topics(pipeline_topics(config), existing)
@@ -108,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         decoder = decoder_for(spec, config)
-    except ValueError as err:
-        return _error(str(err))
+    except ValueError as err:  # a relation's schema that does not read, a registry not configured
+        raise CommandError(str(err)) from err
 
     def skipped(topic: str, partition: int, offset: int, err: Exception) -> None:
         print(f"ivm subscribe: {topic}[{partition}]@{offset} skipped: {err}", file=sys.stderr, flush=True)
@@ -126,6 +125,5 @@ def run(args: argparse.Namespace) -> int:
         for record in records:
             print(render(spec.kind, record, as_json=args.json), flush=True)
     except RuntimeError as err:  # the broker or the schema registry failed (not a message's fault)
-        print(f"ivm subscribe: {err}", file=sys.stderr)
-        return 1
+        raise CommandError(str(err), 1) from err
     return 0
