@@ -11,6 +11,7 @@ kind            topic                                 records
 ``model``       ``<query>.model``                     ``schemas/model.avsc``
 ``progress``    ``<pipeline>.progress``               ``schemas/progress.avsc``
 ``dead_letter`` ``[kafka].dead_letter_topic``         ``schemas/dead_letter.avsc``
+``control``     ``<pipeline>.control``                ``schemas/control.avsc``
 ``relation``    each relation's ``topic``             the relation's schema, plain
                                                       Avro or the Confluent wire
                                                       format (``encoding``)
@@ -36,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from processor.codec import DecodeError, OutputCodec, RelationCodec, json_value, load_schema, schemas_dir
-from processor.topics import CLIENT_DEFAULTS
+from processor.topics import CLIENT_DEFAULTS, PROBE_TIMEOUT
 
 DEFAULT_DEAD_LETTER_TOPIC = "ivm.dead-letter"
 
 #: Topic name suffixes of the per-query and per-pipeline outputs, and their kinds.
-SUFFIXES = {".result": "result", ".delta": "delta", ".model": "model", ".progress": "progress"}
+SUFFIXES = {".result": "result", ".delta": "delta", ".model": "model", ".progress": "progress", ".control": "control"}
 
 Decoder = Callable[[bytes | None], dict[str, Any]]
 
@@ -124,6 +125,19 @@ def _plain_dead_letter(r: dict[str, Any]) -> str:
     return f"{r['topic']}[{r['partition']}]@{r['offset']}{query}: {r['reason']}  ({_time(r['timestamp_ms'])})"
 
 
+def _plain_control(r: dict[str, Any]) -> str:
+    when = _time(r["timestamp_ms"])
+    if r["op"] == "remove":
+        return f"remove {r['name']}  ({when})"
+    options = [f"engine {r['engine']}"]
+    options += [f"{k} {r[k]}" for k in ("eps", "shards", "model", "label") if r.get(k) is not None]
+    if r.get("model") == "linear_regression":
+        options.append(f"method {r['method']}")
+    if r.get("patterns"):
+        options.append(f"patterns {', '.join(r['patterns'])}")
+    return f"add {r['name']}: {r['query']}  ({'; '.join(options)}; {when})"
+
+
 def _plain_relation(r: dict[str, Any]) -> str:
     values = [json.dumps(json_value(v)) for k, v in r.items() if k not in ("relation", "mult")]
     return f"{r['relation']}({', '.join(values)}) {r['mult']:+d}"
@@ -136,6 +150,7 @@ KINDS: dict[str, TopicKind] = {
     "model": TopicKind("model", "model", ("model",), _plain_model),
     "progress": TopicKind("progress", "progress", (), _plain_progress),
     "dead_letter": TopicKind("dead_letter", "dead_letter", (), _plain_dead_letter),
+    "control": TopicKind("control", "control", (), _plain_control),
     "relation": TopicKind("relation", None, (), _plain_relation),
 }
 
@@ -143,7 +158,7 @@ KINDS: dict[str, TopicKind] = {
 def infer_kind(topic: str, dead_letter_topic: str = DEFAULT_DEAD_LETTER_TOPIC) -> str | None:
     """The kind of an output topic by its name alone, ``None`` if the name does not tell.
 
-    The suffixes ``.result``, ``.delta``, ``.model`` and ``.progress``; the dead-letter
+    The suffixes ``.result``, ``.delta``, ``.model``, ``.progress`` and ``.control``; the dead-letter
     topic by its configured name (default ``ivm.dead-letter``) or a name ending in
     ``dead-letter``.  Relation topics have no telling names.
 
@@ -162,7 +177,7 @@ def pipeline_topics(config: Any) -> dict[str, TopicSpec]:
     """Every topic of a pipeline configuration (``processor.config.PipelineConfig``), by name.
 
     Results and deltas of every query, models of the queries with a ``model``, the
-    progress and dead-letter topics, and the relation topics.  A relation topic
+    progress, control and dead-letter topics, and the relation topics.  A relation topic
     that is also named like an output is a relation topic.
     """
     out: dict[str, TopicSpec] = {}
@@ -172,6 +187,8 @@ def pipeline_topics(config: Any) -> dict[str, TopicSpec]:
         if q.model:
             out[q.model_topic] = TopicSpec(q.model_topic, "model", q.name)
     out[config.progress_topic] = TopicSpec(config.progress_topic, "progress", config.name)
+    control = f"{config.name}.control"  # processor.control.control_topic
+    out[control] = TopicSpec(control, "control", config.name)
     out[config.dead_letter_topic] = TopicSpec(config.dead_letter_topic, "dead_letter", config.name)
     for rel in config.relations:
         out[rel.topic] = TopicSpec(rel.topic, "relation", rel.name, rel)
@@ -301,15 +318,21 @@ def render(kind: str, record: Mapping[str, Any], as_json: bool = False) -> str:
 
 
 def broker_topics(bootstrap: str, timeout: float = 10.0) -> set[str]:
-    """The topics on the broker (internal ``__`` ones left out); ``RuntimeError`` if it cannot be reached."""
+    """The topics on the broker (internal ``__`` ones left out); :class:`~processor.topics.BrokerUnreachable`
+    (a ``RuntimeError``) naming the address if it cannot be reached."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    # log_level 0: an unreachable broker is reported once, below, not as a connection error every 50 ms
-    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS, "log_level": 0})
+    from processor.topics import BrokerUnreachable, kafka_reason, require_broker
+
+    require_broker(bootstrap, timeout=min(timeout, PROBE_TIMEOUT))
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
     try:
         metadata = admin.list_topics(timeout=timeout)
-    except Exception as err:
-        raise RuntimeError(f"cannot read the topics of the Kafka broker at {bootstrap}: {err}") from None
+    except KafkaException as err:
+        raise BrokerUnreachable(
+            f"cannot read the topics of the Kafka broker at {bootstrap}: {kafka_reason(err)}"
+        ) from None
     return {t for t in metadata.topics if not t.startswith("__")}
 
 
