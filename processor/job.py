@@ -84,34 +84,36 @@ def starting_offsets(config: PipelineConfig, topics: list[str], positions: Posit
     return json.dumps(spec)
 
 
-def output_topics(q: QueryConfig) -> list[str]:
-    return [q.result_topic, q.delta_topic] + ([q.model_topic] if q.model else [])
+def create_outputs(bootstrap: str, q: QueryConfig, view) -> None:
+    """The output topics of query ``q``: ``<q>.result`` compacted when the query has free variables (one
+    record per group: the topic holds the current result), ``<q>.delta`` and ``<q>.model``."""
+    keyed = bool(view.query.free)
+    create_topics(bootstrap, [q.result_topic], config={"cleanup.policy": "compact"} if keyed else None)
+    create_topics(bootstrap, [q.delta_topic] + ([q.model_topic] if q.model else []))
 
 
 def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
-    """Create the topics, build the pipeline and recover its state (exactly-once mode)."""
-    outputs = [config.dead_letter_topic]
-    for q in config.queries:
-        outputs += output_topics(q)
-    create_topics(config.bootstrap, [r.topic for r in config.relations] + outputs)
+    """Create the topics, build the pipeline, recover its state (exactly-once mode) and read what the
+    keyed result topics hold."""
+    create_topics(config.bootstrap, [r.topic for r in config.relations] + [config.dead_letter_topic])
     # the control topic keeps every command: a rebuild from the topics replays them with the updates
     create_topics(config.bootstrap, [control_topic(config)], config={"retention.ms": "-1"})
 
-    def on_new_query(q: QueryConfig) -> None:
-        create_topics(config.bootstrap, output_topics(q))
+    def on_new_query(q: QueryConfig, view) -> None:
+        create_outputs(config.bootstrap, q, view)
 
     if not config.exactly_once:
         pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
-        pipeline.on_new_query = on_new_query
-        return pipeline
-    create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
-    pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+    else:
+        create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
+        pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+        report = recover(pipeline, StateStore(state_dir(config)), config.bootstrap)
+        metrics.recovery_seconds.set(report.seconds)
+        metrics.replayed_records.inc(report.replayed)
     pipeline.on_new_query = on_new_query
-    report = recover(pipeline, StateStore(state_dir(config)), config.bootstrap)
-    for q in pipeline.query_configs.values():  # queries restored from the control topic
-        on_new_query(q)
-    metrics.recovery_seconds.set(report.seconds)
-    metrics.replayed_records.inc(report.replayed)
+    for name, q in pipeline.query_configs.items():  # the configured ones and those of the control topic
+        on_new_query(q, pipeline.views[name])
+    pipeline.load_published(config.bootstrap)
     return pipeline
 
 

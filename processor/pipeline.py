@@ -40,6 +40,7 @@ from processor.control import control_topic
 from processor.control import decode as decode_control
 from processor.metrics import Metrics
 from processor.planning import build_view
+from processor.publish import GroupKeyCodec, KeyedResult, group_key_schema
 from processor.relations import Contents, RelationStore, fingerprint, load_view
 from processor.sink import Sink
 from processor.wire import RegistryClient, WireCodec
@@ -183,14 +184,17 @@ class Pipeline:
         self.metrics.dead_letters.labels(config.dead_letter_topic)  # exported from 0: increase() sees the first
         self.codecs: dict[str, RelationCodec | WireCodec] = {}
         schema_of = {}
+        self.relation_schemas: dict[str, dict[str, Any]] = {}
         for rel in config.relations:
             path = rel.schema if rel.schema.is_absolute() else schemas_dir() / rel.schema
-            codec = relation_codec(config, rel.topic, load_schema(path), rel.encoding, rel.name)
+            self.relation_schemas[rel.name] = load_schema(path)
+            codec = relation_codec(config, rel.topic, self.relation_schemas[rel.name], rel.encoding, rel.name)
             self.codecs[rel.topic] = codec
             schema_of[rel.name] = list(codec.attributes)
         self.relation_of_topic = {rel.topic: rel.name for rel in config.relations}
         self.control_topic = control_topic(config)
-        self.on_new_query: Callable[[QueryConfig], None] | None = None  # e.g. create its output topics
+        self.on_new_query: Callable[[QueryConfig, Any], None] | None = None  # e.g. create its output topics
+        self.keyed: dict[str, KeyedResult] = {}  # per query with free variables: what its result topic holds
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
         self._schema_of = schema_of
         windows = _windows(config)
@@ -290,9 +294,9 @@ class Pipeline:
                 else:
                     assert q is not None
                     replaced = name in self.query_configs
-                    self.declare(q)
+                    planned = self.declare(q)
                     if self.on_new_query is not None:
-                        self.on_new_query(q)
+                        self.on_new_query(q, planned)
                     view = self.build_query(name)
                     self.metrics.rebuilds.labels(name).inc()
                     log.warning(
@@ -525,27 +529,72 @@ class Pipeline:
     def _offsets(self) -> list[dict[str, Any]]:
         return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.positions.items())]
 
+    def keyed_result(self, name: str) -> KeyedResult:
+        """The published state of query ``name`` (free variables): its groups' keys and values."""
+        keyed = self.keyed.get(name)
+        if keyed is None:
+            query = self.views[name].query
+            keyed = self.keyed[name] = KeyedResult(GroupKeyCodec(group_key_schema(query, self.relation_schemas, name)))
+        return keyed
+
     def _publish(self, batch_id: int, q: QueryConfig, view: Any, outcome: ivm.Outcome, refused: int) -> Any:
+        """A scalar query: one result record under the query's name.  A query with free variables: one
+        record per changed group, keyed by the group (a tombstone when it is gone), and its before/after
+        on the delta topic (``processor/publish.py``)."""
         value = view.result()
         record = {
             "query": q.name,
             "batch_id": batch_id,
-            "value": result_to_json(value, view.query),
+            "value": "",
             "offsets": self._offsets(),
             "applied": outcome.applied,
             "rejected": refused,
             "engine": view.engine.name,
             "timestamp_ms": int(time.time() * 1000),
+            "group": None,
         }
-        self.sink.send(q.result_topic, q.name.encode(), self._result.encode(record))
-        drain = getattr(view, "drain_delta", None) or getattr(view.engine, "drain_delta", None)
-        if drain is not None and view.query.free:
-            for answer, mult in drain():
-                text = json.dumps(list(answer))
-                delta = {"query": q.name, "batch_id": batch_id, "answer": text, "mult": mult}
-                self.sink.send(q.delta_topic, text.encode(), self._delta.encode(delta))
+        query = view.query
+        if not query.free:
+            record["value"] = result_to_json(value, query)
+            self.sink.send(q.result_topic, q.name.encode(), self._result.encode(record))
+        else:
+            listing = query.aggregate.kind == "count"
+            for change in self.keyed_result(q.name).changes(value, lambda v: result_to_json(v, query)):
+                group = None if change.group is None else json.dumps(json_value(list(change.group)))
+                if change.after is None:
+                    self.sink.send(q.result_topic, change.key, None)  # a tombstone: the group is gone
+                else:
+                    record["value"], record["group"] = change.after, group
+                    self.sink.send(q.result_topic, change.key, self._result.encode(record))
+                if group is None:
+                    continue  # a key of an earlier definition of the query: removed, no delta to describe
+                if listing:
+                    mult = int(json.loads(change.after or "0")) - int(json.loads(change.before or "0"))
+                else:
+                    mult = (change.after is not None) - (change.before is not None)
+                delta = {
+                    "query": q.name,
+                    "batch_id": batch_id,
+                    "answer": group,
+                    "mult": mult,
+                    "before": change.before,
+                    "after": change.after,
+                }
+                self.sink.send(q.delta_topic, change.key, self._delta.encode(delta))
         self.metrics.observe_view(q.name, view, value)
         return value
+
+    def load_published(self, bootstrap: str) -> None:
+        """Read what each group-by query's result topic holds (a compacted changelog), so that the next
+        batches publish exactly the differences, including tombstones for groups of an earlier definition."""
+        from processor.publish import materialize
+
+        for name, view in self.views.items():
+            if not view.query.free:
+                continue
+            topic = self.query_configs[name].result_topic
+            contents = materialize(bootstrap, topic, lambda v: self._result.decode(v)["value"])
+            self.keyed_result(name).load(contents)
 
     def _publish_progress(self, batch_id: int) -> None:
         record = {

@@ -84,14 +84,19 @@ def _time(value: Any) -> str:
 
 
 def _plain_result(r: dict[str, Any]) -> str:
+    group = f"{r['group']}" if r.get("group") is not None else ""
     return (
-        f"batch {r['batch_id']:>6}  {r['query']} = {r['value']}"
+        f"batch {r['batch_id']:>6}  {r['query']}{group} = {r['value']}"
         f"  ({r['engine']}, applied {r['applied']}, rejected {r['rejected']}, {_time(r['timestamp_ms'])})"
     )
 
 
 def _plain_delta(r: dict[str, Any]) -> str:
-    return f"batch {r['batch_id']:>6}  {r['query']} {r['mult']:+d} {r['answer']}"
+    if r.get("before") is None and r.get("after") is None:  # a record of the earlier form
+        return f"batch {r['batch_id']:>6}  {r['query']} {r['mult']:+d} {r['answer']}"
+    before = "absent" if r.get("before") is None else r["before"]
+    after = "absent" if r.get("after") is None else r["after"]
+    return f"batch {r['batch_id']:>6}  {r['query']}{r['answer']}: {before} -> {after}"
 
 
 def _plain_model(r: dict[str, Any]) -> str:
@@ -145,8 +150,8 @@ def _plain_relation(r: dict[str, Any]) -> str:
 
 #: The topic kinds: decoder schema, JSON-text fields and plain rendering (the one registry).
 KINDS: dict[str, TopicKind] = {
-    "result": TopicKind("result", "result", ("value",), _plain_result),
-    "delta": TopicKind("delta", "delta", ("answer",), _plain_delta),
+    "result": TopicKind("result", "result", ("value", "group"), _plain_result),
+    "delta": TopicKind("delta", "delta", ("answer", "before", "after"), _plain_delta),
     "model": TopicKind("model", "model", ("model",), _plain_model),
     "progress": TopicKind("progress", "progress", (), _plain_progress),
     "dead_letter": TopicKind("dead_letter", "dead_letter", (), _plain_dead_letter),

@@ -33,9 +33,23 @@ class MemorySink:
     def commit(self) -> None:
         self.flushes += 1
 
-    def on(self, topic: str) -> list[dict]:
+    def on(self, topic: str) -> list[dict | None]:
+        """The records sent to ``topic``, decoded (``None``: a tombstone)."""
         codec = OutputCodec("dead_letter" if "dead" in topic else topic.rsplit(".", 1)[1])
-        return [codec.decode(v) for t, _, v in self.sent if t == topic]
+        return [None if v is None else codec.decode(v) for t, _, v in self.sent if t == topic]
+
+    def table(self, topic: str) -> dict[bytes, dict]:
+        """``topic`` as a compacted topic holds it: the last value per key, tombstones delete."""
+        codec = OutputCodec(topic.rsplit(".", 1)[1])
+        out: dict[bytes, dict] = {}
+        for t, key, value in self.sent:
+            if t != topic:
+                continue
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = codec.decode(value)
+        return out
 
 
 def _record(topic: str, offset: int, row: tuple, mult: int) -> Record:

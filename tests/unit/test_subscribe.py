@@ -110,7 +110,7 @@ def test_count_result_keeps_exact_integers() -> None:
 
 def test_delta_answer_is_parsed() -> None:
     doc, plain = round_trip("delta", {"query": "q", "batch_id": 2, "answer": json.dumps([1, "x"]), "mult": -1})
-    assert doc == {"query": "q", "batch_id": 2, "answer": [1, "x"], "mult": -1}
+    assert doc == {"query": "q", "batch_id": 2, "answer": [1, "x"], "mult": -1, "before": None, "after": None}
     assert plain == 'batch      2  q -1 [1, "x"]'
 
 

@@ -1,0 +1,190 @@
+"""Keyed results: a query with free variables publishes one record per changed group.
+
+The result topic of a group-by (or listing) query is a changelog keyed by the
+group: the key is the group's values, Avro-encoded with a key schema derived
+from the query's head (:func:`group_key_schema`: one field per free variable,
+typed like the relation attribute it binds); the value is the group's new
+aggregate (a ``Result`` record, ``schemas/result.avsc``, whose ``group`` field
+repeats the group as JSON), or a tombstone (no value) when the group's result
+becomes zero or empty.  The topic is created compacted, so it holds the
+current result: last value per key, tombstones delete.  The delta topic
+carries the same changes with the value before and after (``schemas/delta.avsc``,
+as Debezium and ksqlDB changelogs do).
+
+:class:`KeyedResult` remembers what the result topic holds (read back from it
+at start-up, :func:`materialize`) and diffs each batch's result against it:
+O(|result|) per batch, the cost of publishing the whole result before.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from ivm.updates import Row
+
+
+def group_key_schema(query: Any, relation_schemas: Mapping[str, Mapping[str, Any]], name: str) -> dict[str, Any]:
+    """The Avro key schema of query ``name``'s groups: a record with one field per free variable, in
+    head order, typed like the first attribute the variable binds (its relation's schema).
+
+    >>> from ivm.query import parse
+    >>> schema = {"type": "record", "name": "R", "fields": [
+    ...     {"name": "A", "type": "long"}, {"name": "B", "type": "string"}, {"name": "mult", "type": "long"}]}
+    >>> group_key_schema(parse("Q(b) :- R(a, b)"), {"R": schema}, "paths.by-b")["fields"]
+    [{'name': 'b', 'type': 'string'}]
+    """
+    fields = []
+    for variable in query.free:
+        avro_type: Any = None
+        for atom in query.atoms:
+            if variable in atom.terms:
+                attributes = [f for f in relation_schemas[atom.relation]["fields"] if f["name"] != "mult"]
+                avro_type = attributes[atom.terms.index(variable)]["type"]
+                break
+        fields.append({"name": _avro_name(variable), "type": avro_type})
+    return {"type": "record", "name": _avro_name(name) + "Key", "namespace": "ivm.results", "fields": fields}
+
+
+def _avro_name(text: str) -> str:
+    """``text`` as an Avro name: letters, digits and underscores, not starting with a digit."""
+    out = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    return out if out and not out[0].isdigit() else "_" + out
+
+
+class GroupKeyCodec:
+    """Encode and decode group keys with a key schema (see :func:`group_key_schema`)."""
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = dict(schema)
+        self.fields = [f["name"] for f in schema["fields"]]
+        self._parsed = fastavro.parse_schema(self.schema)
+
+    def encode(self, group: Row) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, self._parsed, dict(zip(self.fields, group, strict=True)))
+        return buf.getvalue()
+
+    def decode(self, key: bytes) -> Row:
+        record = fastavro.schemaless_reader(io.BytesIO(key), self._parsed, None)
+        return tuple(record[f] for f in self.fields)
+
+
+@dataclass
+class Change:
+    """One group's change in a batch: its key, values as JSON text (``None``: absent).  ``group`` is
+    ``None`` for a key the current key schema cannot read (left by an earlier definition of the query)."""
+
+    group: Row | None
+    key: bytes
+    before: str | None
+    after: str | None
+
+
+@dataclass
+class KeyedResult:
+    """What a query's result topic holds, key by key: the group and the value's JSON text."""
+
+    codec: GroupKeyCodec
+    published: dict[bytes, tuple[Row | None, str]] = field(default_factory=dict)
+    _keys: dict[Row, bytes] = field(default_factory=dict)
+
+    def load(self, contents: Mapping[bytes, str]) -> None:
+        """Start from the topic's contents (key bytes -> value JSON text), as :func:`materialize` reads them."""
+        self.published = {}
+        for key, text in contents.items():
+            try:
+                group: Row | None = self.codec.decode(key)
+                if self.codec.encode(group) != key:  # type: ignore[arg-type]
+                    group = None
+            except Exception:  # a key of another schema: an earlier definition of the query
+                group = None
+            self.published[key] = (group, text)
+
+    def changes(self, current: Mapping[Row, Any], render: Any) -> list[Change]:
+        """The groups whose value differs from the published one (appeared, changed, gone); the published
+        state becomes ``current``.  ``render`` turns a value into JSON text.  O(|current| + |published|)."""
+        out: list[Change] = []
+        published = self.published
+        keys = self._keys
+        seen: set[bytes] = set()
+        for group, value in current.items():
+            key = keys.get(group)
+            if key is None:
+                key = keys[group] = self.codec.encode(group)
+            seen.add(key)
+            text = render(value)
+            old = published.get(key)
+            if old is not None and old[1] == text:
+                continue
+            out.append(Change(group, key, None if old is None else old[1], text))
+            published[key] = (group, text)
+        for key in [k for k in published if k not in seen]:
+            group, text = published.pop(key)
+            if group is not None:
+                keys.pop(group, None)
+            out.append(Change(group, key, text, None))
+        return out
+
+
+def materialize(bootstrap: str, topic: str, decode_value: Any = None, timeout: float = 60) -> dict[bytes, Any]:
+    """The current contents of a compacted changelog topic, read as a Kafka consumer would: the last value
+    per key, tombstones delete (``read_committed``).  ``decode_value`` maps a value's bytes (default:
+    kept as bytes)."""
+    out: dict[bytes, Any] = {}
+    for key, value in _read_to_end(bootstrap, topic, timeout):
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value if decode_value is None else decode_value(value)
+    return out
+
+
+def _read_to_end(bootstrap: str, topic: str, timeout: float) -> Iterator[tuple[bytes, bytes | None]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from processor.topics import CLIENT_DEFAULTS, watermarks
+
+    marks = {tp: lh for tp, lh in watermarks(bootstrap, [topic]).items() if lh[1] > lh[0]}
+    if not marks:
+        return
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "ivm-materialize",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            **CLIENT_DEFAULTS,
+        }
+    )
+    consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in marks.items()])
+    remaining = {tp: high for tp, (_low, high) in marks.items()}
+    deadline = time.monotonic() + timeout
+    try:
+        while remaining:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                for (t, p), high in list(remaining.items()):  # control markers end a partition by position
+                    if consumer.position([TopicPartition(t, p)])[0].offset >= high:
+                        del remaining[(t, p)]
+                if remaining and time.monotonic() > deadline:
+                    raise TimeoutError(f"could not read {topic} to its end")
+                continue
+            tp = (msg.topic(), msg.partition())
+            if msg.offset() >= remaining.get(tp, 0) - 1:
+                remaining.pop(tp, None)
+            yield msg.key(), msg.value()
+    finally:
+        consumer.close()
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON text (the published form of a group's value)."""
+    return json.dumps(value, separators=(",", ":"))
