@@ -139,50 +139,136 @@ def materialize(bootstrap: str, topic: str, decode_value: Any = None, timeout: f
     per key, tombstones delete (``read_committed``).  ``decode_value`` maps a value's bytes (default:
     kept as bytes)."""
     out: dict[bytes, Any] = {}
-    for key, value in _read_to_end(bootstrap, topic, timeout):
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value if decode_value is None else decode_value(value)
+    with _Changelog(bootstrap, topic) as log:
+        for key, value in log.to_end(timeout):
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = value if decode_value is None else decode_value(value)
     return out
 
 
-def _read_to_end(bootstrap: str, topic: str, timeout: float) -> Iterator[tuple[bytes, bytes | None]]:
-    from confluent_kafka import Consumer, TopicPartition
+def snapshot_then_changes(
+    bootstrap: str,
+    topic: str,
+    *,
+    poll_timeout: float = 1.0,
+    idle_timeout: float | None = None,
+    stop: Any = None,
+) -> Iterator[dict[str, Any]]:
+    """A query's current result, then each change as it commits (as ``SUBSCRIBE`` in Materialize).
 
-    from processor.topics import CLIENT_DEFAULTS, watermarks
+    Reads the result topic ``topic`` (``read_committed``) to its end and yields one event
+    ``{"type": "snapshot", "query", "batch_id", "result"}`` -- the scalar value, or the groups as
+    ``{json group: value}`` for a query with free variables -- then, as batches commit,
+    ``{"type": "change", "query", "batch_id", "group", "value"}`` per changed group (``value`` ``None``:
+    the group is gone; ``group`` ``None`` for a scalar query).  Values are JSON-decoded.  Stops after
+    ``idle_timeout`` seconds without a record, or once ``stop`` (an Event) is set.
+    """
+    from processor.codec import OutputCodec
 
-    marks = {tp: lh for tp, lh in watermarks(bootstrap, [topic]).items() if lh[1] > lh[0]}
-    if not marks:
-        return
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "ivm-materialize",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            **CLIENT_DEFAULTS,
-        }
-    )
-    consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in marks.items()])
-    remaining = {tp: high for tp, (_low, high) in marks.items()}
-    deadline = time.monotonic() + timeout
-    try:
+    codec = OutputCodec("result")
+    groups: dict[bytes, Any] = {}  # key -> group (from the value records: tombstones carry none)
+    current: dict[bytes, tuple[Any, Any]] = {}  # key -> (group, value)
+    scalar: dict[str, Any] = {}
+    last_batch = -1
+    with _Changelog(bootstrap, topic) as log:
+        for key, value in log.to_end():
+            if value is None:
+                current.pop(key, None)
+                continue
+            record = codec.decode(value)
+            last_batch = max(last_batch, record["batch_id"])
+            scalar["query"] = record["query"]
+            if record.get("group") is None:
+                scalar["value"] = json.loads(record["value"])
+                continue
+            group = groups[key] = json.loads(record["group"])
+            current[key] = (group, json.loads(record["value"]))
+        query = scalar.get("query", topic.rsplit(".", 1)[0])
+        if current or "value" not in scalar:
+            result: Any = {json.dumps(g): v for g, v in current.values()}
+        else:
+            result = scalar["value"]
+        yield {"type": "snapshot", "query": query, "batch_id": last_batch, "result": result}
+        for key, value in log.follow(poll_timeout, idle_timeout, stop):
+            if value is None:
+                group = groups.pop(key, None)
+                if group is not None:
+                    yield {"type": "change", "query": query, "batch_id": None, "group": group, "value": None}
+                continue
+            record = codec.decode(value)
+            group = json.loads(record["group"]) if record.get("group") is not None else None
+            if group is not None:
+                groups[key] = group
+            yield {
+                "type": "change",
+                "query": record["query"],
+                "batch_id": record["batch_id"],
+                "group": group,
+                "value": json.loads(record["value"]),
+            }
+
+
+class _Changelog:
+    """A read_committed consumer of every partition of a topic, from its first offset."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        from processor.topics import CLIENT_DEFAULTS, watermarks
+
+        self.topic = topic
+        self._marks = watermarks(bootstrap, [topic])
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "ivm-changelog",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                **CLIENT_DEFAULTS,
+            }
+        )
+        self._consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in self._marks.items()])
+        self._tp = TopicPartition
+
+    def __enter__(self) -> _Changelog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._consumer.close()
+
+    def to_end(self, timeout: float = 60) -> Iterator[tuple[bytes, bytes | None]]:
+        """The records up to the end offsets the topic had when the reader was made."""
+        remaining = {tp: high for tp, (low, high) in self._marks.items() if high > low}
+        deadline = time.monotonic() + timeout
         while remaining:
-            msg = consumer.poll(0.5)
+            msg = self._consumer.poll(0.5)
             if msg is None or msg.error():
                 for (t, p), high in list(remaining.items()):  # control markers end a partition by position
-                    if consumer.position([TopicPartition(t, p)])[0].offset >= high:
+                    if self._consumer.position([self._tp(t, p)])[0].offset >= high:
                         del remaining[(t, p)]
                 if remaining and time.monotonic() > deadline:
-                    raise TimeoutError(f"could not read {topic} to its end")
+                    raise TimeoutError(f"could not read {self.topic} to its end")
                 continue
             tp = (msg.topic(), msg.partition())
             if msg.offset() >= remaining.get(tp, 0) - 1:
                 remaining.pop(tp, None)
             yield msg.key(), msg.value()
-    finally:
-        consumer.close()
+
+    def follow(
+        self, poll_timeout: float, idle_timeout: float | None, stop: Any
+    ) -> Iterator[tuple[bytes, bytes | None]]:
+        """The records committed from now on."""
+        last = time.monotonic()
+        while stop is None or not stop.is_set():
+            msg = self._consumer.poll(poll_timeout)
+            if msg is None or msg.error():
+                if idle_timeout is not None and time.monotonic() - last > idle_timeout:
+                    return
+                continue
+            last = time.monotonic()
+            yield msg.key(), msg.value()
 
 
 def json_text(value: Any) -> str:
