@@ -40,7 +40,7 @@ def require_broker(bootstrap: str, timeout: float = PROBE_TIMEOUT) -> None:
     >>> require_broker(f"127.0.0.1:{free_port()}")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    processor.topics.BrokerUnreachable: cannot reach the Kafka broker at 127.0.0.1:...: connection refused
+    processor.topics.BrokerUnreachable: cannot reach the Kafka broker at 127.0.0.1:...: connection refused (...)
     """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
@@ -51,10 +51,12 @@ def require_broker(bootstrap: str, timeout: float = PROBE_TIMEOUT) -> None:
     reasons = {address: _tcp_reason(address, min(timeout, 3.0)) for address in addresses}
     failed = {address: reason for address, reason in reasons.items() if reason is not None}
     if len(failed) == len(addresses):
+        local = all(split_address(a)[0] in ("127.0.0.1", "localhost", "::1") for a in addresses)
+        hint = " (`ivm local kafka` runs a broker on 127.0.0.1:9092)" if local else ""
         if len(addresses) == 1:
-            raise BrokerUnreachable(f"cannot reach the Kafka broker at {addresses[0]}: {failed[addresses[0]]}")
+            raise BrokerUnreachable(f"cannot reach the Kafka broker at {addresses[0]}: {failed[addresses[0]]}{hint}")
         each = "; ".join(f"{address}: {reason}" for address, reason in failed.items())
-        raise BrokerUnreachable(f"cannot reach any Kafka broker of {bootstrap} ({each})")
+        raise BrokerUnreachable(f"cannot reach any Kafka broker of {bootstrap} ({each}){hint}")
     admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
     try:
         admin.list_topics(timeout=timeout)

@@ -9,7 +9,14 @@ from processor.data import sample_graph
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("demo", help="stream the facebook graph through a local broker and the processor")
+    p = subparsers.add_parser(
+        "demo",
+        help="stream the facebook graph through a local broker and the processor",
+        description="Start a Kafka broker of its own (on a free port) and the processor (config/demo.toml, Spark in "
+        "local mode), stream every edge of --edges into R, S and T in both directions, then delete a seeded random "
+        "fraction of the edges, printing the live triangle count against the expected one. Exit 1 if a count is "
+        "wrong.",
+    )
     p.add_argument(
         "--edges", type=Path, default=sample_graph(),
         help="edge list, plain or gzipped (default: SNAP ego-Facebook, data/graphs/ in the repository)",

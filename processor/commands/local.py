@@ -29,11 +29,26 @@ def tcp_port(text: str) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("local", help="fetch artifacts and run local services (Kafka broker, Prometheus)")
     sub = p.add_subparsers(dest="service", metavar="SERVICE", required=True)
-    sub.add_parser("fetch", help="fetch the Kafka broker and Spark connector jars with Maven (cached)")
-    kafka = sub.add_parser("kafka", help="run a single-node KRaft broker on loopback until interrupted")
+    sub.add_parser(
+        "fetch",
+        help="fetch the Kafka broker and Spark connector jars with Maven (cached)",
+        description="Fetch the Apache Kafka broker and Spark's Kafka connector jars with Maven, cached in "
+        "~/.cache/ivm-kafka (make setup does it); print where they are.",
+    )
+    kafka = sub.add_parser(
+        "kafka",
+        help="run a single-node KRaft broker on loopback until interrupted",
+        description="Run a single-node Kafka broker (KRaft, plaintext) on 127.0.0.1:PORT until Ctrl-C, its data "
+        "and log in --dir. A port that is taken is an error (exit 1) before anything starts.",
+    )
     kafka.add_argument("--port", type=tcp_port, default=9092, help="listener port (default 9092)")
     kafka.add_argument("--dir", help="data and log folder (default: .local/kafka/<time>)")
-    prom = sub.add_parser("prometheus", help="run Prometheus scraping the processor until interrupted")
+    prom = sub.add_parser(
+        "prometheus",
+        help="run Prometheus scraping the processor until interrupted",
+        description="Run Prometheus (the Debian package) on 127.0.0.1:PORT until Ctrl-C, scraping each --target "
+        "every 5 s with the alert rules of monitoring/. A port that is taken is an error (exit 1).",
+    )
     prom.add_argument("--target", action="append", default=None, help="host:port of /metrics (default 127.0.0.1:9108)")
     prom.add_argument("--port", type=tcp_port, default=9090, help="Prometheus port (default 9090)")
     return p

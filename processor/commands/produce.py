@@ -45,7 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", help="an edge list or CSV file, plain or gzipped")
-    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers (default 127.0.0.1:9092)")
     p.add_argument(
         "--relation", "-r", action="append", required=True,
         help="relation to load into (repeat for several, e.g. -r R -r S -r T)",

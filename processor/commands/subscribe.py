@@ -102,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
                 f"topic {spec.topic!r} does not exist on {bootstrap}; pipeline {config.name!r}'s topics:\n{known}"
             )
         outputs = {t: resolve_topic(t) for t in existing if infer_kind(t)}
+        when = " (ivm run creates a pipeline's output topics when it starts)" if spec.kind != "relation" else ""
         return _error(
-            f"topic {spec.topic!r} does not exist on {bootstrap}; the output topics there:\n{describe_topics(outputs)}"
+            f"topic {spec.topic!r} does not exist on {bootstrap}{when}; the output topics there:\n"
+            f"{describe_topics(outputs)}"
         )
     try:
         decoder = decoder_for(spec, config)
