@@ -117,6 +117,31 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     return pipeline
 
 
+def summary(config: PipelineConfig, pipeline: Pipeline, metrics_url: str | None) -> list[str]:
+    """What the job runs, in a few lines: relations and topics, queries with engine and guarantee, where
+    its metrics are, where it resumes."""
+    lines = [f"pipeline {config.name}: Kafka {config.bootstrap}, Spark {config.spark_master}"]
+    for rel in config.relations:
+        window = ""
+        if rel.window_count is not None:
+            window = f", window of the last {rel.window_count} tuples"
+        elif rel.window_seconds is not None:
+            window = f", window of the last {rel.window_seconds} s"
+        tuples = len(pipeline.state.relations.get(rel.name, {}))
+        lines.append(f"  relation {rel.name} <- topic {rel.topic} ({rel.encoding}{window}; {tuples:,} tuples now)")
+    for name, view in pipeline.views.items():
+        try:
+            update = view.explain()["guarantee"]["update"]
+        except Exception:  # the guarantee is for the reader; never a reason not to run
+            update = "?"
+        q = pipeline.query_configs[name]
+        lines.append(f"  query {name}: {view.query} -- engine {view.engine.name}, update {update} -> {q.result_topic}")
+    if metrics_url:
+        lines.append(f"  metrics: {metrics_url}")
+    lines.append(f"  resuming after batch {pipeline.state.last_batch_id} (exactly once: {config.exactly_once})")
+    return lines
+
+
 def run_job(
     config: PipelineConfig,
     *,
@@ -137,10 +162,13 @@ def run_job(
     its own, stops it at the end and removes its temporary folder.
     """
     metrics = metrics or Metrics()
+    metrics_url = None
     if config.metrics_port:
         port = metrics.serve(config.metrics_port, config.metrics_address)
-        log.info("metrics on http://%s:%d/metrics", config.metrics_address, port)
+        metrics_url = f"http://{config.metrics_address}:{port}/metrics"
     pipeline = prepare(config, metrics)
+    for line in summary(config, pipeline, metrics_url):
+        log.info("%s", line)
     if stop is not None and stop.is_set():  # stopped during recovery: nothing is running yet
         report = StopReport(pipeline.state.last_batch_id)
         log.warning("%s", report)

@@ -18,6 +18,7 @@ import sys
 import threading
 
 from processor.config import ConfigError, load_config
+from processor.logs import collapse_repeats
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if validate(config, "run") is None:
         return 2
     logging.getLogger("processor").setLevel(logging.INFO)
+    collapse_repeats()  # an outage's repeated warnings: one line, then a count
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

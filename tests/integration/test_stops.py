@@ -84,6 +84,9 @@ def test_stop_with_the_broker_up(kafka, topic_prefix, tmp_path, monkeypatch, sig
     assert seconds < STOP_BUDGET, f"the stop took {seconds:.1f} s"
     assert proc.proc.returncode == 0
     assert "stopped: last committed batch" in log and "nothing left open" in log
+    # the start-up summary: what runs, with which engine and guarantee
+    assert f"pipeline {config.name}: Kafka {kafka.bootstrap}" in log
+    assert f"query {config.queries[0].name}: Q() :- R(a, b), S(b, c), T(c, a) -- engine first_order" in log
     assert "Traceback" not in log
     assert not list((tmp_path / "tmp").glob("ivm-spark-*")), "Spark's temporary folder was left behind"
 
