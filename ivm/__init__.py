@@ -52,11 +52,18 @@ def maintain(
     :class:`EngineRefused` with the reason.  ``patterns`` declares update
     patterns (``["R=insert-only", "R+S=fifo"]``, DESIGN §3): the planner uses
     them, and engines that monitor patterns (``propagation``) verify them.
-    ``shards > 1`` splits the state into HyperCube shards (:mod:`ivm.shards`).
+    ``shards > 1`` splits the state into HyperCube shards (:mod:`ivm.shards`);
+    AVG, MIN, MAX, COUNT(DISTINCT) and HAVING do not add up across shards and
+    are refused there.
     ``options`` are further engine options (for ``fivm``: ``ring``,
     ``categorical``, ...); the named engine must accept each of them.
     """
     q = query if isinstance(query, Query) else parse(query, schema)
+    if shards > 1 and q.beyond_rings:
+        raise EngineRefused(
+            f"{q} cannot be split into {shards} shards: {q.aggregate}"
+            f"{' and HAVING' if q.having else ''} do not add up across shards (use shards = 1)"
+        )
     if shards > 1:
         shard_query, _ = per_atom_relations(q)
         name = _choose_engine(shard_query, patterns) if engine == "auto" else engine
@@ -69,6 +76,9 @@ def maintain(
 def _view(q: Query, name: str, requested: str, eps, policy, patterns, extra=None) -> View:
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {sorted(ENGINES)}")
+    refusal = ENGINES[name].refuses(q)
+    if refusal:  # before options are checked, and for engines whose constructor checks less
+        raise EngineRefused(f"engine {name!r} cannot maintain {q}: {refusal}")
     options = _engine_options(ENGINES[name], {"eps": eps}, explicit=requested != "auto")
     options.update(_engine_options(ENGINES[name], dict(extra or {}), explicit=True))
     if patterns is not None and "patterns" in inspect.signature(ENGINES[name].__init__).parameters:

@@ -1,5 +1,17 @@
-"""The engines: one module per algorithm, all behind :class:`Engine`."""
+"""The engines: one module per algorithm, all behind :class:`Engine`.
 
+Each engine computes some aggregates (:data:`COMPUTES`, by ``Aggregate.kind``)
+and no HAVING; every other query it refuses by name, through its own
+``refuses`` (wrapped here, so the planner, :func:`ivm.maintain` and the
+engine's constructor all say so) instead of computing something else.  AVG,
+MIN, MAX, COUNT(DISTINCT) and HAVING are the ``aggregates`` engine's
+(:mod:`ivm.engines.aggregates`), which computes them from these engines'
+results.
+"""
+
+from collections.abc import Callable
+
+from ivm.engines.aggregates import GroupAggregates
 from ivm.engines.base import Engine, EngineRefused
 from ivm.engines.first_order import FirstOrderIVM
 from ivm.engines.first_order_general import FirstOrderDelta
@@ -8,6 +20,7 @@ from ivm.engines.ivm_eps import IVMEps
 from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
 from ivm.engines.propagation import PropagationEngine
 from ivm.engines.qhier import QHierEngine
+from ivm.query.model import RING_KINDS, Query
 
 ENGINES: dict[str, type[Engine]] = {
     FirstOrderIVM.name: FirstOrderIVM,
@@ -17,6 +30,64 @@ ENGINES: dict[str, type[Engine]] = {
     IVMEpsAdaptive.name: IVMEpsAdaptive,
     QHierEngine.name: QHierEngine,
     PropagationEngine.name: PropagationEngine,
+    GroupAggregates.name: GroupAggregates,
 }
 
-__all__ = ["ENGINES", "Engine", "EngineRefused", "FirstOrderIVM"]
+_COUNT = frozenset({"count"})
+#: the aggregate kinds each engine computes in its ring; the ``aggregates`` engine computes every kind, and HAVING
+COMPUTES: dict[str, frozenset[str]] = {
+    FirstOrderIVM.name: _COUNT,
+    FIVM.name: RING_KINDS,
+    FirstOrderDelta.name: RING_KINDS,
+    IVMEps.name: _COUNT,
+    IVMEpsAdaptive.name: _COUNT,
+    QHierEngine.name: _COUNT,
+    PropagationEngine.name: _COUNT,
+}
+
+_NAMES = {"count": "COUNT(*)", "sum": "SUM", "covariance": "COVAR"}
+
+
+def aggregate_refusal(name: str, query: Query) -> str | None:
+    """Why engine ``name`` cannot compute ``query``'s aggregate or HAVING, or ``None``.
+
+    >>> from ivm.query.model import Aggregate
+    >>> aggregate_refusal("fivm", Query("Q", ("a",), (), Aggregate("min", ("b",))))
+    "it computes COUNT(*), SUM and COVAR, not MIN(b) (the 'aggregates' engine does, from the COUNT grouped by a, b)"
+    """
+    kinds = COMPUTES.get(name)
+    if kinds is None:
+        return None
+    aggregate = query.aggregate
+    if aggregate.kind not in kinds:
+        names = [_NAMES[k] for k in sorted(kinds, key=list(_NAMES).index)]
+        computed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        source = (
+            f"the COUNT grouped by {', '.join(dict.fromkeys((*query.free, *aggregate.variables)))}"
+            if aggregate.kind in ("min", "max", "count_distinct")
+            else "the count and sum of each group"
+        )
+        return f"it computes {computed}, not {aggregate} (the 'aggregates' engine does, from {source})"
+    if query.having:
+        having = ", ".join(str(c) for c in query.having)
+        return f"it has no HAVING ({having}; the 'aggregates' engine filters the groups)"
+    return None
+
+
+def _computing_only(cls: type[Engine]) -> None:
+    """Make ``cls.refuses`` refuse, by name, the aggregates ``cls`` does not compute and HAVING."""
+    own: Callable[[type[Engine], Query], str | None] = cls.refuses.__func__  # type: ignore[attr-defined]
+
+    def refuses(klass: type[Engine], query: Query) -> str | None:
+        reason = aggregate_refusal(klass.name, query) if isinstance(query, Query) else None
+        return reason if reason is not None else own(klass, query)
+
+    refuses.__doc__ = own.__doc__
+    cls.refuses = classmethod(refuses)  # type: ignore[method-assign,assignment]
+
+
+for _cls in ENGINES.values():
+    if _cls.name in COMPUTES:
+        _computing_only(_cls)
+
+__all__ = ["COMPUTES", "ENGINES", "Engine", "EngineRefused", "FirstOrderIVM", "GroupAggregates", "aggregate_refusal"]

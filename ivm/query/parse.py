@@ -2,14 +2,22 @@
 
 Grammar (whitespace is free)::
 
-    rule      := NAME "(" [headterm ("," headterm)*] ")" ":-" atom ("," atom)*
-    headterm  := VAR | "COUNT(*)" | "SUM(" factor ("*" factor)* ")" | "COVAR(" VAR ("," VAR)* ")"
+    rule      := NAME "(" [headterm ("," headterm)*] ")" ":-" atom ("," atom)* [having]
+    headterm  := VAR | aggregate
+    aggregate := "COUNT(*)" | "SUM(" factor ("*" factor)* ")" | "COVAR(" VAR ("," VAR)* ")"
+               | "AVG(" VAR ")" | "MIN(" VAR ")" | "MAX(" VAR ")" | "COUNT(DISTINCT " VAR ")"
+    having    := "HAVING" condition (("," | "AND") condition)*
+    condition := (aggregate | VAR) ("=" | "<>" | "!=" | "<" | "<=" | ">" | ">=") constant
     atom      := NAME "(" [term ("," term)*] ")"
     term      := VAR | "_" | NUMBER | 'string' | "string"
 
 Head variables are the free variables; at most one aggregate may appear in the
 head (default ``COUNT(*)``: the sum of the product of multiplicities, F-IVM §2).
 ``_`` is an anonymous variable; a constant is a selection on its position.
+``HAVING`` (after the body, its conditions separated by commas like the atoms)
+keeps the groups whose aggregates (any of the head's kinds but COVAR) or head
+variables compare as stated with constants:
+``Q(a, MIN(c)) :- R(a, b), S(b, c) HAVING COUNT(*) > 2, a <> 3``.
 Text starting with ``SELECT`` is read as SQL (:func:`ivm.query.sql.parse_sql`).
 """
 
@@ -18,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from ivm.query.model import FRESH, Aggregate, Atom, Constant, Query
+from ivm.query.model import FRESH, OPERATORS, Aggregate, Atom, Comparison, Constant, Operator, Query
 
 
 class QuerySyntaxError(ValueError):
@@ -31,11 +39,13 @@ _TOKEN = re.compile(
       | (?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
       | (?P<string>'(?:[^']|'')*'|"[^"]*")
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+      | (?P<compare><>|!=|<=|>=|<|>|=)
       | (?P<punct>[(),*])
     )""",
     re.VERBOSE,
 )
-_AGGREGATES = {"COUNT", "SUM", "COVAR"}
+_AGGREGATES = {"COUNT", "SUM", "COVAR", "AVG", "MIN", "MAX"}
+_ONE_VARIABLE = {"AVG": "avg", "MIN": "min", "MAX": "max"}
 
 
 def parse(text: str, schema: Mapping[str, Sequence[str]] | None = None) -> Query:
@@ -50,6 +60,11 @@ def parse(text: str, schema: Mapping[str, Sequence[str]] | None = None) -> Query
     "Q(a, SUM(2 * b * c)) :- R(a, b), S(b, c, 'x'), T(_, c)"
     >>> parse("Q(a) :- R(a, b), S(b, 3)").atoms[1]
     Atom(relation='S', terms=('b', '_1'), constants=((1, 3),))
+    >>> q = parse("Q(a, COUNT(DISTINCT c)) :- R(a, b), S(b, c) HAVING MIN(c) >= 2 AND a != 'x'")
+    >>> str(q)
+    "Q(a, COUNT(DISTINCT c)) :- R(a, b), S(b, c) HAVING MIN(c) >= 2, a <> 'x'"
+    >>> parse(str(q)) == q
+    True
     """
     if re.match(r"\s*(with\b|select\b|\()", text, re.IGNORECASE):
         from ivm.query.sql import parse_sql
@@ -101,10 +116,29 @@ class _RuleParser:
         while self.peek()[1] == ",":
             self.take(",")
             atoms.append(self.atom())
+        having: list[Comparison] = []
+        if self.peek()[0] == "name" and self.peek()[1].upper() == "HAVING":
+            self.take()
+            having.append(self.condition())
+            while self.peek()[1] == "," or (self.peek()[0] == "name" and self.peek()[1].upper() == "AND"):
+                self.take()
+                having.append(self.condition())
         if self.peek()[0] != "end":
             raise QuerySyntaxError(f"unexpected {self.peek()[1]!r} after the body in {self.text!r}")
-        query = Query(name, tuple(free), tuple(atoms), aggregate or Aggregate())
+        query = Query(name, tuple(free), tuple(atoms), aggregate or Aggregate(), tuple(having))
         return validate(query, schema)
+
+    def condition(self) -> Comparison:
+        """``aggregate op constant`` or ``variable op constant``, one conjunct of HAVING."""
+        word = self.take(kind="name")
+        term: Aggregate | str = self.aggregate(word) if self.peek()[1] == "(" else word
+        op = self.take(kind="compare")
+        kind, value = self.peek()
+        if kind not in ("number", "string"):
+            raise QuerySyntaxError(f"HAVING compares with a constant, found {value or 'the end'!r} in {self.text!r}")
+        self.take()
+        constant = _number(value) if kind == "number" else _string(value)
+        return Comparison(term, _operator(op), constant)
 
     def head(self) -> tuple[list[str], Aggregate | None]:
         self.take("(")
@@ -131,14 +165,24 @@ class _RuleParser:
         func = word.upper()
         if func not in _AGGREGATES:
             raise QuerySyntaxError(
-                f"unsupported aggregate {word}(...): use COUNT(*), SUM(a * b * ...) or COVAR(a, b, ...)"
+                f"unsupported aggregate {word}(...): use COUNT(*), SUM(a * b * ...), COVAR(a, b, ...), AVG(a), "
+                "MIN(a), MAX(a) or COUNT(DISTINCT a)"
             )
         self.take("(")
         if func == "COUNT":
+            if self.peek()[0] == "name" and self.peek()[1].upper() == "DISTINCT":
+                self.take()
+                variable = self.take(kind="name")
+                self.take(")")
+                return Aggregate("count_distinct", (variable,))
             if self.peek()[1] == "*":
                 self.take("*")
             self.take(")")
             return Aggregate()
+        if func in _ONE_VARIABLE:
+            variable = self.take(kind="name")
+            self.take(")")
+            return Aggregate(_ONE_VARIABLE[func], (variable,))
         if func == "COVAR":
             names = [self.take(kind="name")]
             while self.peek()[1] == ",":
@@ -186,6 +230,12 @@ class _RuleParser:
         return Atom(relation, tuple(terms), tuple(constants))
 
 
+def _operator(text: str) -> Operator:
+    op = "<>" if text == "!=" else text
+    assert op in OPERATORS
+    return op  # type: ignore[return-value]
+
+
 def _number(text: str) -> int | float:
     return float(text) if any(c in text for c in ".eE") else int(text)
 
@@ -203,9 +253,24 @@ def validate(query: Query, schema: Mapping[str, Sequence[str]] | None = None) ->
     missing = set(query.free) - query.variables
     if missing:
         raise QuerySyntaxError(f"free variables {sorted(missing)} do not occur in the body")
-    unknown = set(query.aggregate.variables) - query.variables
-    if unknown:
-        raise QuerySyntaxError(f"aggregate {query.aggregate} uses {sorted(unknown)}, absent from the body")
+    for aggregate in query.aggregates:
+        unknown = set(aggregate.variables) - query.variables
+        if unknown:
+            raise QuerySyntaxError(f"aggregate {aggregate} uses {sorted(unknown)}, absent from the body")
+        if aggregate.kind in ("avg", "min", "max", "count_distinct") and len(aggregate.variables) != 1:
+            raise QuerySyntaxError(f"aggregate {aggregate} takes one variable")
+    for condition in query.having:
+        term = condition.term
+        if isinstance(term, str) and term not in query.free:
+            raise QuerySyntaxError(
+                f"HAVING {condition}: {term} is not a head (GROUP BY) variable; HAVING compares aggregates "
+                "and head variables with constants"
+            )
+        if isinstance(term, Aggregate) and term.kind == "covariance":
+            raise QuerySyntaxError(f"HAVING {condition}: COVAR is not a number to compare")
+        numeric = isinstance(term, Aggregate) and term.kind not in ("min", "max")
+        if numeric and isinstance(condition.value, str | bool):
+            raise QuerySyntaxError(f"HAVING {condition}: {term} is a number, compared with a string")
     arity: dict[str, int] = {}
     for atom in query.atoms:
         if arity.setdefault(atom.relation, len(atom.terms)) != len(atom.terms):

@@ -29,6 +29,12 @@ The rules, best first (each cites the result that makes it optimal):
    (non-q-hierarchical: no O(N^(1/2−γ)) update with O(N^(1/2−γ)) delay) and,
    under the declared patterns, Hu & Wang's Thm 1.7 / 3.12 / 1.12.
 
+AVG, MIN, MAX, COUNT(DISTINCT) and HAVING are no ring payload: ``aggregates``
+computes them per group from ring queries over the same body
+(:func:`ivm.query.model.aggregate_inputs`), each planned by the rules above;
+its guarantee is theirs plus O(log n) per change of a (group, x) count for
+MIN/MAX and O(1) for COUNT(DISTINCT) (:func:`_aggregates_plan`).
+
 The best engine per the papers may not be registered yet; the plan then runs
 on a registered engine that accepts the query and says so.
 """
@@ -45,7 +51,7 @@ from ivm.query.free_connex import free_connex
 from ivm.query.hierarchical import hierarchical
 from ivm.query.join_tree import compatible_tree, height_one_tree
 from ivm.query.mixdetect import mixdetect
-from ivm.query.model import Query
+from ivm.query.model import VALUE_KINDS, Query, aggregate_inputs
 from ivm.query.parse import parse  # noqa: F401  (doctests)
 from ivm.query.patterns import UpdatePatterns, parse_patterns
 from ivm.query.q_hierarchical import q_hierarchical
@@ -56,6 +62,8 @@ from ivm.query.verdict import Verdict
 from ivm.query.weak_q_hierarchical import weak_q_hierarchical
 
 DEFAULT_EPS = 0.5
+#: the engine of AVG, MIN, MAX, COUNT(DISTINCT) and HAVING (ivm.engines.aggregates)
+AGGREGATES = "aggregates"
 #: the triangle count's engine under ``engine="auto"``: IVM^ε with eps chosen per relation from the data
 ADAPTIVE = "ivm_eps_auto"
 FALLBACK_ORDER = ("fivm", "propagation", "qhier", "ivm_eps", "first_order")
@@ -176,6 +184,8 @@ def plan(
         from ivm.engines import ENGINES
 
         registered = ENGINES
+    if query.beyond_rings:
+        return _aggregates_plan(analysis, sigma, engine, registered)
     best, eps_used, guarantee, constant, structure, views, why, mix = _best(analysis, sigma, eps, notes)
     want = engine or best
     if (
@@ -199,6 +209,96 @@ def plan(
     return Plan(
         analysis, sigma, best, chosen, eps_used, guarantee, constant, structure, views, why, tuple(notes), mix, runtime
     )
+
+
+def _aggregates_plan(a: Analysis, sigma: UpdatePatterns, engine: str | None, registered: Mapping[str, Any]) -> Plan:
+    """The plan of a query with AVG, MIN, MAX, COUNT(DISTINCT) or HAVING: its inputs' plans, composed.
+
+    Each input of :func:`~ivm.query.model.aggregate_inputs` is planned as a
+    query of its own; the update time is theirs plus the per-group work of
+    :class:`ivm.engines.aggregates.GroupAggregates` on each change of a
+    (group, x) count; results are read in O(1) per group.
+
+    >>> p = plan(parse("Q(a, MIN(c)) :- R(a, b), S(b, c)"), registered={})
+    >>> p.best_engine
+    'aggregates'
+    >>> p.guarantee.update.split(", then ")[0]
+    'O(N) per single-tuple update (Q(a, c) :- R(a, b), S(b, c))'
+    >>> p.guarantee.update.split(", then ")[1]
+    'O(log n) per change of a (group, c) count (n = the distinct c values of the group: a sorted list)'
+    """
+    query = a.query
+    notes: list[str] = []
+    inner = [(q, plan(q, sigma, registered=registered)) for q in aggregate_inputs(query)]
+    chosen = _registered_engine(query, engine or AGGREGATES, registered, notes, forced=engine is not None)
+    for q, p in inner:
+        if p.engine is None and registered:
+            notes.append(f"no registered engine maintains the input {q}: " + "; ".join(p.notes))
+    kinds = {agg.kind: agg for agg in query.aggregates}
+    values = {x for agg in query.aggregates if agg.kind in VALUE_KINDS for x in agg.variables} - set(query.free)
+    ordered = {x for agg in query.aggregates if agg.kind in ("min", "max") for x in agg.variables} - set(query.free)
+    per_change = [
+        f"O(log n) per change of a (group, {x}) count (n = the distinct {x} values of the group: a sorted list)"
+        if x in ordered
+        else f"O(1) per change of a (group, {x}) count"
+        for x in sorted(values)
+    ]
+    update = "; ".join(f"{p.guarantee.update} ({q})" for q, p in inner)
+    if per_change:
+        update += ", then " + ", ".join(per_change)
+    for q, p in inner:
+        cls = registered.get(p.engine) if p.engine else None
+        if len(q.free) > len(query.free) and cls is not None and not hasattr(cls, "drain_delta"):
+            update += f"; O(|answers of {q}|) per batch to find its changes ({p.engine} has no drain_delta)"
+        elif len(q.free) > len(query.free) and p.engine == "propagation":  # its drain_delta diffs its listing
+            update += f"; O(N + |answers of {q}|) per batch to find its changes (propagation's drain_delta)"
+    if query.free:
+        delay = "O(1) per group of the result (O(#groups) for the whole result)"
+        if query.having:
+            delay += "; groups failing HAVING are skipped, O(#HAVING conditions) each"
+    else:
+        delay = "O(1) answer time"
+    space = "; ".join(f"{p.guarantee.space} ({q})" for q, p in inner)
+    if values:
+        space += " plus O(1) per (group, value) pair"
+    lower = "; ".join(dict.fromkeys(p.guarantee.lower_bound for _, p in inner))
+    preprocessing = {p.guarantee.preprocessing for _, p in inner}
+    guarantee = Guarantee(
+        preprocessing.pop()
+        if len(preprocessing) == 1
+        else "; ".join(f"{p.guarantee.preprocessing} ({q})" for q, p in inner),
+        update,
+        delay,
+        space,
+        any(p.guarantee.amortized for _, p in inner) or bool(ordered),
+        f"the inputs' bounds: {lower}",
+    )
+    structure = "\n".join(
+        f"{q}: {p.engine or p.best_engine}\n" + "\n".join("  " + line for line in p.structure.splitlines())
+        for q, p in inner
+    )
+    views = [f"{v} ({q})" for q, p in inner for v in p.views]
+    views += [
+        f"per group: the {x} values with a positive count, sorted (MIN/MAX at its ends)"
+        if x in ordered
+        else f"per group: the number of {x} values with a positive count (COUNT(DISTINCT {x}))"
+        for x in sorted(values)
+    ]
+    parts = []
+    if "avg" in kinds or "sum" in kinds:
+        parts.append("AVG/SUM from the count and sum of each group (the Z × Z/R payload of the SUM query)")
+    if values:
+        parts.append(
+            "MIN/MAX/COUNT(DISTINCT) from each group's multiset of values (the COUNT grouped by the free "
+            "variables and the value)"
+        )
+    if query.having:
+        parts.append(f"HAVING {', '.join(str(c) for c in query.having)} evaluated per group when the result is read")
+    why = (
+        f"{query.aggregate}{' with HAVING' if query.having else ''} is no ring payload: computed per group from "
+        "ring views over the same body (F-IVM §2.4, Remark 18): " + "; ".join(parts)
+    )
+    return Plan(a, sigma, AGGREGATES, chosen, None, guarantee, False, structure, tuple(views), why, tuple(notes))
 
 
 def _runtime_choices(query: Query, chosen: str | None, registered: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -6,14 +6,20 @@ Supported, exactly::
     FROM from_item, ..., from_item
     [WHERE eq AND eq AND ...]
     [GROUP BY column, ..., column]
+    [HAVING cond AND cond AND ...]
 
     from_item := table [[AS] alias] join ... join
     join      := [INNER] JOIN table [[AS] alias] ON eq AND eq AND ...
                | [INNER] JOIN table [[AS] alias] USING (c1, ..., ck)
                | NATURAL JOIN table [[AS] alias]
                | CROSS JOIN table [[AS] alias]
-    item      := column | COUNT(*) | SUM(f * f * ...) | COVAR(column, ..., column)   [[AS] name]
+    item      := column | aggregate   [[AS] name]
+    aggregate := COUNT(*) | SUM(f * f * ...) | COVAR(column, ..., column)
+               | AVG(column) | MIN(column) | MAX(column) | COUNT(DISTINCT column)
     eq        := column = column | column = literal        (parentheses allowed)
+    cond      := term op literal | literal op term          (parentheses allowed)
+    term      := aggregate other than COVAR | GROUP BY column
+    op        := = | <> | != | < | <= | > | >=
 
 where a ``column`` is ``c`` or ``alias.c``, a ``literal`` is a number (with an
 optional minus sign) or a string, and each SUM factor ``f`` is a column or a
@@ -40,12 +46,20 @@ number.  The meaning is standard SQL's (as DuckDB computes it, bag semantics):
 - ``COVAR(x, y, ...)`` is this library's covariance aggregate: the
   covariance-ring element of the features (count, sums and sums of products),
   from which a linear regression is solved (F-IVM §6.1).  One difference from
-  SQL: a SUM over no rows is 0 here, NULL in SQL.
+  SQL: a SUM over no rows is 0 here, NULL in SQL;
+- ``AVG``, ``MIN``, ``MAX`` and ``COUNT(DISTINCT x)`` are SQL's: a group is in
+  the result while it has rows (AVG a float, MIN/MAX compared as numbers,
+  COUNT(DISTINCT x) the number of distinct ``x`` values, multiplicities
+  ignored); without GROUP BY, AVG/MIN/MAX over no rows are NULL (``None``) and
+  COUNT(DISTINCT x) is 0;
+- ``HAVING`` keeps the groups whose conditions all hold: each compares one
+  aggregate (any above but COVAR, in SELECT or not) or one GROUP BY column
+  with a literal.
 
 Anything else raises :class:`QuerySyntaxError` naming the construct and where
 it is ("line L, column C", 1-based): outer, semi and anti joins, subqueries,
 CTEs, set operations, OR, NOT, inequalities, IN, EXISTS, other functions,
-window functions, HAVING, ORDER BY, LIMIT, OFFSET, SELECT *, ... .  The parse
+window functions, OR and NOT in HAVING, ORDER BY, LIMIT, OFFSET, SELECT *, ... .  The parse
 tree is audited against an allow-list of node kinds and of their options, so
 a construct nobody listed is refused too, never dropped.  Relation attributes
 come from ``schema`` or, if it is ``None``, from the Avro schemas registered in
@@ -62,7 +76,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
-from ivm.query.model import Aggregate, Atom, Constant, Query
+from ivm.query.model import Aggregate, Atom, Comparison, Constant, Operator, Query, flipped
 from ivm.query.parse import QuerySyntaxError, validate
 
 Slot = tuple[int, int]
@@ -345,7 +359,7 @@ def _span(node: exp.Expression) -> tuple[int, int] | None:
 
 _COVAR_NAMES = ("COVAR", "COVAR_MATRIX")
 _ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
-    exp.Select: frozenset({"expressions", "from", "from_", "joins", "where", "group", "distinct"}),
+    exp.Select: frozenset({"expressions", "from", "from_", "joins", "where", "group", "having", "distinct"}),
     exp.From: frozenset({"this"}),
     exp.Join: frozenset({"this", "on", "using", "kind", "side", "method"}),
     exp.Table: frozenset({"this", "alias"}),
@@ -359,9 +373,20 @@ _ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Literal: frozenset({"this", "is_string"}),
     exp.Neg: frozenset({"this"}),
     exp.Group: frozenset({"expressions"}),
+    exp.Having: frozenset({"this"}),
     exp.Alias: frozenset({"this", "alias"}),
     exp.Count: frozenset({"this", "big_int"}),
     exp.Sum: frozenset({"this"}),
+    exp.Avg: frozenset({"this"}),
+    exp.Min: frozenset({"this"}),
+    exp.Max: frozenset({"this"}),
+    exp.Distinct: frozenset({"expressions"}),  # COUNT(DISTINCT column) only: the audit checks where
+    # comparisons other than = only in HAVING: the audit checks where
+    exp.NEQ: frozenset({"this", "expression"}),
+    exp.LT: frozenset({"this", "expression"}),
+    exp.LTE: frozenset({"this", "expression"}),
+    exp.GT: frozenset({"this", "expression"}),
+    exp.GTE: frozenset({"this", "expression"}),
     exp.Mul: frozenset({"this", "expression"}),
     exp.Star: frozenset(),
     exp.Anonymous: frozenset({"this", "expressions"}),
@@ -417,8 +442,14 @@ _HINTS: dict[type[exp.Expression], str] = {
     exp.Or: " (only conjunctions of equalities)",
     **{cls: " (only equalities)" for cls in _COMPARISONS},
 }
+_HAVING_HINTS: dict[type[exp.Expression], str] = {
+    exp.Or: " (only conjunctions of comparisons)",
+    exp.NullSafeEQ: " (only =, <>, <, <=, >, >=)",
+}
+#: the comparisons admitted in HAVING only (= is admitted everywhere)
+_HAVING_COMPARISONS = (exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+_AGGREGATE_NODES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _OPTIONS: dict[str, str] = {
-    "having": "HAVING",
     "order": "ORDER BY",
     "limit": "LIMIT",
     "offset": "OFFSET",
@@ -461,6 +492,7 @@ _SELECT_CLAUSES: dict[str, str] = {
     "joins": "in FROM",
     "where": "in WHERE",
     "group": "in GROUP BY",
+    "having": "in HAVING",
 }
 
 
@@ -522,8 +554,11 @@ def _audit(select: exp.Select, source: _Source) -> None:
             allowed is None
             or (isinstance(node, exp.Select) and node is not select)
             or (isinstance(node, exp.Anonymous) and node.name.upper() not in _COVAR_NAMES)
+            or (isinstance(node, _HAVING_COMPARISONS) and context != "in HAVING")
+            or (isinstance(node, exp.Distinct) and not isinstance(node.parent, exp.Count))
         ):
-            refuse(node, _construct(node), context, _HINTS.get(type(node), ""))
+            hints = _HAVING_HINTS if context == "in HAVING" else _HINTS
+            refuse(node, _construct(node), context, hints.get(type(node), ""))
             return
         if isinstance(node, exp.Join):
             problem = _join_problem(node)
@@ -559,7 +594,7 @@ def _inner_context(node: exp.Expression, key: str, context: str) -> str:
         return _SELECT_CLAUSES.get(key, context)
     if isinstance(node, exp.Join):
         return {"on": "in JOIN ... ON", "using": "in JOIN ... USING"}.get(key, context)
-    if isinstance(node, exp.Sum | exp.Count):
+    if isinstance(node, _AGGREGATE_NODES):
         return f"inside {node.key.upper()}"
     if isinstance(node, exp.Anonymous):
         return f"inside {node.name.upper()}"
@@ -590,6 +625,10 @@ class _SqlReader:
         self.parent: dict[Slot, Slot] = {}
         self.constants: dict[Slot, tuple[Constant, exp.Expression]] = {}
         self.aggregate_slots: list[Slot] = []
+        self.aggregate_kind = ""
+        self.group_keys: dict[Slot, exp.Column] = {}
+        #: HAVING's conjuncts: (an aggregate read by read_aggregate, or a GROUP BY slot), operator, literal
+        self.having: list[tuple[tuple[str, list[Slot], int | float] | Slot, Operator, Constant]] = []
 
     def refuse(self, message: str, node: exp.Expression) -> QuerySyntaxError:
         """The error for ``message``, saying where ``node`` is."""
@@ -601,6 +640,11 @@ class _SqlReader:
         if where is not None:
             self.read_conjunction(where.this, "WHERE")
         free, aggregate = self.read_select()
+        having = self.tree.args.get("having")
+        if having is not None:
+            if not self.aggregate_kind:
+                raise self.refuse("unsupported SQL: HAVING without an aggregate in SELECT", having)
+            self.read_having(having.this)
         return validate(self.build(free, aggregate))
 
     # FROM and JOIN
@@ -804,7 +848,7 @@ class _SqlReader:
                 distinct,
             )
         if group is not None:
-            keys = {}
+            keys = self.group_keys
             for node in group.expressions:
                 if not isinstance(node, exp.Column):
                     raise self.refuse(f"unsupported SQL: GROUP BY {node.sql()} (only columns)", node)
@@ -831,13 +875,25 @@ class _SqlReader:
             return free, None
         kind, slots, coefficient = aggregate
         self.aggregate_slots = slots
+        self.aggregate_kind = kind
         return free, Aggregate(kind, (), coefficient)  # variables filled in by build()
 
-    def read_aggregate(self, node: exp.Expression) -> tuple[str, list[Slot], int | float]:
+    def read_aggregate(self, node: exp.Expression, where: str = "SELECT") -> tuple[str, list[Slot], int | float]:
         if isinstance(node, exp.Count):
+            if isinstance(node.this, exp.Distinct):
+                columns = node.this.expressions
+                if len(columns) != 1 or not isinstance(columns[0], exp.Column):
+                    raise self.refuse(f"unsupported SQL: {node.sql()} (only COUNT(DISTINCT column))", node)
+                return "count_distinct", [self.find(self.column(columns[0]))], 1
             if not isinstance(node.this, exp.Star):
-                raise self.refuse(f"unsupported SQL: {node.sql()} (only COUNT(*))", node)
+                raise self.refuse(f"unsupported SQL: {node.sql()} (only COUNT(*) and COUNT(DISTINCT column))", node)
             return "count", [], 1
+        if isinstance(node, exp.Avg | exp.Min | exp.Max):
+            name = node.key.upper()
+            column = _unparen(node.this)
+            if not isinstance(column, exp.Column):
+                raise self.refuse(f"unsupported SQL: {column.sql()} inside {name} (only a column)", column)
+            return name.lower(), [self.find(self.column(column))], 1
         if isinstance(node, exp.Sum):
             slots: list[Slot] = []
             coefficient: int | float = 1
@@ -858,9 +914,48 @@ class _SqlReader:
                 raise self.refuse("COVAR takes one or more columns: COVAR(R.x, S.y, ...)", node)
             return "covariance", [self.find(self.column(a)) for a in args], 1
         raise self.refuse(
-            f"unsupported SQL: {_construct(node)} in SELECT (use columns, COUNT(*), SUM(x * y) or COVAR(x, y, ...))",
+            f"unsupported SQL: {_construct(node)} in {where} (use columns, COUNT(*), SUM(x * y), COVAR(x, y, ...), "
+            "AVG(x), MIN(x), MAX(x) or COUNT(DISTINCT x))",
             node,
         )
+
+    # HAVING
+    def read_having(self, node: exp.Expression) -> None:
+        """A conjunction of comparisons, each between an aggregate or a GROUP BY column and a literal."""
+        if isinstance(node, exp.Paren):
+            self.read_having(node.this)
+            return
+        if isinstance(node, exp.And):
+            self.read_having(node.this)
+            self.read_having(node.expression)
+            return
+        op = _HAVING_OPERATORS.get(type(node))
+        if op is None:
+            raise self.refuse(f"unsupported SQL: {_construct(node)} in HAVING (only comparisons)", node)
+        left, right = _unparen(node.this), _unparen(node.expression)
+        if _literal(left) is not None and _literal(right) is None:
+            left, right, op = right, left, flipped(op)
+        value = _literal(right)
+        if value is None:
+            raise self.refuse(
+                f"unsupported SQL: {node.sql()} in HAVING (only an aggregate or a GROUP BY column compared "
+                "with a literal)",
+                right,
+            )
+        if isinstance(left, exp.Column):
+            slot = self.find(self.column(left))
+            if slot not in self.group_keys:
+                raise self.refuse(f"{left.sql()} in HAVING is not a GROUP BY column", left)
+            self.having.append((slot, op, value))
+            return
+        if isinstance(left, exp.Anonymous) and left.name.upper() in _COVAR_NAMES:
+            raise self.refuse("unsupported SQL: COVAR in HAVING (not a number to compare)", left)
+        if not isinstance(left, _AGGREGATE_NODES):
+            raise self.refuse(f"unsupported SQL: {_construct(left)} in HAVING (only aggregates and columns)", left)
+        term = self.read_aggregate(left, "HAVING")
+        if isinstance(value, str) and term[0] not in ("min", "max"):
+            raise self.refuse(f"{left.sql()} is a number, compared with the string {value!r} in HAVING", node)
+        self.having.append((term, op, value))
 
     # the query
     def build(self, free: list[Slot], aggregate: Aggregate | None) -> Query:
@@ -876,8 +971,11 @@ class _SqlReader:
                 raise self.refuse(f"a join column is equated with two constants {old!r} and {value!r}", node)
         names: dict[Slot, str] = {}
         used: set[str] = set()
+        named = {*free, *self.aggregate_slots}
+        for term, _, _ in self.having:
+            named.update(term[1] if isinstance(term[0], str) else [term])  # type: ignore[arg-type,list-item]
         for root, members in classes.items():
-            if root in constant_of and root not in free and root not in self.aggregate_slots:
+            if root in constant_of and root not in named:
                 continue
             candidates = [self.tables[t][2][p] for t, p in members]
             name = next((c for c in candidates if c not in used), None)
@@ -905,7 +1003,25 @@ class _SqlReader:
             atoms.append(Atom(relation, tuple(terms), tuple(constants)))
         if aggregate is not None and aggregate.kind != "count":
             aggregate = Aggregate(aggregate.kind, tuple(names[s] for s in self.aggregate_slots), aggregate.coefficient)
-        return Query("Q", tuple(names[s] for s in free), tuple(atoms), aggregate or Aggregate())
+        having = []
+        for term, op, value in self.having:
+            if isinstance(term[0], str):  # an aggregate
+                kind, slots, coefficient = term  # type: ignore[misc]
+                having.append(Comparison(Aggregate(kind, tuple(names[s] for s in slots), coefficient), op, value))
+            else:  # a GROUP BY column
+                having.append(Comparison(names[term], op, value))  # type: ignore[index]
+        free_names = tuple(names[s] for s in free)
+        return Query("Q", free_names, tuple(atoms), aggregate or Aggregate(), tuple(having))
+
+
+_HAVING_OPERATORS: dict[type[exp.Expression], Operator] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
 
 
 def _unparen(node: exp.Expression) -> exp.Expression:

@@ -44,10 +44,10 @@ def test_sql_constants_become_selections():
         ("SELECT COUNT(*) FROM R WHERE R.A = 1 OR R.B = 2", "OR in WHERE"),
         ("SELECT COUNT(*) FROM R LEFT JOIN S ON R.B = S.B", "LEFT JOIN"),
         ("SELECT COUNT(*) FROM R WHERE R.A > 3", "comparison '>'"),
-        ("SELECT MAX(R.A) FROM R", "MAX in SELECT"),
+        ("SELECT MEDIAN(R.A) FROM R", "MEDIAN in SELECT"),
         ("SELECT COUNT(*) FROM R ORDER BY R.A", "ORDER BY"),
         ("SELECT COUNT(*) FROM (SELECT * FROM R) AS x", "SUBQUERY in FROM"),
-        ("SELECT COUNT(*) FROM R GROUP BY R.A HAVING COUNT(*) > 1", "HAVING"),
+        ("SELECT R.A, COUNT(*) FROM R GROUP BY R.A HAVING COUNT(*) > 1 OR R.A = 2", "OR in HAVING"),
         ("SELECT SUM(R.A + R.B) FROM R", "inside SUM"),
         ("SELECT COUNT(*) FROM U", "unknown relation 'U'"),
     ],
@@ -59,8 +59,8 @@ def test_unsupported_sql_names_the_construct(sql, construct):
 
 
 def test_rule_errors():
-    with pytest.raises(QuerySyntaxError, match="unsupported aggregate MAX"):
-        parse("Q(MAX(a)) :- R(a)")
+    with pytest.raises(QuerySyntaxError, match="unsupported aggregate MEDIAN"):
+        parse("Q(MEDIAN(a)) :- R(a)")
     with pytest.raises(QuerySyntaxError, match="do not occur in the body"):
         parse("Q(z) :- R(a)")
     with pytest.raises(QuerySyntaxError, match="two arities"):
