@@ -78,7 +78,8 @@ class RelationCodec:
             raise ValueError(f"schema {schema['name']!r}: 'mult' must be an int or long")
         attributes = tuple(n for n in names if n != "mult")
         key = key_schema_of(schema)
-        widths = tuple(_VARINT_WIDTH.get(_plain_type(f["type"]), 0) for f in fields)
+        types = [_plain_type(f["type"]) for f in fields]
+        widths = tuple(_VARINT_WIDTH.get(t, 0) if isinstance(t, str) else 0 for t in types)  # unions: per record
         return cls(
             relation or schema["name"],
             attributes,

@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{where}: {line}", file=sys.stderr)
         return 2
     topic = control_topic(config)
+    from processor.topics import require_broker
+
+    require_broker(config.bootstrap)  # one line at once, not 30 s of client timeouts
     try:
         overrides, _ = read_overrides(config.bootstrap, topic)
     except (KafkaException, TimeoutError, RuntimeError) as err:

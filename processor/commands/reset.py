@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         changed = store.drop_query(args.query)
         print(f"query {args.query}: state dropped from {changed} snapshot(s); rebuilt at the next start")
         return 0
+    from processor.topics import require_broker
+
+    require_broker(config.bootstrap)  # one line at once, before asking
     question = (
         f"Drop ALL state of pipeline {config.name!r}: {len(snapshots)} snapshot(s) in {store.directory} and the "
         f"committed progress (topic {config.progress_topic})? The next `ivm run` starts over from the relation "

@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    from processor.topics import kafka_reason, require_broker
+
+    require_broker(config.bootstrap)  # one line at once, not 30 s of client timeouts
     try:
         report = run_job(config, stop=stop)
     except RecoveryError as err:  # the stored state cannot serve this configuration: the reason and the fix
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger("processor").exception("Kafka failure")
         print(f"ivm run: Kafka at {config.bootstrap}: {kafka_reason(err)}", file=sys.stderr)
         return 1
-    if report.abandoned is not None:
+    if report is not None and report.abandoned is not None:
         # a thread is still blocked in the Kafka client on the abandoned transaction: the client's
         # clean-up at interpreter exit would wait on it, so the process ends here
         logging.shutdown()
@@ -81,11 +84,3 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
-
-
-def kafka_reason(err: Exception) -> str:
-    """The reason of a ``KafkaException`` in words: its ``KafkaError``'s text and code name."""
-    error = err.args[0] if err.args else None
-    if hasattr(error, "str") and hasattr(error, "name"):
-        return f"{error.str()} ({error.name()})"
-    return str(err)

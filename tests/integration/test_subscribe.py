@@ -146,7 +146,9 @@ def test_every_kind_of_topic_as_json(kafka, topic_prefix: str, tmp_path: Path, c
     assert value["type"] == "covariance" and value["variables"] == ["a", "b"] and value["count"] == cov.c
     assert [value["sums"][v] for v in "ab"] == cov.s.tolist()
     assert [[value["products"][x][y] for y in "ab"] for x in "ab"] == cov.Q.tolist()
-    assert docs[f"{p}pairs.delta"] == {"query": f"{p}pairs", "batch_id": 3, "answer": [1, 4], "mult": 1}
+    assert docs[f"{p}pairs.delta"] == {
+        "query": f"{p}pairs", "batch_id": 3, "answer": [1, 4], "mult": 1, "before": None, "after": None
+    }  # fmt: skip
     assert docs[f"{p}cov.model"]["model"] == json.loads(json.dumps(model, default=float))
     assert docs[f"{p}cov.model"]["timestamp_ms"] == WHEN_TEXT
     progress = docs[f"{p}pipe.progress"]

@@ -58,6 +58,7 @@ def runs(monkeypatch) -> list:
         built.append(Pipeline(config, NullSink()))
 
     monkeypatch.setattr(processor.job, "run_job", fake_run_job)
+    monkeypatch.setattr("processor.topics.require_broker", lambda *_a, **_k: None)  # no broker here
     return built
 
 
@@ -178,6 +179,7 @@ def test_run_ends_with_one_line_when_kafka_cannot_be_reached(monkeypatch, capsys
         )
 
     monkeypatch.setattr(processor.job, "run_job", unreachable)
+    monkeypatch.setattr("processor.topics.require_broker", lambda *_a, **_k: None)  # the failure comes later
     assert main(["run", "-c", str(DEMO), "--bootstrap", "127.0.0.1:1"]) == 1
     assert capsys.readouterr().err.splitlines() == [
         "ivm run: Kafka at 127.0.0.1:1: Failed to get metadata: Local: Broker transport failure (_TRANSPORT)"

@@ -189,18 +189,8 @@ def test_ivm_explain_with_a_broken_schema(spec: str, cause: str, tmp_path: Path,
         ["subscribe", "tri.result", "--bootstrap", "{closed}"],
         ["produce", "{edges}", "-r", "R", "-r", "S", "--bootstrap", "{closed}"],
         ["bootstrap", "-c", "{config}", "-l", "R={edges}"],
-        pytest.param(
-            ["query", "list", "-c", "{config}"],
-            marks=pytest.mark.xfail(
-                strict=True, reason="processor/commands/query.py: require_broker(config.bootstrap) before Kafka"
-            ),
-        ),
-        pytest.param(
-            ["reset", "-c", "{config}", "--yes"],
-            marks=pytest.mark.xfail(
-                strict=True, reason="processor/commands/reset.py: require_broker(config.bootstrap) before Kafka"
-            ),
-        ),
+        ["query", "list", "-c", "{config}"],
+        ["reset", "-c", "{config}", "--yes"],
     ],
     ids=lambda argv: " ".join(a for a in argv[:2] if "{" not in a),
 )

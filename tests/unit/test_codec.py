@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.codec import DecodeError, OutputCodec, load_relation_codecs, result_to_json
+from processor.codec import DecodeError, OutputCodec, RelationCodec, load_relation_codecs, result_to_json
 
 CODECS = load_relation_codecs()
 
@@ -83,3 +83,20 @@ def test_output_codecs_round_trip() -> None:
     decoded = result.decode(result.encode(record))
     assert int(decoded["value"]) == 10**40
     assert decoded["offsets"] == record["offsets"]
+
+
+def test_a_nullable_attribute_round_trips() -> None:
+    """A union-typed attribute (``["null", "double"]``) is decoded record by record (it crashed the codec)."""
+    schema = {
+        "type": "record",
+        "name": "P",
+        "fields": [
+            {"name": "x", "type": ["null", "double"]},
+            {"name": "k", "type": "long"},
+            {"name": "mult", "type": "long"},
+        ],
+    }
+    codec = RelationCodec.from_schema(schema, "points")
+    values = [codec.encode((None, 3), 1)[1], codec.encode((2.5, 4), -1)[1]]
+    assert codec.relation == "points" and codec.record_name == "P"
+    assert codec.decode_many(values) == ([(None, 3), (2.5, 4)], [1, -1], {})

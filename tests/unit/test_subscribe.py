@@ -203,7 +203,7 @@ def test_confluent_relation_without_a_registry_is_an_error() -> None:
 
 
 def test_every_kind_has_a_decoder_and_renderings() -> None:
-    assert set(KINDS) == {"result", "delta", "model", "progress", "dead_letter", "relation"}
+    assert set(KINDS) == {"result", "delta", "model", "progress", "dead_letter", "control", "relation"}
     for kind in KINDS:
         if kind != "relation":
             assert callable(decoder_for(TopicSpec(f"x.{kind}", kind)))
@@ -348,6 +348,7 @@ def test_pipeline_topics_from_a_configuration(tmp_path: Path) -> None:
         "pairs.result": "result",
         "pairs.delta": "delta",
         "demo.progress": "progress",
+        "demo.control": "control",
         "rejects": "dead_letter",
         "r-updates": "relation",
     }
