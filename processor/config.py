@@ -557,6 +557,7 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
             claim(f"{q.table.name}.{suffix}", f"the {suffix} topic of query {q.table.name}", q.where, "name")
 
     windowed = ("window_count", "window_seconds", "window_group")
+    unreadable: set[str] = set()  # relations whose schema file is not a relation schema: reported once
     for r in relations:
         rel = r.table
         confluent = r.ok("encoding") and rel.encoding == "confluent"
@@ -572,6 +573,9 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
             if not path.is_file():
                 given = "" if rel.schema_ is not None else "no schema given and the default "
                 errors.append(f"{r.where} schema: {given}schema file {path} does not exist")
+            elif problem := _schema_problem(path):
+                errors.append(f"{r.where} schema: {path} {problem}")
+                unreadable.add(rel.name)
     groups: dict[str, Any] = {}
     for r in relations:
         rel = r.table
@@ -587,10 +591,29 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
                 f"relation {rel.name} has {_window(rel)}: one group shares one window"
             )
 
-    attributes = _attributes([r.table for r in relations if r.ok("name", "schema")], base)
+    attributes = _attributes(
+        [r.table for r in relations if r.ok("name", "schema") and r.table.name not in unreadable], base
+    )
     for q in queries:
         errors += _check_query(q, declared, attributes)
     return errors
+
+
+def _schema_problem(path: Path) -> str | None:
+    """Why the file at ``path`` is not a relation update schema (an Avro record with a ``mult``), or ``None``."""
+    from processor.codec import RelationCodec
+
+    try:
+        schema = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        return f"cannot be read: {err}"
+    except ValueError as err:
+        return f"is not JSON: {err}"
+    try:
+        RelationCodec.from_schema(schema)
+    except Exception as err:  # fastavro's SchemaParseException and friends, a missing field
+        return f"is not a relation update schema (an Avro record with the attributes and a long 'mult'): {err}"
+    return None
 
 
 def _window(rel: Any) -> str:

@@ -284,3 +284,19 @@ def test_dump_of_code_made_relative_paths_keeps_their_meaning(tmp_path: Path) ->
     assert [r.schema_file() for r in loaded.relations] == [r.schema_file() for r in made.relations]
     assert loaded.queries == made.queries
     assert json.loads(loaded.relations[0].schema.read_text())["name"] == "R"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("not json at all", "is not JSON"),
+        ('{"type": "record", "name": "R", "fields": [{"name": "A", "type": "long"}]}', "not a relation update schema"),
+    ],
+)
+def test_a_schema_file_that_is_no_relation_schema_is_one_finding(tmp_path: Path, text: str, reason: str) -> None:
+    """A broken .avsc is reported once, by the relation's key, and no misleading finding follows from it."""
+    (tmp_path / "R.avsc").write_text(text)
+    raw = config()
+    raw["relations"][0] = {"name": "R", "schema": str(tmp_path / "R.avsc")}
+    (line,) = errors_of(raw)
+    assert line.startswith("[relations.R] schema: ") and reason in line
