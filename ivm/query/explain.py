@@ -5,7 +5,9 @@
 (DESIGN §3): ``acyclic``, ``free_connex``, ``hierarchical``, ``q_hierarchical``,
 ``weak_q_hierarchical`` (booleans), ``witness`` (why not, per false key),
 ``constant_time``, ``engine``, ``guarantee`` (``update``, ``delay``, ``space``,
-``preprocessing``, plus ``amortized`` and ``lower_bound``), and more.
+``preprocessing``, plus ``amortized`` and ``lower_bound``), ``aggregate`` with
+its ``ring`` (``in_ring`` false for AVG, MIN, MAX and COUNT(DISTINCT), which are
+computed per group from ring results), ``having`` (HAVING's conditions), and more.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def explain(
     out["three_relations"] = a.three_relations.witness.i if a.three_relations else None
     out["aggregate"] = str(q.aggregate)
     out["ring"] = q.aggregate.ring
+    out["in_ring"] = q.aggregate.in_ring
+    out["having"] = [str(c) for c in q.having]
     out["patterns"] = p.patterns.describe(q.relations)
     out["mixdetect"] = None if p.mixdetect is None else bool(p.mixdetect)
     out["constant_time"] = p.constant_time
@@ -73,7 +77,14 @@ def render_text(d: Mapping[str, Any]) -> str:
         return "yes" if d[key] else "no"
 
     g = d["guarantee"]
-    lines = [f"query: {d['query']}", f"aggregate: {d['aggregate']} in the {d['ring']} ring", "", "classification:"]
+    if d.get("in_ring", True):
+        aggregate = f"aggregate: {d['aggregate']} in the {d['ring']} ring"
+    else:  # AVG, MIN, MAX, COUNT(DISTINCT): computed per group from ring results
+        aggregate = f"aggregate: {d['aggregate']}, computed from {d['ring']}"
+    lines = [f"query: {d['query']}", aggregate]
+    if d.get("having"):
+        lines.append(f"having: {', '.join(d['having'])} (the groups failing it are absent from the result)")
+    lines += ["", "classification:"]
     for key in ("acyclic", "free_connex", "hierarchical", "q_hierarchical", "weak_q_hierarchical"):
         lines.append(f"  {key.replace('_', '-'):<20} {yes(key):<4} {d['reasons'][key]}")
     if not d["self_join_free"]:

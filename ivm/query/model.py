@@ -128,15 +128,15 @@ class Aggregate:
 
     @property
     def ring(self) -> str:
-        """The payload ring, named as in F-IVM §2.4 (for the other kinds: what they are read from)."""
+        """The payload ring, named as in F-IVM §2.4 (for the other kinds: what they are computed from)."""
         if self.kind == "count":
             return "Z (count)"
         if self.kind == "sum":
             return "Z/R (sum of products, lifting g_v(x) = x)"
         if self.kind == "avg":
-            return "Z × Z/R (count and sum per group; AVG = sum / count)"
+            return "the count and sum of each group (Z × Z/R; AVG = sum / count)"
         if self.kind in VALUE_KINDS:
-            return f"Z (count per group and value of {', '.join(self.variables)}: the group's value multiset)"
+            return f"the multiset of {', '.join(self.variables)} per group (Z: a count per group and value)"
         return f"covariance ring of degree {len(self.variables)}"
 
     def __str__(self) -> str:

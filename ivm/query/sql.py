@@ -936,7 +936,7 @@ class _SqlReader:
         if _literal(left) is not None and _literal(right) is None:
             left, right, op = right, left, flipped(op)
         value = _literal(right)
-        if value is None:
+        if value is None or _literal(left) is not None:
             raise self.refuse(
                 f"unsupported SQL: {node.sql()} in HAVING (only an aggregate or a GROUP BY column compared "
                 "with a literal)",

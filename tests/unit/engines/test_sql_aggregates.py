@@ -273,10 +273,12 @@ def test_explain_states_each_guarantee() -> None:
 
     average = explain("Q(a, AVG(b)) :- R(a, b), S(a, c)")  # q-hierarchical: the SUM's O(1) bound carries over
     assert average["guarantee"]["update"] == "expected O(1) (hash tables) (Q(a, SUM(b)) :- R(a, b), S(a, c))"
-    assert "count and sum" in average["plan"]["why"] and average["ring"].startswith("Z × Z/R")
+    assert "count and sum" in average["plan"]["why"] and average["ring"].startswith("the count and sum")
+    assert average["in_ring"] is False and "aggregate: AVG(b), computed from the count and sum" in render_text(average)
 
     having = explain("Q(a, MAX(c)) :- R(a, b), S(b, c) HAVING COUNT(*) > 2, a <> 3")
     assert "HAVING" in having["guarantee"]["delay"] and "HAVING COUNT(*) > 2, a <> 3" in having["plan"]["why"]
+    assert having["having"] == ["COUNT(*) > 2", "a <> 3"]
     assert "O(log n) per change" in render_text(having)
 
     scalar = explain("SELECT MAX(R.A) FROM R", schema=SCHEMA)
