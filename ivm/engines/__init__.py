@@ -67,6 +67,8 @@ def aggregate_refusal(name: str, query: Query) -> str | None:
             if aggregate.kind in ("min", "max", "count_distinct")
             else "the count and sum of each group"
         )
+        if aggregate.kind in RING_KINDS:  # e.g. a SUM over a triangle on first_order
+            return f"it computes {computed}, not {aggregate} (fivm does, in its ring)"
         return f"it computes {computed}, not {aggregate} (the 'aggregates' engine does, from {source})"
     if query.having:
         having = ", ".join(str(c) for c in query.having)
