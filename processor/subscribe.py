@@ -84,6 +84,8 @@ def _time(value: Any) -> str:
 
 
 def _plain_result(r: dict[str, Any]) -> str:
+    if r.get("tombstone"):
+        return f"{r.get('group') or '(a group of an earlier definition)'} gone"
     group = f"{r['group']}" if r.get("group") is not None else ""
     return (
         f"batch {r['batch_id']:>6}  {r['query']}{group} = {r['value']}"
@@ -303,6 +305,10 @@ def to_json(kind: str, record: Mapping[str, Any]) -> dict[str, Any]:
     """A decoded record as plain JSON data: its JSON-text fields parsed (text that is not JSON
     stays a string), every other value as :func:`processor.codec.json_value` maps it."""
     text_fields = KINDS[kind].json_text
+    if record.get("tombstone"):  # a keyed result's group is gone: its key, its group if seen before
+        group = record.get("group")
+        return {"tombstone": True, "group": None if group is None else json.loads(group), "value": None,
+                "key": json_value(record.get("key"))}  # fmt: skip
     out: dict[str, Any] = {}
     for name, value in record.items():
         if name in text_fields and isinstance(value, str):
@@ -377,6 +383,7 @@ def follow(
     )
     consumer.subscribe([topic])
     last = time.monotonic()
+    groups: dict[bytes, str] = {}
     try:
         while stop is None or not stop.is_set():
             msg = consumer.poll(poll_timeout)
@@ -391,6 +398,10 @@ def follow(
                     continue
                 raise RuntimeError(f"reading {topic}: {msg.error()}")
             last = time.monotonic()
+            if msg.value() is None and msg.key() is not None:  # a tombstone of a keyed result: the group is gone
+                yield {"tombstone": True, "key": msg.key(), "group": groups.get(msg.key()), "value": None}
+                groups.pop(msg.key(), None)
+                continue
             try:
                 record = decoder(msg.value())
             except DecodeError as err:
@@ -398,6 +409,8 @@ def follow(
                     raise
                 on_error(msg.topic(), msg.partition(), msg.offset(), err)
                 continue
+            if record.get("group") is not None and msg.key() is not None:
+                groups[msg.key()] = record["group"]  # the group a later tombstone of this key removes
             yield record
     finally:
         consumer.close()

@@ -50,6 +50,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help=f"Kafka bootstrap servers (default: the configuration's [kafka].bootstrap, else {DEFAULT_BOOTSTRAP})",
     )
     p.add_argument("--latest", action="store_true", help="start at the end instead of the beginning")
+    p.add_argument(
+        "--snapshot", action="store_true",
+        help="for a <query>.result topic: print the current result first (read from the compacted topic), "
+        "then each change as it commits; a tombstone prints the group as gone",
+    )  # fmt: skip
     p.add_argument("--idle-timeout", type=float, help="exit after this many seconds without a record")
     p.add_argument(
         "--json", action="store_true",
@@ -107,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
             f"topic {spec.topic!r} does not exist on {bootstrap}{when}; the output topics there:\n"
             f"{describe_topics(outputs)}"
         )
+    if args.snapshot:
+        if spec.kind != "result":
+            return _error(f"--snapshot reads a <query>.result topic; {spec.topic!r} is a {spec.kind} topic")
+        return _snapshot(bootstrap, spec.topic, args)
     try:
         decoder = decoder_for(spec, config)
     except ValueError as err:  # a relation's schema that does not read, a registry not configured
@@ -128,4 +137,29 @@ def run(args: argparse.Namespace) -> int:
             print(render(spec.kind, record, as_json=args.json), flush=True)
     except RuntimeError as err:  # the broker or the schema registry failed (not a message's fault)
         raise CommandError(str(err), 1) from err
+    return 0
+
+
+def _snapshot(bootstrap: str, topic: str, args: argparse.Namespace) -> int:
+    """The current result, then its changes (``processor.publish.snapshot_then_changes``)."""
+    import json
+
+    from processor.publish import snapshot_then_changes
+
+    for event in snapshot_then_changes(bootstrap, topic, idle_timeout=args.idle_timeout):
+        if args.json:
+            print(json.dumps(event), flush=True)
+        elif event["type"] == "snapshot":
+            result = event["result"]
+            if isinstance(result, dict):
+                print(f"{event['query']} after batch {event['batch_id']}: {len(result)} groups", flush=True)
+                for group, value in result.items():
+                    print(f"  {group} = {json.dumps(value)}", flush=True)
+            else:
+                print(f"{event['query']} after batch {event['batch_id']} = {json.dumps(result)}", flush=True)
+        elif event["value"] is None:
+            print(f"{event['query']}{json.dumps(event['group'])} gone", flush=True)
+        else:
+            group = "" if event["group"] is None else json.dumps(event["group"])
+            print(f"batch {event['batch_id']:>6}  {event['query']}{group} = {json.dumps(event['value'])}", flush=True)
     return 0

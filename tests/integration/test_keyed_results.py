@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from ivm.query import parse
+from processor.cli import main
 from processor.codec import load_relation_codecs, load_schema, schemas_dir
 from processor.config import QueryConfig
 from processor.produce import UpdateProducer
@@ -77,7 +78,7 @@ def _wait_committed(kafka, config, inputs) -> None:
         time.sleep(0.5)
 
 
-def test_compacted_result_topics_through_a_restart(kafka, start_job, topic_prefix, tmp_path) -> None:
+def test_compacted_result_topics_through_a_restart(kafka, start_job, topic_prefix, tmp_path, capsys) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     rng = random.Random(51)
@@ -104,6 +105,22 @@ def test_compacted_result_topics_through_a_restart(kafka, start_job, topic_prefi
     resource = ConfigResource(ConfigResource.Type.TOPIC, f"{sums}.result")
     described = admin.describe_configs([resource])[resource].result()
     assert described["cleanup.policy"].value == "compact"
+
+    # ivm subscribe: --snapshot prints the current result; following the topic with tombstones ends there too
+    capsys.readouterr()
+    args = ["--json", "--idle-timeout", "3", "--bootstrap", kafka.bootstrap]
+    assert main(["subscribe", f"{sums}.result", "--snapshot", *args]) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert {tuple(json.loads(g)): v for g, v in first["result"].items()} == want_sums
+    assert main(["subscribe", f"{pairs}.result", *args]) == 0
+    followed: dict = {}
+    for line in capsys.readouterr().out.splitlines():
+        doc = json.loads(line)
+        if doc.get("tombstone"):
+            followed.pop(tuple(doc["group"]), None)
+        else:
+            followed[tuple(doc["group"])] = doc["value"]
+    assert followed == want_pairs
 
     # a late subscriber: the current result first, then the changes as they commit
     events: list[dict] = []

@@ -322,6 +322,7 @@ def test_ivm_query_list_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
 
     added = QueryConfig("pairs", "Q(a) :- R(a, b)", patterns=("R=fifo",))
     monkeypatch.setattr(processor.control, "read_overrides", lambda bootstrap, topic: ({"pairs": added}, 1))
+    monkeypatch.setattr("processor.topics.require_broker", lambda *_a, **_k: None)  # no broker here
     assert main(["query", "list", "-c", str(DEMO), "--json"]) == 0
     listing = strict_loads(capsys.readouterr().out)
     assert listing["pipeline"] == "demo"
