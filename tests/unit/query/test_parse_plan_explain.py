@@ -181,10 +181,8 @@ def test_cli_explain_json(capsys):
 
 
 def test_cli_explain_bad_sql_exits_2(capsys):
-    import argparse
+    from processor.cli import main
 
-    parser = argparse.ArgumentParser()
-    explain_command.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["explain", "SELECT COUNT(*) FROM R WHERE R.A < 1", "--schema", "R=A"])
-    assert explain_command.run(args) == 2
-    assert "comparison '<'" in capsys.readouterr().err
+    assert main(["explain", "SELECT COUNT(*) FROM R WHERE R.A < 1", "--schema", "R=A"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()  # one line: the construct and where it is
+    assert line.startswith("ivm explain: ") and "comparison '<'" in line and "line 1, column 34" in line
