@@ -196,10 +196,22 @@ def _short(err: Exception, limit: int = 300) -> str:
 
 
 class OutputCodec:
-    """Encode the records of an output topic (result, delta, dead letter)."""
+    """Encode and decode the records of an output topic (result, delta, model, progress, dead letter).
+
+    The schemas grow only by fields appended with a default (``group`` of a result, ``before`` and
+    ``after`` of a delta, ``origin`` of a progress record), so a record an earlier version wrote is
+    the current schema without some trailing fields: :meth:`decode` reads it with those fields
+    dropped from the writer schema and fills in their defaults (Avro's schema resolution).
+    """
 
     def __init__(self, name: str) -> None:
-        self.schema = fastavro.parse_schema(load_schema(schemas_dir() / f"{name}.avsc"))
+        raw = load_schema(schemas_dir() / f"{name}.avsc")
+        self.schema = fastavro.parse_schema(raw)
+        fields = raw["fields"]
+        self._earlier: list[Any] = []  # writer schemas of earlier versions: trailing defaulted fields dropped
+        while fields and "default" in fields[-1]:
+            fields = fields[:-1]
+            self._earlier.append(fastavro.parse_schema({**raw, "fields": fields}))
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         buf = io.BytesIO()
@@ -207,7 +219,18 @@ class OutputCodec:
         return buf.getvalue()
 
     def decode(self, value: bytes) -> dict[str, Any]:
-        return fastavro.schemaless_reader(io.BytesIO(value), self.schema, None)
+        try:
+            return fastavro.schemaless_reader(io.BytesIO(value), self.schema, None)
+        except EOFError:
+            for writer in self._earlier:
+                buf = io.BytesIO(value)
+                try:
+                    record = fastavro.schemaless_reader(buf, writer, self.schema)
+                except EOFError:
+                    continue
+                if buf.tell() == len(value):
+                    return record
+            raise
 
 
 def load_relation_codecs(directory: Path | None = None) -> dict[str, RelationCodec]:

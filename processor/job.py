@@ -202,6 +202,7 @@ def run_job(
     )
 
     def apply(batch: RecordBatch) -> None:
+        log.info("applying batch %d: %d records", pipeline.state.last_batch_id + 1, len(batch))
         report = pipeline.process(batch)
         log.info(
             "batch %d: %d records, %s applied, %d dead letters, %.3fs",

@@ -103,8 +103,8 @@ def test_stop_with_the_broker_down_abandons_the_open_transaction(tmp_path, monke
         create_topics(bootstrap, list(topics.values()))
         _produce(bootstrap, topics, 1_000_000, domain, seed=3)
         proc = _start(tmp_path, config, bootstrap, "run-0", monkeypatch)
-        _wait_for(lambda: proc.batches_logged() >= 1, "no batch committed")
-        time.sleep(0.5)  # the next batch (200,000 updates, about a second) is being applied
+        # the broker dies while batch 1 (200,000 updates, about a second of work) is being applied
+        _wait_for(lambda: "applying batch 1:" in proc.log_path.read_text(errors="replace"), "no batch 1", 180)
         broker.stop(kill=True)
         seconds = _stop(proc, signal.SIGTERM)
         log = proc.log_path.read_text(errors="replace")

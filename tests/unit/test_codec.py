@@ -100,3 +100,27 @@ def test_a_nullable_attribute_round_trips() -> None:
     values = [codec.encode((None, 3), 1)[1], codec.encode((2.5, 4), -1)[1]]
     assert codec.relation == "points" and codec.record_name == "P"
     assert codec.decode_many(values) == ([(None, 3), (2.5, 4)], [1, -1], {})
+
+
+@pytest.mark.parametrize(("name", "dropped"), [("result", 1), ("delta", 2), ("progress", 2)])
+def test_records_of_earlier_schema_versions_decode(name: str, dropped: int) -> None:
+    """A record written before the trailing defaulted fields existed reads with their defaults."""
+    import io
+
+    import fastavro
+
+    from processor.codec import load_schema, schemas_dir
+
+    raw = load_schema(schemas_dir() / f"{name}.avsc")
+    earlier = {**raw, "fields": raw["fields"][:-dropped]}
+    record = {
+        "query": "q", "batch_id": 3, "value": "7", "offsets": [], "applied": 1, "rejected": 0, "engine": "fivm",
+        "answer": "[1]", "mult": -1, "pipeline": "p", "timestamp_ms": 5,
+    }  # fmt: skip
+    fields = {f["name"] for f in earlier["fields"]}
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(earlier), {k: v for k, v in record.items() if k in fields})
+    decoded = OutputCodec(name).decode(buf.getvalue())
+    assert decoded["batch_id"] == 3
+    for field in raw["fields"][-dropped:]:
+        assert decoded[field["name"]] == field["default"]
