@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from processor.config import PipelineConfig, QueryConfig
 from processor.control import control_topic
+from processor.heartbeat import Heartbeat
 from processor.local.spark import spark_session
 from processor.metrics import LagMonitor, Metrics
 from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
@@ -173,6 +174,7 @@ def run_job(
         report = StopReport(pipeline.state.last_batch_id)
         log.warning("%s", report)
         return report
+    heartbeat = Heartbeat(state_dir(config), metrics_url, pipeline=config.name).start()  # for ivm status
     store = StateStore(state_dir(config)) if config.exactly_once and config.snapshot_every else None
     own_session = spark is None
     if spark is None:
@@ -275,6 +277,7 @@ def run_job(
             if local and Path(local).name.startswith("ivm-spark-"):
                 shutil.rmtree(local, ignore_errors=True)
         log.warning("%s", report)
+        heartbeat.stop()
     if handoff is not None and handoff.error is not None:
         raise RuntimeError(f"a batch failed: {handoff.error}") from handoff.error
     return report
