@@ -97,7 +97,7 @@ class Heartbeat:
                 "the newer one fences the older one's Kafka transactions",
                 self.path, other.pid, other.host, other.heartbeat_age or 0.0,
             )  # fmt: skip
-        self.beat()
+        self._write(self.path, self.record)  # its heartbeat is its start
         self._thread.start()
         return self
 
@@ -179,6 +179,7 @@ class Liveness:
         """The fields as JSON data, times ISO-8601 UTC."""
         return {
             "state": self.state,
+            "summary": self.describe(),
             "reason": self.reason,
             "pid": self.pid,
             "host": self.host,

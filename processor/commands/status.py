@@ -1,39 +1,73 @@
-"""``ivm status``: where a pipeline stands: last committed batch, lag per partition, snapshots."""
+"""``ivm status``: where a pipeline stands: running or not, last committed batch, lag, current results."""
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 DESCRIPTION = """\
-The pipeline's last committed batch (from its <pipeline>.progress topic), the
-input lag per relation topic partition (end offset minus the committed
-position), and the state snapshots in its state folder.
+Whether the pipeline's `ivm run` is running (its heartbeat file,
+<state_dir>/running.json, refreshed every few seconds) and whether its metrics
+endpoint answers; the last committed batch and its age (from its
+<pipeline>.progress topic); the input lag per relation topic (end offset minus
+the committed position, summed over the partitions; per partition with
+-v/--partitions); the current value of each scalar query (the last committed
+record of <query>.result) and the number of groups of each query with free
+variables (its compacted result topic); the state snapshots.
 
---json prints one JSON object: pipeline, last_committed_batch (null if none),
+Running: "running (pid P on HOST, heartbeat 2s ago)" when the heartbeat is
+fresh (younger than 3 intervals) and, on this host, the process is alive;
+"not running (...)" when it is stale, the process is gone, or the last run
+stopped cleanly; "never ran here" when the state folder holds no trace of one.
+
+--json prints one JSON object: pipeline, running (true/false), process
+({state, reason, pid, host, started_at, heartbeat_at, heartbeat_age_seconds,
+stopped_at, metrics_url, file}), metrics (null without a metrics endpoint,
+else {url, answering, error}), last_committed_batch (null if none),
 committed_at (ISO-8601 UTC with milliseconds, "2024-05-01T12:00:00.250Z", or
-null), committed_offsets ([{topic, partition, offset}], the positions the last
-batch consumed up to), lag ({"topic[partition]": records behind}), total_lag,
-snapshots (file names), state_dir, queries (the configured names).
+null), committed_age_seconds, committed_offsets ([{topic, partition, offset}],
+the positions the last batch consumed up to), lag ({"topic[partition]": records
+behind}), lag_by_topic ({topic: records behind}), total_lag, results ([{query,
+topic, keyed, value, batch_id, produced_at, groups, error}]: value, batch_id
+and produced_at for a scalar query, groups for a keyed one, null when nothing
+is published yet), snapshots (file names), state_dir, queries (the configured
+names).
 
 A broker that cannot be reached ends the command within seconds with one line
 naming its address (exit 1).
 """
 
+#: Seconds the metrics endpoint has to answer.
+METRICS_TIMEOUT = 2.0
+#: Seconds a result topic has to be read (its last committed record, or its groups).
+RESULT_TIMEOUT = 30.0
+#: Seconds the broker has to say which of the pipeline's result and control topics exist.
+METADATA_TIMEOUT = 5.0
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "status",
-        help="show a pipeline's committed progress, input lag and snapshots",
+        help="show whether a pipeline runs, its last committed batch, input lag and current results",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides [kafka].bootstrap)")
+    p.add_argument(
+        "--bootstrap-server", "--bootstrap", dest="bootstrap", metavar="HOST:PORT",
+        help="Kafka bootstrap servers, host:port[,host:port...] (default: the configuration's [kafka].bootstrap, "
+        "else 127.0.0.1:9092)",
+    )  # fmt: skip
+    p.add_argument(
+        "-v", "--partitions", action="store_true",
+        help="the lag of every partition, not only per topic (also with ivm -v status)",
+    )  # fmt: skip
     p.add_argument(
         "--json", action="store_true", help="print one JSON object (timestamps ISO-8601 UTC with milliseconds)"
     )
@@ -46,10 +80,11 @@ def status_document(
     ends: Mapping[tuple[str, int], int],
     snapshots: Sequence[str],
 ) -> dict[str, Any]:
-    """The status as plain JSON data, every value through :func:`processor.codec.json_value`.
+    """The committed progress as plain JSON data, every value through :func:`processor.codec.json_value`.
 
     ``committed`` is the last progress record (``schemas/progress.avsc``, as decoded), ``ends``
     the end offset of every relation topic partition, ``snapshots`` the snapshot file names.
+    :func:`watch_document` adds what a user watching the pipeline needs besides.
     """
     from processor.codec import json_value
     from processor.job import state_dir
@@ -72,19 +107,270 @@ def status_document(
     )
 
 
-def render_text(status: Mapping[str, Any], committed: Mapping[str, Any] | None) -> list[str]:
-    """The status in lines for a terminal."""
-    head = f"pipeline {status['pipeline']}: "
-    if committed is None:
-        head += "no batch committed yet"
+@dataclass
+class QueryResult:
+    """A query's current result as its result topic holds it (see :func:`read_results`).
+
+    A scalar query (no free variables): ``value`` (JSON data), ``batch_id`` and ``produced_at``
+    (POSIX seconds) of the last committed record.  A keyed one: ``groups``, the number of keys
+    the compacted topic holds.  ``None`` where nothing is published yet; ``error`` when the
+    topic could not be read.
+    """
+
+    query: str
+    topic: str
+    keyed: bool
+    value: Any = None
+    batch_id: int | None = None
+    produced_at: float | None = None
+    groups: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class MetricsCheck:
+    """Whether the metrics endpoint at ``url`` answered ``GET`` with 200 (``error``: why not)."""
+
+    url: str
+    answering: bool
+    error: str | None = None
+
+
+def watch_document(
+    status: Mapping[str, Any],
+    committed: Mapping[str, Any] | None,
+    process: Any,
+    metrics: MetricsCheck | None,
+    results: Sequence[QueryResult],
+    now: float | None = None,
+) -> dict[str, Any]:
+    """``status`` (:func:`status_document`) with the fields for a user who watches the pipeline:
+    ``running``, ``process`` (a :class:`processor.heartbeat.Liveness`), ``metrics``,
+    ``committed_age_seconds``, ``lag_by_topic`` and ``results``, as plain JSON data."""
+    from processor.codec import json_value
+    from processor.heartbeat import iso
+
+    now = time.time() if now is None else now
+    age = None
+    if committed is not None and hasattr(committed.get("timestamp_ms"), "timestamp"):
+        age = round(max(0.0, now - committed["timestamp_ms"].timestamp()), 3)
+    by_topic: dict[str, int] = {}
+    for partition, behind in status["lag"].items():
+        topic = partition.rpartition("[")[0]
+        by_topic[topic] = by_topic.get(topic, 0) + behind
+    return json_value(
+        {
+            **status,
+            "running": process.running,
+            "process": process.as_json(),
+            "metrics": None if metrics is None else vars(metrics),
+            "committed_age_seconds": age,
+            "lag_by_topic": by_topic,
+            "results": [
+                {**vars(r), "produced_at": None if r.produced_at is None else iso(r.produced_at)} for r in results
+            ],
+        }
+    )
+
+
+def render_text(status: Mapping[str, Any], partitions: bool = False, now: float | None = None) -> list[str]:
+    """The status (:func:`watch_document`) in lines for a terminal; ``partitions``: the lag of each
+    partition under its topic's."""
+    from processor.heartbeat import ago, parse_iso
+
+    now = time.time() if now is None else now
+    lines = [f"pipeline {status['pipeline']}: {status['process']['summary']}"]
+    if (metrics := status.get("metrics")) is not None:
+        answer = "answering" if metrics["answering"] else f"not answering ({metrics['error']})"
+        lines.append(f"  metrics {metrics['url']}: {answer}")
+    if status["last_committed_batch"] is None:
+        lines.append("last committed batch: none yet")
     else:
-        when = committed["timestamp_ms"]  # a datetime (timestamp-millis)
-        age = time.time() - when.timestamp() if isinstance(when, datetime.datetime) else float("nan")
-        head += f"last committed batch {committed['batch_id']} ({age:.0f}s ago, {status['committed_at']})"
-    lines = [head]
-    lines += [f"  {partition:<30} lag {behind:>10,}" for partition, behind in status["lag"].items()]
+        age = status.get("committed_age_seconds")
+        when = f"{ago(age)} ago, " if age is not None else ""
+        lines.append(f"last committed batch {status['last_committed_batch']} ({when}{status['committed_at']})")
+    lines.append(f"input lag: {status['total_lag']:,} records")
+    for topic, behind in status.get("lag_by_topic", {}).items():
+        lines.append(f"  {topic:<30} {behind:>12,}")
+        if partitions:
+            for partition, n in status["lag"].items():
+                if partition.rpartition("[")[0] == topic:
+                    lines.append(f"    {partition:<28} {n:>12,}")
+    if status.get("results"):
+        lines.append("results:")
+    for r in status.get("results", []):
+        if r["error"] is not None:
+            lines.append(f"  {r['query']}: cannot read {r['topic']}: {r['error']}")
+        elif r["keyed"]:
+            groups = "nothing published yet" if r["groups"] is None else f"{r['groups']:,} groups"
+            lines.append(f"  {r['query']}: {groups}")
+        elif r["batch_id"] is None:
+            lines.append(f"  {r['query']}: nothing published yet")
+        else:
+            text = json.dumps(r["value"], separators=(",", ":"))
+            text = text if len(text) <= 100 else text[:97] + "..."
+            age = f", {ago(now - parse_iso(r['produced_at']))} ago" if r["produced_at"] else ""
+            lines.append(f"  {r['query']} = {text}  (batch {r['batch_id']}{age})")
     lines.append(f"snapshots in {status['state_dir']}: {', '.join(status['snapshots']) or 'none'}")
     return lines
+
+
+def check_metrics(url: str, timeout: float = METRICS_TIMEOUT) -> MetricsCheck:
+    """``GET url``: whether it answers with 200 within ``timeout`` seconds, and why not."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            if response.status == 200:
+                return MetricsCheck(url, True)
+            return MetricsCheck(url, False, f"HTTP {response.status}")
+    except urllib.error.HTTPError as err:
+        return MetricsCheck(url, False, f"HTTP {err.code}")
+    except urllib.error.URLError as err:
+        reason = err.reason
+        text = getattr(reason, "strerror", None) or str(reason)
+        return MetricsCheck(url, False, text.lower())
+    except (TimeoutError, OSError) as err:
+        return MetricsCheck(url, False, (getattr(err, "strerror", None) or str(err) or "timed out").lower())
+
+
+def metrics_url(config: Any, process: Any) -> str | None:
+    """The metrics endpoint to check: the running job's (its heartbeat says where it serves), else the
+    configuration's when it has a metrics port; a wildcard address is reached on loopback."""
+    url = process.metrics_url if process.running and process.metrics_url else None
+    if url is None and config.metrics_port:
+        url = f"http://{config.metrics_address}:{config.metrics_port}/metrics"
+    if url is None:
+        return None
+    for wildcard in ("//0.0.0.0:", "//[::]:"):
+        url = url.replace(wildcard, "//127.0.0.1:")
+    return url
+
+
+def relation_attributes(config: Any) -> dict[str, list[str]]:
+    """The attributes of each relation whose schema file reads (what SQL queries are parsed against)."""
+    out: dict[str, list[str]] = {}
+    for rel in config.relations:
+        try:
+            fields = json.loads(rel.schema_file().read_text())["fields"]
+            out[rel.name] = [f["name"] for f in fields if f["name"] != "mult"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def read_results(bootstrap: str, config: Any, timeout: float = RESULT_TIMEOUT) -> list[QueryResult]:
+    """The current result of each query of the pipeline (the configured ones as ``<pipeline>.control``
+    leaves them), read_committed from its result topic: the last record of a scalar query's topic, the
+    number of groups of a keyed one's (:func:`processor.publish.materialize`).
+
+    A topic that cannot be read is that query's ``error``, not the command's: the rest of the status
+    still tells where the pipeline stands.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    import ivm
+    from processor.codec import OutputCodec
+    from processor.control import control_topic, effective, read_overrides
+    from processor.publish import materialize
+    from processor.topics import CLIENT_DEFAULTS, kafka_reason, watermarks
+
+    queries = list(config.queries)
+    failure = None
+    try:  # one short metadata request first: which of the pipeline's topics exist
+        metadata = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS}).list_topics(
+            timeout=METADATA_TIMEOUT
+        )
+        existing = set(metadata.topics)
+        if control_topic(config) in existing:
+            queries = list(effective(config, read_overrides(bootstrap, control_topic(config), timeout)[0]).queries)
+        marks = watermarks(bootstrap, [q.result_topic for q in queries if q.result_topic in existing])
+    except (KafkaException, RuntimeError, TimeoutError) as err:
+        failure = f"Kafka: {kafka_reason(err)}" if isinstance(err, KafkaException) else str(err)
+        marks = {}
+    attributes = relation_attributes(config)
+    codec = OutputCodec("result")
+    out = []
+    for q in queries:
+        try:
+            keyed = bool(ivm.parse(q.query, attributes).free)
+        except Exception as err:  # checked when it was configured or added: only an edited schema gets here
+            out.append(QueryResult(q.name, q.result_topic, False, error=f"its query does not parse: {err}"))
+            continue
+        result = QueryResult(q.name, q.result_topic, keyed, error=failure)
+        out.append(result)
+        held = [(low, high) for (topic, _p), (low, high) in marks.items() if topic == q.result_topic]
+        if not any(high > low for low, high in held):
+            continue  # no topic yet, or nothing in it
+        try:
+            if keyed:
+                result.groups = len(materialize(bootstrap, q.result_topic, timeout=timeout))
+                continue
+            last = last_record(bootstrap, q.result_topic, timeout)
+        except (KafkaException, TimeoutError) as err:
+            result.error = f"Kafka: {kafka_reason(err)}" if isinstance(err, KafkaException) else str(err)
+            continue
+        if last is not None:
+            record = codec.decode(last)
+            result.value = json.loads(record["value"]) if record["value"] else None
+            result.batch_id = record["batch_id"]
+            stamp = record.get("timestamp_ms")
+            result.produced_at = stamp.timestamp() if hasattr(stamp, "timestamp") else None
+    return out
+
+
+def last_record(bootstrap: str, topic: str, timeout: float = RESULT_TIMEOUT) -> bytes | None:
+    """The value of the last record of ``topic`` a read_committed consumer sees (the highest offset over
+    its partitions' last records), or ``None``.
+
+    Reads each partition's tail, from a window before the end that doubles until it holds a record:
+    every committed batch adds one record and one transaction marker, so the first window usually does.
+    A transaction still open is not waited for: a read_committed reader sees up to its start.
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from processor.topics import CLIENT_DEFAULTS, watermarks
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "ivm-status",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            **CLIENT_DEFAULTS,
+        }
+    )
+    deadline = time.monotonic() + timeout
+    best: tuple[int, int, bytes] | None = None  # (timestamp, offset, value)
+    try:
+        for (t, p), (low, high) in sorted(watermarks(bootstrap, [topic]).items()):
+            window = 16
+            while high > low:
+                start = max(low, high - window)
+                consumer.assign([TopicPartition(t, p, start)])
+                last = None
+                while True:
+                    msg = consumer.poll(0.5)
+                    if msg is None:
+                        if consumer.position([TopicPartition(t, p)])[0].offset >= high:
+                            break
+                    elif msg.error():
+                        if msg.error().code() == KafkaError._PARTITION_EOF:
+                            break  # the end, or the start of a transaction still open
+                    elif msg.value() is not None:
+                        last = msg
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"could not read the end of {topic} within {timeout:.0f} s")
+                if last is not None:
+                    candidate = (last.timestamp()[1], last.offset(), last.value())
+                    best = candidate if best is None or candidate[:2] > best[:2] else best
+                    break
+                if start == low:
+                    break
+                window *= 4
+        return None if best is None else best[2]
+    finally:
+        consumer.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,11 +378,14 @@ def run(args: argparse.Namespace) -> int:
 
     from processor.cli import CommandError
     from processor.config import load_config
+    from processor.heartbeat import liveness
     from processor.job import state_dir
     from processor.recovery import read_committed_progress
     from processor.topics import end_offsets, kafka_reason, require_broker
 
     config = load_config(args.config).with_overrides(bootstrap=args.bootstrap)
+    folder = state_dir(config)
+    process = liveness(folder)
     require_broker(config.bootstrap)
     try:
         committed = read_committed_progress(config.bootstrap, config.progress_topic)
@@ -104,11 +393,13 @@ def run(args: argparse.Namespace) -> int:
     except (KafkaException, RuntimeError) as err:  # read_committed_progress wraps Kafka's in RuntimeError
         reason = kafka_reason(err) if isinstance(err, KafkaException) else str(err)
         raise CommandError(f"cannot read from Kafka at {config.bootstrap}: {reason}", 1) from err
-    folder = state_dir(config)
+    results = read_results(config.bootstrap, config)
+    url = metrics_url(config, process)
+    metrics = check_metrics(url) if url is not None else None
     snapshots = sorted(p.name for p in folder.glob("snapshot-*.pkl")) if folder.exists() else []
-    status = status_document(config, committed, ends, snapshots)
+    status = watch_document(status_document(config, committed, ends, snapshots), committed, process, metrics, results)
     if args.json:
         print(json.dumps(status, indent=2, allow_nan=False))
     else:
-        print("\n".join(render_text(status, committed)))
+        print("\n".join(render_text(status, args.partitions or getattr(args, "verbose", False))))
     return 0
