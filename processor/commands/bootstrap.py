@@ -16,7 +16,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--load", "-l", action="append", required=True, metavar="RELATION=PATH",
         help="a relation and its CSV (with a header) or Parquet file; repeat per relation",
     )  # fmt: skip
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides [kafka].bootstrap)")
+    p.add_argument(
+        "--bootstrap-server", "--bootstrap", dest="bootstrap", metavar="HOST:PORT",
+        help="Kafka bootstrap servers, host:port[,host:port...] (default: the configuration's [kafka].bootstrap, "
+        "else 127.0.0.1:9092)",
+    )  # fmt: skip
     p.add_argument("--state-dir", help="folder of the state snapshots")
     return p
 

@@ -39,7 +39,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="one JSON object")
     for sub in (add, remove, listing):
         sub.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
-        sub.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides [kafka].bootstrap)")
+        sub.add_argument(
+            "--bootstrap-server", "--bootstrap", dest="bootstrap", metavar="HOST:PORT",
+            help="Kafka bootstrap servers, host:port[,host:port...] (default: the configuration's [kafka].bootstrap, "
+            "else 127.0.0.1:9092)",
+        )  # fmt: skip
     return p
 
 

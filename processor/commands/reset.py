@@ -29,7 +29,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("query", nargs="?", help="the query whose state to drop (default: the whole pipeline's)")
     p.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides [kafka].bootstrap)")
+    p.add_argument(
+        "--bootstrap-server", "--bootstrap", dest="bootstrap", metavar="HOST:PORT",
+        help="Kafka bootstrap servers, host:port[,host:port...] (default: the configuration's [kafka].bootstrap, "
+        "else 127.0.0.1:9092)",
+    )  # fmt: skip
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     return p
 

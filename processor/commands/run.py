@@ -24,7 +24,11 @@ from processor.logs import collapse_repeats
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("run", help="run the streaming job of a pipeline configuration")
     p.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides [kafka].bootstrap)")
+    p.add_argument(
+        "--bootstrap-server", "--bootstrap", dest="bootstrap", metavar="HOST:PORT",
+        help="Kafka bootstrap servers, host:port[,host:port...] (default: the configuration's [kafka].bootstrap, "
+        "else 127.0.0.1:9092)",
+    )  # fmt: skip
     p.add_argument("--metrics-port", type=int, help="port of the /metrics endpoint (0: none)")
     p.add_argument("--metrics-address", help="address the /metrics endpoint binds to (default 127.0.0.1)")
     p.add_argument("--master", help="Spark master (overrides [spark].master)")

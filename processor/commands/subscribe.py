@@ -46,9 +46,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="the pipeline configuration (TOML): tells every topic's kind, and the schemas of relation topics",
     )  # fmt: skip
     p.add_argument(
-        "--bootstrap",
-        help=f"Kafka bootstrap servers (default: the configuration's [kafka].bootstrap, else {DEFAULT_BOOTSTRAP})",
-    )
+        "--bootstrap-server", "--bootstrap", dest="bootstrap", metavar="HOST:PORT",
+        help="Kafka bootstrap servers, host:port[,host:port...] (default: the configuration's [kafka].bootstrap, "
+        "else 127.0.0.1:9092)",
+    )  # fmt: skip
     p.add_argument("--latest", action="store_true", help="start at the end instead of the beginning")
     p.add_argument(
         "--snapshot", action="store_true",
