@@ -27,9 +27,10 @@ fresh (younger than 3 intervals) and, on this host, the process is alive;
 stopped cleanly; "never ran here" when the state folder holds no trace of one.
 
 --json prints one JSON object: pipeline, running (true/false), process
-({state, reason, pid, host, started_at, heartbeat_at, heartbeat_age_seconds,
-stopped_at, metrics_url, file}), metrics (null without a metrics endpoint,
-else {url, answering, error}), last_committed_batch (null if none),
+({state, summary, reason, pid, host, started_at, heartbeat_at,
+heartbeat_age_seconds, stopped_at, metrics_url, file}), metrics (null without
+a metrics endpoint, else {url, answering, error}), last_committed_batch (null
+if none),
 committed_at (ISO-8601 UTC with milliseconds, "2024-05-01T12:00:00.250Z", or
 null), committed_age_seconds, committed_offsets ([{topic, partition, offset}],
 the positions the last batch consumed up to), lag ({"topic[partition]": records
