@@ -57,7 +57,7 @@ def test_status_json_of_a_pipeline_with_nothing_committed(kafka, topic_prefix: s
     code, out, err = run_cli(capfd, "status", "-c", str(path), "--json")
     assert code == 0, err
     status = json.loads("\n".join(out))
-    assert status == {
+    expected = {
         "pipeline": config.name,
         "last_committed_batch": None,
         "committed_at": None,
@@ -67,7 +67,12 @@ def test_status_json_of_a_pipeline_with_nothing_committed(kafka, topic_prefix: s
         "snapshots": [],
         "state_dir": str(tmp_path / "state"),
         "queries": [q.name for q in config.queries],
+        "lag_by_topic": {r.topic: 0 for r in config.relations},
+        "running": False,
+        "metrics": None,
     }
+    assert {k: status[k] for k in expected} == expected
+    assert status["process"]["state"] == "never ran"
 
 
 def test_errors_that_need_a_broker_are_one_line(kafka, topic_prefix: str, tmp_path: Path, capfd) -> None:

@@ -127,8 +127,11 @@ def test_a_missing_and_broken_relation_schemas_in_a_configuration(tmp_path: Path
     config = write_config(tmp_path, "127.0.0.1:9092", relations)
     config.write_text(config.read_text().replace("Q() :- R(a,b), S(b,c), T(c,a)", "Q() :- R(a,b)"))
     code, lines, _, _ = run_cli(capfd, "check", "-c", str(config))
-    assert code == 2
-    assert len(lines) == 1 and "[relations.T] schema" in lines[0] and "missing.avsc" in lines[0], lines
+    assert code == 2  # all three schema files reported at once, one line each, by the relation's key
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("ivm check: [relations.R] schema") and "is not JSON" in lines[0], lines
+    assert lines[1].startswith("ivm check: [relations.S] schema") and "not a relation update" in lines[1], lines
+    assert "[relations.T] schema" in lines[2] and "missing.avsc" in lines[2], lines
     (tmp_path / "missing.avsc").write_text((RELATIONS / "T.avsc").read_text())
     code, lines, _, _ = run_cli(capfd, "check", "-c", str(config))
     assert code == 2
