@@ -8,7 +8,7 @@ from pathlib import Path
 from ivm.policy import Policy
 from processor.config import PipelineConfig, QueryConfig, RelationConfig
 from processor.subscribe import follow
-from processor.topics import CLIENT_DEFAULTS, end_offsets
+from processor.topics import CLIENT_DEFAULTS
 
 TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 
@@ -48,16 +48,18 @@ def read_until(bootstrap: str, topic: str, until, idle_timeout: float = 60) -> l
 
 
 def consume_raw(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(partition, offset, key, value) of every message of ``topic``."""
+    """(partition, offset, key, value) of every message ``topic`` holds (from its first offset still held)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    ends = end_offsets(bootstrap, [topic])
+    from processor.topics import watermarks
+
+    marks = watermarks(bootstrap, [topic])
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "raw", "enable.auto.commit": False, **CLIENT_DEFAULTS}
     )
-    consumer.assign([TopicPartition(t, p, 0) for (t, p) in ends])
+    consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in marks.items()])
     out: list[tuple[int, int, bytes | None, bytes | None]] = []
-    want = sum(ends.values())
+    want = sum(high - low for low, high in marks.values())
     deadline = time.monotonic() + 60
     while len(out) < want and time.monotonic() < deadline:
         msg = consumer.poll(0.5)

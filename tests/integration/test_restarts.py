@@ -59,6 +59,17 @@ def _topic_database(kafka, prefix: str, extra=()) -> dict[str, dict[tuple, int]]
     return db
 
 
+def _csv_files(folder, loaded) -> dict:
+    """Bootstrap files: one CSV per relation with a header naming its attributes."""
+    files = {}
+    for rel in "RST":
+        a, b = CODECS[rel].attributes
+        path = folder / f"{rel}.csv"
+        path.write_text(f"{a},{b}\n" + "".join(f"{x},{y}\n" for r, (x, y) in loaded if r == rel))
+        files[rel] = path
+    return files
+
+
 def _produce(kafka, prefix: str, edges) -> None:
     producer = UpdateProducer(kafka.bootstrap, CODECS, {r: f"{prefix}{r}" for r in "RST"})
     for rel, row in edges:
@@ -82,12 +93,7 @@ def _run_until_caught_up(kafka, start_job, config) -> dict[str, int]:
 def test_changed_added_and_removed_queries_after_a_bootstrap(kafka, spark, start_job, topic_prefix, tmp_path) -> None:
     rng = random.Random(21)
     loaded = sorted(set(_edges(rng, 150)))
-    files = {}
-    for rel in "RST":
-        a, b = CODECS[rel].attributes
-        path = tmp_path / f"{rel}.csv"
-        path.write_text(f"{a},{b}\n" + "".join(f"{x},{y}\n" for r, (x, y) in loaded if r == rel))
-        files[rel] = path
+    files = _csv_files(tmp_path, loaded)
     create_topics(kafka.bootstrap, [f"{topic_prefix}{r}" for r in "RST"])
     first = _config(kafka, topic_prefix, tmp_path / "state", {"tri": TRIANGLE, "path": TWO_PATH})
     bootstrap(first, files, spark=spark, progress=False)
@@ -117,12 +123,7 @@ def test_changed_added_and_removed_queries_after_a_bootstrap(kafka, spark, start
 def test_bootstrap_without_its_snapshot_refuses_to_start(kafka, spark, topic_prefix, tmp_path) -> None:
     rng = random.Random(22)
     loaded = sorted(set(_edges(rng, 60)))
-    files = {}
-    for rel in "RST":
-        a, b = CODECS[rel].attributes
-        path = tmp_path / f"{rel}.csv"
-        path.write_text(f"{a},{b}\n" + "".join(f"{x},{y}\n" for r, (x, y) in loaded if r == rel))
-        files[rel] = path
+    files = _csv_files(tmp_path, loaded)
     create_topics(kafka.bootstrap, [f"{topic_prefix}{r}" for r in "RST"])
     config = _config(kafka, topic_prefix, tmp_path / "state", {"tri": TRIANGLE})
     bootstrap(config, files, spark=spark, progress=False)
@@ -161,7 +162,7 @@ def test_retention_gap_refuses_to_start_then_reset_starts_over(kafka, start_job,
     held = {}
     for rel in "RST":  # what the topics still hold: R from offset 20 on
         rows = []
-        for _p, offset, _k, value in _consume_from_low(kafka, f"{topic_prefix}{rel}"):
+        for _p, offset, _k, value in consume_raw(kafka.bootstrap, f"{topic_prefix}{rel}"):
             rows.append((offset, CODECS[rel].decode(value)))
         held[rel] = rows
     assert min(o for o, _ in held["R"]) == 20
@@ -170,24 +171,3 @@ def test_retention_gap_refuses_to_start_then_reset_starts_over(kafka, start_job,
         for _o, (row, mult) in rows:
             db[rel][row] = db[rel].get(row, 0) + mult
     assert values == {"tri": count(parse(TRIANGLE), db)}
-
-
-def _consume_from_low(kafka, topic: str):
-    """(partition, offset, key, value) of every message ``topic`` still holds."""
-    import time
-
-    from confluent_kafka import Consumer, TopicPartition
-
-    marks = watermarks(kafka.bootstrap, [topic])
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "low", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in marks.items()])
-    want = sum(high - low for low, high in marks.values())
-    out = []
-    deadline = time.monotonic() + 60
-    while len(out) < want and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and not msg.error():
-            out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-    consumer.close()
-    assert len(out) == want
-    return out
