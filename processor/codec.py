@@ -219,17 +219,21 @@ class OutputCodec:
         return buf.getvalue()
 
     def decode(self, value: bytes) -> dict[str, Any]:
+        return self.decode_versioned(value)[0]
+
+    def decode_versioned(self, value: bytes) -> tuple[dict[str, Any], int]:
+        """The record, and how many trailing fields its writer lacked (0: the current schema)."""
         try:
-            return fastavro.schemaless_reader(io.BytesIO(value), self.schema, None)
+            return fastavro.schemaless_reader(io.BytesIO(value), self.schema, None), 0
         except EOFError:
-            for writer in self._earlier:
+            for missing, writer in enumerate(self._earlier, start=1):
                 buf = io.BytesIO(value)
                 try:
                     record = fastavro.schemaless_reader(buf, writer, self.schema)
                 except EOFError:
                     continue
                 if buf.tell() == len(value):
-                    return record
+                    return record, missing
             raise
 
 

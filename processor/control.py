@@ -115,46 +115,16 @@ def effective(config: PipelineConfig, overrides: Overrides) -> PipelineConfig:
 def read_overrides(bootstrap: str, topic: str, timeout: float = 60) -> tuple[Overrides, int]:
     """Every command of ``topic`` folded into overrides (the last command per name wins), read with
     read_committed; also the number of commands read."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from processor.topics import CLIENT_DEFAULTS, watermarks
+    from processor.topics import TopicReader
 
     overrides: Overrides = {}
-    marks = watermarks(bootstrap, [topic])
-    want = {tp: high for tp, (_low, high) in marks.items() if high > 0}
-    if not want:
-        return overrides, 0
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "ivm-control-reader",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            **CLIENT_DEFAULTS,
-        }
-    )
-    consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in marks.items()])
     seen = 0
-    deadline = time.monotonic() + timeout
-    try:
-        while want:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                for (t, p), high in list(want.items()):
-                    if consumer.position([TopicPartition(t, p)])[0].offset >= high:
-                        del want[(t, p)]
-                if want and time.monotonic() > deadline:
-                    raise TimeoutError(f"could not read {topic} to its end")
-                continue
-            tp = (msg.topic(), msg.partition())
-            if msg.offset() >= want.get(tp, 0) - 1:
-                want.pop(tp, None)
+    with TopicReader(bootstrap, topic) as reader:
+        for _key, value in reader.to_end(timeout):
             try:
-                op, name, q = decode(msg.value())
+                op, name, q = decode(value)
             except ValueError:
                 continue  # the job dead-letters it
             overrides[name] = q if op == "add" else None
             seen += 1
-    finally:
-        consumer.close()
     return overrides, seen

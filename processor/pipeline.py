@@ -228,8 +228,7 @@ class Pipeline:
         out: dict[str, str] = {}
         for rel in self.config.relations:
             codec = self.codecs[rel.topic]
-            schema = getattr(codec, "schema", None) or codec.value_schema
-            types = {f["name"]: f["type"] for f in schema["fields"]}
+            types = {f["name"]: f["type"] for f in self.relation_schemas[rel.name]["fields"]}
             out[f"relation:{rel.name}"] = fingerprint(
                 {
                     "topic": rel.topic,
@@ -444,9 +443,9 @@ class Pipeline:
                     for expired in windows.advance(batch.timestamp_ms[i] / 1000):
                         store.apply(expired)
                         updates.append(expired)
-                    _, refused = store.admit(relation, [decoded[j]], [mults[j]])
-                    if refused:
-                        dead.append((batch.record(i), refused[0][2], refused[0][1], None, relation))
+                    refused = store.admit_one(relation, decoded[j], mults[j])
+                    if refused is not None:
+                        dead.append((batch.record(i), refused[1], refused[0], None, relation))
                         refusals[relation] = refusals.get(relation, 0) + 1
                         continue
                     update = Update(relation, decoded[j], mults[j])  # type: ignore[arg-type]

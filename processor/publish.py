@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import fastavro
 
 from ivm.updates import Row
+from processor.topics import TopicReader
 
 
 def group_key_schema(query: Any, relation_schemas: Mapping[str, Mapping[str, Any]], name: str) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def materialize(bootstrap: str, topic: str, decode_value: Any = None, timeout: f
     per key, tombstones delete (``read_committed``).  ``decode_value`` maps a value's bytes (default:
     kept as bytes)."""
     out: dict[bytes, Any] = {}
-    with _Changelog(bootstrap, topic) as log:
+    with TopicReader(bootstrap, topic) as log:
         for key, value in log.to_end(timeout):
             if value is None:
                 out.pop(key, None)
@@ -172,7 +172,7 @@ def snapshot_then_changes(
     current: dict[bytes, tuple[Any, Any]] = {}  # key -> (group, value)
     scalar: dict[str, Any] = {}
     last_batch = -1
-    with _Changelog(bootstrap, topic) as log:
+    with TopicReader(bootstrap, topic) as log:
         for key, value in log.to_end():
             if value is None:
                 current.pop(key, None)
@@ -208,67 +208,6 @@ def snapshot_then_changes(
                 "group": group,
                 "value": json.loads(record["value"]),
             }
-
-
-class _Changelog:
-    """A read_committed consumer of every partition of a topic, from its first offset."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        from processor.topics import CLIENT_DEFAULTS, watermarks
-
-        self.topic = topic
-        self._marks = watermarks(bootstrap, [topic])
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "ivm-changelog",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                **CLIENT_DEFAULTS,
-            }
-        )
-        self._consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in self._marks.items()])
-        self._tp = TopicPartition
-
-    def __enter__(self) -> _Changelog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._consumer.close()
-
-    def to_end(self, timeout: float = 60) -> Iterator[tuple[bytes, bytes | None]]:
-        """The records up to the end offsets the topic had when the reader was made."""
-        remaining = {tp: high for tp, (low, high) in self._marks.items() if high > low}
-        deadline = time.monotonic() + timeout
-        while remaining:
-            msg = self._consumer.poll(0.5)
-            if msg is None or msg.error():
-                for (t, p), high in list(remaining.items()):  # control markers end a partition by position
-                    if self._consumer.position([self._tp(t, p)])[0].offset >= high:
-                        del remaining[(t, p)]
-                if remaining and time.monotonic() > deadline:
-                    raise TimeoutError(f"could not read {self.topic} to its end")
-                continue
-            tp = (msg.topic(), msg.partition())
-            if msg.offset() >= remaining.get(tp, 0) - 1:
-                remaining.pop(tp, None)
-            yield msg.key(), msg.value()
-
-    def follow(
-        self, poll_timeout: float, idle_timeout: float | None, stop: Any
-    ) -> Iterator[tuple[bytes, bytes | None]]:
-        """The records committed from now on."""
-        last = time.monotonic()
-        while stop is None or not stop.is_set():
-            msg = self._consumer.poll(poll_timeout)
-            if msg is None or msg.error():
-                if idle_timeout is not None and time.monotonic() - last > idle_timeout:
-                    return
-                continue
-            last = time.monotonic()
-            yield msg.key(), msg.value()
 
 
 def json_text(value: Any) -> str:

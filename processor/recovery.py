@@ -248,39 +248,11 @@ def read_committed_progress(bootstrap: str, topic: str) -> dict[str, Any] | None
         consumer.close()
 
 
-_LEGACY_PROGRESS = {  # the progress record before it carried the history's origin (snapshot format 3)
-    "type": "record",
-    "name": "Progress",
-    "namespace": "ivm.outputs",
-    "fields": [
-        {"name": "pipeline", "type": "string"},
-        {"name": "batch_id", "type": "long"},
-        {"name": "offsets", "type": {"type": "array", "items": {
-            "type": "record", "name": "ProgressOffset", "fields": [
-                {"name": "topic", "type": "string"},
-                {"name": "partition", "type": "int"},
-                {"name": "offset", "type": "long"},
-            ]}}},
-        {"name": "timestamp_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    ],
-}  # fmt: skip
-
-
 def decode_progress(codec: OutputCodec, value: bytes) -> dict[str, Any]:
-    """A progress record; one written by an earlier version comes back with ``legacy = True``."""
-    import io
-
-    import fastavro
-
-    buf = io.BytesIO(value)
-    try:
-        record = fastavro.schemaless_reader(buf, codec.schema, None)
-        if buf.tell() == len(value):
-            return record
-    except Exception:
-        pass
-    record = fastavro.schemaless_reader(io.BytesIO(value), fastavro.parse_schema(_LEGACY_PROGRESS), None)
-    return {**record, "origin": [], "bootstrapped": False, "legacy": True}
+    """A progress record; one written by an earlier version, before records carried the history's origin
+    (snapshot format 3), comes back with ``legacy = True``."""
+    record, missing = codec.decode_versioned(value)
+    return {**record, "legacy": True} if missing else record
 
 
 def missing_history(bootstrap: str, start: Positions, topics: list[str]) -> list[str]:

@@ -87,6 +87,11 @@ class RelationStore:
             kept.append(j)
         return kept, refused
 
+    def admit_one(self, relation: str, row: Row, mult: int) -> tuple[str, str] | None:
+        """:meth:`admit` for one update: ``None`` if applied, else ``(kind, reason)``."""
+        _kept, refused = self.admit(relation, (row,), (mult,))
+        return refused[0][1:] if refused else None
+
     def apply(self, update: Update) -> None:
         """Apply an update the runtime generated (a window's expiration): it must fit the contents."""
         relation, row, mult = update

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 #: The logger librdkafka's log lines go to (served when a client polls); silenced by ``ivm`` unless ``-v``.
@@ -164,3 +165,64 @@ def partitions_of(bootstrap: str, topics: Sequence[str]) -> dict[str, list[int]]
 
     metadata = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS}).list_topics(timeout=30)
     return {t: sorted(metadata.topics[t].partitions) for t in topics if t in metadata.topics}
+
+
+class TopicReader:
+    """A read_committed reader of every partition of a topic, from its first offset still held: its records
+    up to the ends the topic had when the reader was made (:meth:`to_end`), then the ones committed later
+    (:meth:`follow`)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.topic = topic
+        self._marks = watermarks(bootstrap, [topic])
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "ivm-topic-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                **CLIENT_DEFAULTS,
+            }
+        )
+        self._consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in self._marks.items()])
+        self._tp = TopicPartition
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._consumer.close()
+
+    def to_end(self, timeout: float = 60) -> Iterator[tuple[bytes, bytes | None]]:
+        """The records up to the end offsets the topic had when the reader was made."""
+        remaining = {tp: high for tp, (low, high) in self._marks.items() if high > low}
+        deadline = time.monotonic() + timeout
+        while remaining:
+            msg = self._consumer.poll(0.5)
+            if msg is None or msg.error():
+                for (t, p), high in list(remaining.items()):  # control markers end a partition by position
+                    if self._consumer.position([self._tp(t, p)])[0].offset >= high:
+                        del remaining[(t, p)]
+                if remaining and time.monotonic() > deadline:
+                    raise TimeoutError(f"could not read {self.topic} to its end")
+                continue
+            tp = (msg.topic(), msg.partition())
+            if msg.offset() >= remaining.get(tp, 0) - 1:
+                remaining.pop(tp, None)
+            yield msg.key(), msg.value()
+
+    def follow(
+        self, poll_timeout: float, idle_timeout: float | None, stop: Any
+    ) -> Iterator[tuple[bytes, bytes | None]]:
+        """The records committed from now on."""
+        last = time.monotonic()
+        while stop is None or not stop.is_set():
+            msg = self._consumer.poll(poll_timeout)
+            if msg is None or msg.error():
+                if idle_timeout is not None and time.monotonic() - last > idle_timeout:
+                    return
+                continue
+            last = time.monotonic()
+            yield msg.key(), msg.value()

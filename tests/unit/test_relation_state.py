@@ -247,8 +247,8 @@ def test_progress_records_of_an_earlier_version_are_recognised() -> None:
 
     import fastavro
 
-    from processor.codec import OutputCodec
-    from processor.recovery import _LEGACY_PROGRESS, decode_progress
+    from processor.codec import OutputCodec, load_schema, schemas_dir
+    from processor.recovery import decode_progress
 
     codec = OutputCodec("progress")
     record = {
@@ -257,8 +257,10 @@ def test_progress_records_of_an_earlier_version_are_recognised() -> None:
         "offsets": [{"topic": "R", "partition": 0, "offset": 3}],
         "timestamp_ms": 1,
     }
+    schema = load_schema(schemas_dir() / "progress.avsc")  # the progress record before origin and bootstrapped
+    legacy = {**schema, "fields": [f for f in schema["fields"] if f["name"] not in ("origin", "bootstrapped")]}
     old = io.BytesIO()
-    fastavro.schemaless_writer(old, fastavro.parse_schema(_LEGACY_PROGRESS), record)
+    fastavro.schemaless_writer(old, fastavro.parse_schema(legacy), record)
     decoded = decode_progress(codec, old.getvalue())
     assert decoded["legacy"] and decoded["batch_id"] == 7 and decoded["origin"] == []
     new = codec.encode({**record, "origin": [{"topic": "R", "partition": 0, "offset": 2}], "bootstrapped": True})
