@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices clean
+.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices bench-stops clean
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
@@ -64,6 +64,9 @@ bench-e2e: setup
 
 bench-choices: setup
 	$(BIN)/python bench/choices.py
+
+bench-stops: setup
+	$(BIN)/python bench/stops.py
 
 clean:
 	rm -rf .local/demo .local/test-logs .pytest_cache

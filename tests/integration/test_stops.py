@@ -1,8 +1,8 @@
-"""Prompt, clean stops of `ivm run` (a child process, as a user runs it), with the broker up or down.
+"""Clean stops of `ivm run` (a child process, as a user runs it), with the broker up or down.
 
-A stop ends the process within 10 s, says whether the batch in flight was committed or its transaction
-abandoned, removes Spark's temporary folder, and loses nothing: a restart after an abandoned
-transaction publishes every batch exactly once (the reliability suite's oracle).
+A stop ends the process by itself (how fast: bench/stops.py), says whether the batch in flight was
+committed or its transaction abandoned, removes Spark's temporary folder, and loses nothing: a restart
+after an abandoned transaction publishes every batch exactly once (the reliability suite's oracle).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from tests.integration.test_reliability import LOGS
 
 pytestmark = pytest.mark.integration
 CODECS = load_relation_codecs()
-STOP_BUDGET = 10.0
+HANG = 60.0  # a stop that has not ended by then hangs; how long stops take is measured by bench/stops.py
 
 
 def _produce(bootstrap: str, topics: dict[str, str], n: int, domain: int, seed: int) -> None:
@@ -59,15 +60,15 @@ def _wait_for(predicate, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def _stop(proc: ProcessorProcess, sig: int) -> float:
-    started = time.monotonic()
+def _stop(proc: ProcessorProcess, sig: int) -> bool:
+    """Signal the processor; whether it ended by itself (before :data:`HANG`) rather than being killed."""
     os.kill(proc.proc.pid, sig)
     try:
-        proc.proc.wait(60)
-    finally:
-        if proc.alive():
-            proc.stop(kill=True)
-    return time.monotonic() - started
+        proc.proc.wait(HANG)
+    except subprocess.TimeoutExpired:
+        proc.stop(kill=True)
+        return False
+    return True
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -79,9 +80,9 @@ def test_stop_with_the_broker_up(kafka, topic_prefix, tmp_path, monkeypatch, sig
     proc = _start(tmp_path, config, kafka.bootstrap, "run", monkeypatch)
     _wait_for(lambda: proc.batches_logged() >= 1, "no batch committed")
     _produce(kafka.bootstrap, topics, 3000, 200, seed=2)
-    seconds = _stop(proc, sig)
+    ended = _stop(proc, sig)
     log = proc.log_path.read_text(errors="replace")
-    assert seconds < STOP_BUDGET, f"the stop took {seconds:.1f} s"
+    assert ended, "the stop hung"
     assert proc.proc.returncode == 0
     assert "stopped: last committed batch" in log and "nothing left open" in log
     # the start-up summary: what runs, with which engine and guarantee
@@ -106,9 +107,9 @@ def test_stop_with_the_broker_down_abandons_the_open_transaction(tmp_path, monke
         # the broker dies while batch 1 (200,000 updates, about a second of work) is being applied
         _wait_for(lambda: "applying batch 1:" in proc.log_path.read_text(errors="replace"), "no batch 1", 180)
         broker.stop(kill=True)
-        seconds = _stop(proc, signal.SIGTERM)
+        ended = _stop(proc, signal.SIGTERM)
         log = proc.log_path.read_text(errors="replace")
-        assert seconds < STOP_BUDGET, f"the stop took {seconds:.1f} s"
+        assert ended, "the stop hung"
         assert proc.proc.returncode == 0
         assert "stopped: abandoned batch" in log and "not committed" in log
         assert not list((tmp_path / "tmp").glob("ivm-spark-*"))
