@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivm.engines.base import Engine
+from ivm.engines.propagation.delta import AnswerDelta
 from ivm.engines.propagation.planning import TreePlan, choose_tree
 from ivm.engines.propagation.views import SemijoinViews
 from ivm.patterns.monitor import PatternEvent, PatternMonitor
@@ -75,7 +76,10 @@ class PropagationEngine(Engine):
     delay; ``enumerate()`` adds Z-multiplicities (memoized subtree weights,
     O(N) once per call, then O(1) per answer); ``result()`` is the bag count
     for a Boolean query, else ``{answer: multiplicity}``.  ``drain_delta()``
-    diffs the result against the previous drain (O(N + |Q(D)|) per call).
+    gives the answer changes since the previous drain by the delta rule over
+    the batch's net input changes (:mod:`~ivm.engines.propagation.delta`):
+    O(|ΔD| + its factorized delta join) per call, independent of N and |Q(D)|;
+    the first call lists the whole result (O(N)) and starts tracking.
     """
 
     name = "propagation"
@@ -117,8 +121,7 @@ class PropagationEngine(Engine):
         self.plan_changes: list[tuple[int, str, str]] = []  # (update number, old kind, new kind)
         self._updates = 0
         self._retired_work = 0
-        self._tracking = False
-        self._last: dict[Row, int] = {}
+        self.delta = AnswerDelta(query)
 
     @classmethod
     def refuses(cls, query: Query) -> str | None:
@@ -195,6 +198,7 @@ class PropagationEngine(Engine):
         base = self._base
         atoms = self._atoms_of
         observe = self.monitor.observe
+        record = self.delta.record if self.delta.tracking else None
         for relation, row, m in updates:
             if not m:
                 continue
@@ -214,6 +218,8 @@ class PropagationEngine(Engine):
             atom = atoms[relation]
             if self.query.atoms[atom].matches(row):
                 self.views.update(atom, row, m)
+            if record is not None:
+                record(relation, row, m, old)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -236,17 +242,20 @@ class PropagationEngine(Engine):
     def drain_delta(self) -> list[tuple[Row, int]]:
         """Changes of the answer multiset since the previous call, as ``(answer, ±multiplicity)``.
 
-        The first call returns the whole current result and starts tracking.
-        Computed by diffing the enumeration (O(N + |Q(D)|) per call).
+        The first call returns the whole current result (O(N + |Q(D)|)) and starts tracking;
+        later calls cost O(|ΔD| + the factorized delta join of ΔD) for the net input changes ΔD
+        since the previous call (:class:`~ivm.engines.propagation.delta.AnswerDelta`), whatever
+        the size of the database or of the result.
         """
-        now = dict(self.views.enumerate())
-        if not self._tracking:
-            self._tracking = True
-            self._last = now
-            return list(now.items())
-        out = [(row, m - self._last.get(row, 0)) for row, m in now.items() if m != self._last.get(row, 0)]
-        out += [(row, -m) for row, m in self._last.items() if row not in now]
-        self._last = now
+        if not self.delta.tracking:
+            self.delta.start(self._base)
+            return list(self.views.enumerate())
+        out = self.delta.drain(self._base)
+        legacy = self.__dict__.pop("_legacy_last", None)
+        if legacy is not None:  # restored from a snapshot of the diffing version: diff once more
+            now = dict(self.views.enumerate())
+            out = [(r, m - legacy.get(r, 0)) for r, m in now.items() if m != legacy.get(r, 0)]
+            out += [(r, -m) for r, m in legacy.items() if r not in now]
         return out
 
     def multiplicity(self, relation: str, row: Row) -> int:
@@ -277,6 +286,7 @@ class PropagationEngine(Engine):
             "constant_time": int(self.plan.constant_time),
             "tree_height": self.plan.tree.height,
             "base_tuples": sum(len(r) for r in self._base.values()),
+            "delta_work": self.delta.work,
         }
         out.update(self.views.sizes())
         out.update(self.monitor.stats())
@@ -293,7 +303,13 @@ class PropagationEngine(Engine):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        tracking, last = state.pop("_tracking", False), state.pop("_last", None)
         self.__dict__.update(state)
+        if "delta" not in state:  # a snapshot of the version that diffed enumerations
+            self.delta = AnswerDelta(self.query)
+            if tracking:
+                self.delta.start(self._base)
+                self._legacy_last = last or {}
         self.views = SemijoinViews(self.query, self.plan.tree)
         rebuilds = self.rebuilds
         self._rebuild()
