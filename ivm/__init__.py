@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 
 from ivm.engines import ENGINES, Engine, EngineRefused
-from ivm.policy import Policy
+from ivm.policy import Policy, policy_for
 from ivm.query import Query, parse
 from ivm.query.patterns import UpdatePatterns
 from ivm.shards import HyperCube, ShardedView, per_atom_relations
@@ -51,7 +51,9 @@ def maintain(
     :data:`ivm.engines.ENGINES`; an engine that cannot serve the query raises
     :class:`EngineRefused` with the reason.  ``patterns`` declares update
     patterns (``["R=insert-only", "R+S=fifo"]``, DESIGN §3): the planner uses
-    them, and engines that monitor patterns (``propagation``) verify them.
+    them, and engines that monitor patterns (``propagation``) verify them; a
+    relation declared ``delete-only`` gets its tuples from :meth:`View.load`
+    (the initial database) and has every later insert refused.
     ``shards > 1`` splits the state into HyperCube shards (:mod:`ivm.shards`);
     AVG, MIN, MAX, COUNT(DISTINCT) and HAVING do not add up across shards and
     are refused there.
@@ -83,7 +85,8 @@ def _view(q: Query, name: str, requested: str, eps, policy, patterns, extra=None
     options.update(_engine_options(ENGINES[name], dict(extra or {}), explicit=True))
     if patterns is not None and "patterns" in inspect.signature(ENGINES[name].__init__).parameters:
         options["patterns"] = patterns
-    return View(q, ENGINES[name](q, **options), policy, patterns=patterns)
+    # relations declared delete-only are held to it by the policy: inserts refused (003 App. C)
+    return View(q, ENGINES[name](q, **options), policy_for(policy, patterns), patterns=patterns)
 
 
 def _engine_options(cls: type[Engine], given: Mapping[str, object], explicit: bool) -> dict[str, object]:

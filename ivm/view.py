@@ -64,6 +64,9 @@ class View:
         check = self.policy.check
         reject_negative = self.policy.negative == "reject"
         reject_duplicate = self.policy.duplicate == "reject"
+        delete_only = self.policy.delete_only
+        if delete_only and not getattr(self, "_sealed", False):
+            self._seal()
         # the engine's own lookup unless a subclass (ShardedView) says where a tuple lives
         direct = type(self)._current is View._current
         multiplicity = self.engine.multiplicity
@@ -85,6 +88,11 @@ class View:
             if n is None or len(row) != n:
                 outcome.rejected.append(Rejected(index, update, *self._shape_violation(update)))
                 continue
+            if delete_only and mult > 0 and relation in delete_only:  # declared delete-only (003 App. C)
+                current = multiplicity(relation, row) if direct else self._current(update)
+                current += pending.get((relation, row), 0)
+                outcome.rejected.append(Rejected(index, update, *check(current, mult, relation)))  # type: ignore[misc]
+                continue
             if not stateful and mult:
                 valid.append(update)
                 continue
@@ -102,6 +110,27 @@ class View:
             self._apply_valid(valid)
         outcome.applied = len(valid)
         return outcome
+
+    def load(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
+        """Load the initial database (the prefix of Hu & Wang §1.2): :meth:`apply` with the inserts of
+        relations declared delete-only admitted.  Only before the first :meth:`apply`, which ends the
+        prefix (from then on such inserts are refused)."""
+        if getattr(self, "_sealed", False):
+            raise ValueError("the initial database is loaded before the first apply(); the prefix has ended")
+        policy, self.policy = self.policy, self.policy.initial()
+        try:
+            return self.apply(updates)
+        finally:
+            self.policy = policy
+
+    def _seal(self) -> None:
+        """End the prefix: deletion-only relations only lose tuples from now on (the engine's
+        monitors are told, so its plan may become the deletion-only one, 003 App. C)."""
+        self._sealed = True
+        for view in getattr(self, "shards", [self]):
+            end = getattr(view.engine, "end_prefix", None)
+            if callable(end):
+                end()
 
     def _current(self, update: Update) -> int:
         """The multiplicity ``update``'s tuple has now (its relation and arity are valid)."""

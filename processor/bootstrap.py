@@ -119,7 +119,7 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     store = pipeline.store
     for relation in codecs:
         mine = [u for u in updates if u.relation == relation]
-        _kept, refused = store.admit(relation, [u.row for u in mine], [u.mult for u in mine])
+        _kept, refused = store.admit(relation, [u.row for u in mine], [u.mult for u in mine], initial=True)
         if refused:
             j, _kind, reason = refused[0]
             raise BootstrapError(

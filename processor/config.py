@@ -117,6 +117,10 @@ class PipelineConfig:
     exactly_once: bool = True  # outputs in Kafka transactions, recovery from snapshot + replay
     shards: int = 1
 
+    def __post_init__(self) -> None:
+        # a relation some query declares delete-only has its inserts refused by the input policy (003 App. C)
+        object.__setattr__(self, "policy", self.policy.with_delete_only(_delete_only(self.queries)))
+
     @property
     def progress_topic(self) -> str:
         return f"{self.name}.progress"
@@ -216,8 +220,23 @@ def _engine(value: str) -> str:
     return value
 
 
+def _delete_only(queries: Sequence[QueryConfig]) -> frozenset[str]:
+    """The relations some query declares ``delete-only``: the input policy refuses inserts into them."""
+    from ivm.query.patterns import parse_patterns
+
+    out: set[str] = set()
+    for q in queries:
+        for pattern in q.patterns:
+            try:
+                out |= parse_patterns([pattern]).deletion_only
+            except ValueError:  # reported by the configuration's own checks
+                continue
+    return frozenset(out)
+
+
 def _pattern(value: str) -> str:
-    """An update pattern declaration: ``R=insert-only``, ``R=fifo``, ``R=arbitrary``, ``R+S=fifo``."""
+    """An update pattern declaration: ``R=insert-only``, ``R=fifo``, ``R=delete-only``, ``R=arbitrary``,
+    ``R+S=fifo``."""
     from ivm.query.patterns import parse_patterns
 
     parse_patterns([value])

@@ -58,16 +58,23 @@ class RelationStore:
         return sum(map(len, self.contents.values()))
 
     def admit(
-        self, relation: str, rows: Sequence[Row | None], mults: Sequence[int], skip: Mapping[int, Any] | None = None
+        self,
+        relation: str,
+        rows: Sequence[Row | None],
+        mults: Sequence[int],
+        skip: Mapping[int, Any] | None = None,
+        initial: bool = False,
     ) -> tuple[list[int], list[tuple[int, str, str]]]:
         """Apply the updates ``rows[j] ↦ mults[j]`` of ``relation`` in order, skipping the indices in
         ``skip``; returns the indices applied and ``(index, kind, reason)`` for each one the policy
-        refused (the contents do not change for those)."""
+        refused (the contents do not change for those).  ``initial``: the initial database (the
+        bootstrap), which may insert into relations declared delete-only."""
         contents = self.contents[relation]
         get = contents.get
-        policy = self.policy
+        policy = self.policy.initial() if initial else self.policy
         reject_negative = policy.negative == "reject"
         reject_duplicate = policy.duplicate == "reject"
+        inserts_refused = policy.refuses_insert(relation)  # declared delete-only (003 App. C)
         kept: list[int] = []
         refused: list[tuple[int, str, str]] = []
         for j, row in enumerate(rows):
@@ -76,8 +83,13 @@ class RelationStore:
             mult = mults[j]
             before = get(row, 0)  # type: ignore[arg-type]
             after = before + mult
-            if (reject_negative and after < 0) or (reject_duplicate and mult > 0 and after > 1) or not mult:
-                kind, reason = policy.check(before, mult)  # type: ignore[misc]
+            if (
+                (reject_negative and after < 0)
+                or (reject_duplicate and mult > 0 and after > 1)
+                or not mult
+                or (inserts_refused and mult > 0)
+            ):
+                kind, reason = policy.check(before, mult, relation)  # type: ignore[misc]
                 refused.append((j, kind, reason))
                 continue
             if after:
@@ -128,9 +140,10 @@ def load_view(view: Any, updates: Sequence[Update], chunk: int = 50_000, on_chun
         if on_chunk is not None:
             on_chunk(len(updates))
         return
+    load = getattr(view, "load", view.apply)  # the initial database: delete-only relations admit it
     for start in range(0, len(updates), chunk):
         part = updates[start : start + chunk]
-        outcome = view.apply(part)
+        outcome = load(part)
         if outcome.rejected:
             first = outcome.rejected[0]
             raise RuntimeError(f"{len(outcome.rejected)} tuples of the relations refused by the view; first: {first}")

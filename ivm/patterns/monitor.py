@@ -135,7 +135,8 @@ class PatternMonitor:
             self._partners[a].append((b, key))
             self._partners[b].append((a, key))
         self._deletion_only = {r: False for r in self.relations}
-        self._deletion_only_declared = set(deletion_only)
+        self._deletion_only_declared = set(deletion_only) | set(sigma.deletion_only)
+        self._deletion_only_broken: set[str] = set()  # inserted into after the prefix
         self._seq = 0
         self._sealed = False
         self.events: list[PatternEvent] = []
@@ -163,6 +164,7 @@ class PatternMonitor:
         if inserted:
             if self._deletion_only[relation]:
                 self._deletion_only[relation] = False
+                self._deletion_only_broken.add(relation)
                 events.append(
                     self._event((relation,), "deletion-only", "arbitrary", True, f"inserted {row!r} after the prefix")
                 )
@@ -227,7 +229,9 @@ class PatternMonitor:
     def patterns(self) -> UpdatePatterns:
         """The current σ: levels per relation and the pairs still jointly FIFO."""
         groups = frozenset(key for key, ok in self._joint.items() if ok and all(self._level[r] != "A" for r in key))
-        return UpdatePatterns(dict(self._level), groups)
+        broken = getattr(self, "_deletion_only_broken", set())
+        deleting = frozenset(r for r in getattr(self, "_deletion_only_declared", ()) if r not in broken)
+        return UpdatePatterns(dict(self._level), groups, deleting & set(self.relations))
 
     def stats(self) -> dict[str, int | float]:
         """Counters (flat numbers): violations by kind, levels (0 = I, 1 = F, 2 = A), pairs still joint."""

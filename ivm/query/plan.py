@@ -19,6 +19,10 @@ The rules, best first (each cites the result that makes it optimal):
 2. free-connex, self-join-free, and MixDetect accepts the update patterns:
    ``propagation`` over a compatible join tree, O(1) amortized updates, O(1)
    delay (Hu & Wang Lemma 4.16; Cor 1.6 for insert-only, Lemma 3.8 for FIFO).
+   Every relation declared delete-only (``R=delete-only``): the same engine
+   and bound on any free-connex tree (Hu & Wang App. C, the mirror image of
+   insertion-only); not free-connex: no O(1) even then (Thm C.3).  Inserts
+   into a delete-only relation after the initial database are refused.
 3. triangle shape (also over one edge relation): ``ivm_eps``,
    O(N^max(ε,1−ε)) amortized, O(1) answer; optimal at ε = 1/2 under OMv
    (IVM^ε Thm 3, Prop. 4, Cor. 5).
@@ -250,8 +254,8 @@ def _aggregates_plan(a: Analysis, sigma: UpdatePatterns, engine: str | None, reg
         cls = registered.get(p.engine) if p.engine else None
         if len(q.free) > len(query.free) and cls is not None and not hasattr(cls, "drain_delta"):
             update += f"; O(|answers of {q}|) per batch to find its changes ({p.engine} has no drain_delta)"
-        elif len(q.free) > len(query.free) and p.engine == "propagation":  # its drain_delta diffs its listing
-            update += f"; O(N + |answers of {q}|) per batch to find its changes (propagation's drain_delta)"
+        elif len(q.free) > len(query.free) and p.engine == "propagation":  # its drain_delta: the delta rule
+            update += f"; O(|batch| + its delta join on {q}) per batch to find its changes (propagation's drain_delta)"
     if query.free:
         delay = "O(1) per group of the result (O(#groups) for the whole result)"
         if query.having:
@@ -342,6 +346,7 @@ def _best(
         notes.append(f"the query has self-joins; its core is {a.core} (same answers, Chandra–Merlin)")
     if a.core_q_hierarchical and not a.q_hierarchical:
         notes.append(_set_semantics_note(a))
+    notes += _deletion_only_notes(a, sigma)
     if a.q_hierarchical and _fivm_constant(query):
         order = variable_order(query)
         return (
@@ -365,6 +370,26 @@ def _best(
             height_one_tree(query).render(query),
             ("one weight and fit-list per q-tree node value (Berkholz et al. §6)",),
             "q-hierarchical: every atom's variables form a root path of the q-tree (Berkholz et al. Thm 3.2)",
+            None,
+        )
+    if query.self_join_free and a.free_connex and sigma.all_deletion_only(query.relations):
+        return (
+            "propagation",
+            None,
+            Guarantee(
+                "O(N)",
+                "O(1) amortized",
+                delay_word,
+                "O(N)",
+                True,
+                "optimal: constant amortized update time cannot be improved",
+            ),
+            True,
+            compatible_tree(query, UpdatePatterns(dict.fromkeys(query.relations, "I"))).render(query),
+            ("semijoin view V_s and projection view V_p per join-tree node (Hu & Wang §2, [25])",),
+            "free-connex and every relation delete-only: after the linear-time build of the initial database "
+            "the views' counters only decrease, so each (parent tuple, child) pair flips at most once: "
+            "O(1) amortized per delete with O(1) delay (Hu & Wang App. C, the mirror image of Cor 1.6)",
             None,
         )
     mix: Verdict | None = None
@@ -516,12 +541,19 @@ def _set_semantics_note(a: Analysis) -> str:
 def _lower_bound(a: Analysis, sigma: UpdatePatterns, mix: Verdict | None) -> str:
     query = a.query
     parts = []
-    if mix is not None and not mix and _pattern_kind(query, sigma) != "all arbitrary":
+    if mix is not None and not mix and any(sigma.deletes_only(r) for r in query.relations):
+        parts.append(
+            f"{mix.reason} with delete-only relations read as arbitrary; Hu & Wang state no lower bound for "
+            "delete-only mixed with other patterns (Thm 1.12 covers insert-only, FIFO and arbitrary)"
+        )
+    elif mix is not None and not mix and _pattern_kind(query, sigma) != "all arbitrary":
         parts.append(f"under these patterns {mix.reason}: no O(N^(0.5-γ)) update (Hu & Wang Thm 1.12)")
     if not a.free_connex:
         parts.append(
             "not free-connex: not O(1) even for insert-only updates (BMM/Triangle/HyperClique, Hu & Wang Thm 1.7)"
         )
+        if sigma.all_deletion_only(query.relations):
+            parts.append("nor for delete-only updates (Hu & Wang Thm C.3; C.1 via BMM, C.2 via HyperClique)")
     if not query.free and a.core_q_hierarchical:
         parts.append(
             "the bag count is the number of answers of the body with every variable free, which is not "
@@ -540,12 +572,41 @@ def _lower_bound(a: Analysis, sigma: UpdatePatterns, mix: Verdict | None) -> str
 
 
 def _pattern_kind(query: Query, sigma: UpdatePatterns) -> str:
-    levels = {sigma.level(r) for r in query.relations}
+    levels = {"D" if sigma.deletes_only(r) else sigma.level(r) for r in query.relations}
     if levels == {"A"}:
         return "all arbitrary"
     if levels == {"I"}:
         return "all insert-only"
-    return "mixed: " + ", ".join(f"{r}={sigma.level(r)}" for r in query.relations)
+    if levels == {"D"}:
+        return "all delete-only"
+    return "mixed: " + ", ".join(f"{r}={'D' if sigma.deletes_only(r) else sigma.level(r)}" for r in query.relations)
+
+
+def _deletion_only_notes(a: Analysis, sigma: UpdatePatterns) -> list[str]:
+    """What declaring relations delete-only gives (Hu & Wang App. C) and what the runtime enforces."""
+    query = a.query
+    declared = [r for r in query.relations if sigma.deletes_only(r)]
+    if not declared:
+        return []
+    names = ", ".join(declared)
+    notes = [
+        f"{names} declared delete-only: tuples come from the initial database only (View.load, the bootstrap); "
+        "every later insert is refused (dead letter delete_only_insert), the state unchanged"
+    ]
+    if len(declared) < len(query.relations):
+        others = ", ".join(r for r in query.relations if not sigma.deletes_only(r))
+        notes.append(
+            f"Hu & Wang App. C gives O(1) amortized only when every relation is delete-only; with {others} not, "
+            f"{names} {'is' if len(declared) == 1 else 'are'} planned as arbitrary (deletes in any order)"
+        )
+    elif not a.free_connex:
+        notes.append(
+            "every relation delete-only, but the query is not free-connex: no O(1) amortized update with O(1) "
+            "delay even for delete-only updates (Hu & Wang Thm C.3)"
+        )
+    elif not query.self_join_free:
+        notes.append("every relation delete-only, but App. C's engine needs a self-join-free query (Hu & Wang §1.1)")
+    return notes
 
 
 def _registered_engine(

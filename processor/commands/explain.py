@@ -34,8 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--pattern", action="append", default=[], metavar="R=KIND",
-        help="update pattern: R=insert-only, R=fifo, R=arbitrary, or R+S=fifo for joint FIFO (repeatable); "
-        "relations not named are arbitrary",
+        help="update pattern: R=insert-only, R=fifo, R=delete-only, R=arbitrary, or R+S=fifo for joint FIFO "
+        "(repeatable); relations not named are arbitrary",
     )  # fmt: skip
     p.add_argument(
         "--eps", type=float, default=None,

@@ -41,7 +41,7 @@ from ivm.patterns.monitor import PatternEvent, PatternMonitor
 from ivm.query.free_connex import free_connex
 from ivm.query.join_tree import JoinTree, validate_join_tree
 from ivm.query.model import Query
-from ivm.query.patterns import UpdatePatterns
+from ivm.query.patterns import UpdatePatterns, parse_patterns
 from ivm.updates import Row, Update
 
 
@@ -99,6 +99,8 @@ class PropagationEngine(Engine):
             deletion_only = relations
         elif deletion_only is False:
             deletion_only = []
+        declared = parse_patterns(patterns)  # type: ignore[arg-type]
+        deletion_only = [*deletion_only, *(r for r in relations if declared.deletes_only(r))]
         self.monitor = PatternMonitor(
             relations,
             patterns,  # type: ignore[arg-type]
