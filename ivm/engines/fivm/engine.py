@@ -33,8 +33,9 @@ Aggregates and rings (``ring=`` option, default from the query's aggregate):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Iterator, Sequence
-from itertools import product
+from itertools import islice, product
 from typing import Any
 
 from ivm.engines.base import Engine
@@ -538,6 +539,8 @@ class FIVM(Engine):
             return payload[1] * self.query.aggregate.coefficient
         if isinstance(payload, Pair):
             return payload.second * self.query.aggregate.coefficient
+        if isinstance(payload, Covariance):  # a view's payload is sized to its subtree; results are full (§6.2)
+            return self.ring.expand(payload)  # type: ignore[attr-defined]
         return payload
 
     def result(self) -> Any:
@@ -666,7 +669,9 @@ class FIVM(Engine):
     # ------------------------------------------------------------------ intro
     def views(self) -> dict[str, dict[tuple[Any, ...], Any]]:
         """The materialized views by name (payloads by key)."""
-        convert = lanes.to_pair if self._lanes else None  # lanes are shown as the Pair they stand for
+        convert: Any = lanes.to_pair if self._lanes else None  # lanes are shown as the Pair they stand for
+        if isinstance(self.ring, CovarianceRing):  # sized payloads are shown over the ring's full support
+            convert = self.ring.expand
         return {
             n.name: {k: convert(p) for k, p in n.store.data.items()} if convert else dict(n.store.data)
             for n in self.tree.nodes()
@@ -674,19 +679,80 @@ class FIVM(Engine):
         }
 
     def explain(self) -> str:
-        """The view tree with ``*`` on materialized views, and the variable order."""
-        return self.tree.render()
+        """The view tree with ``*`` on materialized views, then each stored view's size and bytes per payload."""
+        lines = [self.tree.render(), "stored views (keys, bytes, bytes per payload, payload support):"]
+        for name, (keys, total, per, support) in self.view_memory().items():
+            lines.append(f"  {name}: {keys} keys, {total} B, {per:.0f} B/payload, {support} variables")
+        return "\n".join(lines)
+
+    def view_memory(self) -> dict[str, tuple[int, int, float, int]]:
+        """Per stored view: (keys, bytes, bytes per stored payload, variables in its payloads' support).
+
+        A covariance payload of a view holds only its subtree's variables (§6.2),
+        so bytes per payload differ per view.  Bytes count the payloads and keys
+        (Python objects measured on a sample of up to 32 payloads per view, O(1)
+        per view; columnar stores exactly) and the store's tables.
+        """
+        out: dict[str, tuple[int, int, float, int]] = {}
+        for node in self.tree.materialized():
+            store = node.store
+            if store is None:
+                continue
+            support = len(self._support(node)) if isinstance(self.ring, CovarianceRing) else 0
+            if hasattr(store, "memory"):
+                keys, total, per = store.memory()  # type: ignore[union-attr]
+            else:
+                keys, total, per = _dict_store_memory(store)
+            out[node.name] = (keys, total, per, support)
+        return out
+
+    def _support(self, node: ViewNode) -> tuple[int, ...]:
+        """The ring indices of the covariance variables lifted in ``node``'s subtree: its payloads' support."""
+        lifted = [v for n in node.walk() for v in n.lifted]
+        return self.ring.support(lifted)  # type: ignore[attr-defined]
 
     def stats(self) -> dict[str, int | float]:
         views = self.tree.materialized()
-        return {
+        memory = self.view_memory()
+        keys = sum(m[0] for m in memory.values())
+        total = sum(m[1] for m in memory.values())
+        out: dict[str, int | float] = {
             "materialized_views": len(views),
             "view_keys": sum(len(n.store) for n in views if n.store is not None),
             "updates_applied": self.updates_applied,
             "rebuilds": self.rebuilds,
             "update_exponent": update_exponent(self.query, self.order),
             "indicators": len(self.indicator_leaves),
+            "view_bytes": total,
+            "bytes_per_payload": round(total / keys, 1) if keys else 0.0,
         }
+        for name, (_, view_total, per, _) in memory.items():
+            out[f"view_bytes[{name}]"] = view_total
+            out[f"bytes_per_payload[{name}]"] = round(per, 1)
+        return out
+
+
+def payload_nbytes(payload: Any) -> int:
+    """Bytes of one stored payload: the object and what it owns (covariance arrays, lanes' numbers)."""
+    if isinstance(payload, Covariance):
+        return payload.nbytes()
+    if isinstance(payload, tuple):
+        return sys.getsizeof(payload) + sum(sys.getsizeof(x) for x in payload)
+    if isinstance(payload, Pair):
+        return sys.getsizeof(payload) + payload_nbytes(payload.first) + payload_nbytes(payload.second)
+    return sys.getsizeof(payload)
+
+
+def _dict_store_memory(store: Store, sample: int = 32) -> tuple[int, int, float]:
+    """(keys, bytes, bytes per payload) of a dict store, payloads and keys measured on a sample."""
+    n = len(store.data)
+    if not n:
+        return 0, sys.getsizeof(store.data), 0.0
+    picked = list(islice(store.data.items(), sample))
+    per_payload = sum(payload_nbytes(p) for _, p in picked) / len(picked)
+    per_key = sum(sys.getsizeof(k) for k, _ in picked) / len(picked)
+    tables = sys.getsizeof(store.data) + sum(sys.getsizeof(i) for i in store.indexes.values())
+    return n, int(tables + n * (per_payload + per_key)), per_payload
 
 
 def closure(variables: Collection[str], fds: Sequence[tuple[Collection[str], str]]) -> frozenset[str]:
