@@ -74,7 +74,7 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     With ``progress`` a bar per relation (tuples converted) and per query (tuples preprocessed)
     goes to stderr.
     """
-    from processor.local.spark import spark_session
+    from processor.local.spark import spark_session, stop_session
 
     unknown = set(files) - {r.name for r in config.relations}
     if unknown:
@@ -113,7 +113,7 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
                     bar.advance(stop - start)
     finally:
         if own:
-            spark.stop()
+            stop_session(spark)
     # the stream continues from the topics' current ends; the loaded tuples are in no topic
     positions = end_offsets(config.bootstrap, relation_topics)
     store = pipeline.store

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from processor.config import PipelineConfig, QueryConfig
 from processor.control import control_topic
 from processor.heartbeat import Heartbeat
-from processor.local.spark import spark_session
+from processor.local.spark import spark_session, stop_session, temporary_checkpoint
 from processor.metrics import LagMonitor, Metrics
 from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
 from processor.recovery import StateStore, recover
@@ -242,7 +242,12 @@ def run_job(
         else:
             handoff.put(batch, stopping)
 
-    writer = stream.writeStream.foreachBatch(process).trigger(processingTime=f"{config.trigger_ms} milliseconds")
+    checkpoint = temporary_checkpoint()
+    writer = (
+        stream.writeStream.foreachBatch(process)
+        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+        .option("checkpointLocation", checkpoint)
+    )
     query = writer.start()
     lag = LagMonitor(
         config.bootstrap, pipeline.topics, lambda: pipeline.positions, metrics,
@@ -272,10 +277,8 @@ def run_job(
         report.last_committed = pipeline.state.last_batch_id
         stopper.join(max(0.5, deadline + 1 - time.monotonic()))
         if own_session:
-            local = spark.conf.get("spark.local.dir", None)
-            _bounded(spark.stop, "stopping Spark").join(3)
-            if local and Path(local).name.startswith("ivm-spark-"):
-                shutil.rmtree(local, ignore_errors=True)
+            _bounded(lambda: stop_session(spark, jvm_exit_timeout=4), "stopping Spark").join(5)
+        shutil.rmtree(checkpoint, ignore_errors=True)
         log.warning("%s", report)
         heartbeat.stop()
     if handoff is not None and handoff.error is not None:

@@ -217,6 +217,7 @@ def read_committed_progress(bootstrap: str, topic: str) -> dict[str, Any] | None
             "group.id": "ivm-recovery",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
             **CLIENT_DEFAULTS,
         }
     )
@@ -227,11 +228,12 @@ def read_committed_progress(bootstrap: str, topic: str) -> dict[str, Any] | None
             return None
         last = None
         for partition in metadata.topics[topic].partitions:
-            tp = TopicPartition(topic, partition, 0)
-            _low, high = consumer.get_watermark_offsets(tp, timeout=30)
-            if high == 0:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            if high <= low:
                 continue
-            consumer.assign([TopicPartition(topic, partition, 0)])
+            # from the first record still held: retention may have deleted offset 0, and a reset to the
+            # end would read no record and take the pipeline for a new one
+            consumer.assign([TopicPartition(topic, partition, low)])
             deadline = time.monotonic() + 120
             while consumer.position([TopicPartition(topic, partition)])[0].offset < high:
                 msg = consumer.poll(0.5)
@@ -286,7 +288,14 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
             f"Restore a newer snapshot, or start the pipeline over with `{FIX}`"
         )
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "ivm-replay", "enable.auto.commit": False, **CLIENT_DEFAULTS}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "ivm-replay",
+            "enable.auto.commit": False,
+            # an offset retention deleted after the check above is an error, never a silent jump to the end
+            "auto.offset.reset": "error",
+            **CLIENT_DEFAULTS,
+        }
     )
     consumer.assign([TopicPartition(t, p, pipeline.positions.get((t, p), 0)) for (t, p) in todo])
     replayed, pending = 0, []
@@ -304,6 +313,7 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
                     raise TimeoutError(f"replay did not reach {todo}")
                 continue
             if msg.error():
+                _raise_lost(msg, pipeline.positions)
                 continue
             tp = (msg.topic(), msg.partition())
             if tp not in remaining or msg.offset() >= todo[tp]:
@@ -322,6 +332,24 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
     for tp, stop in todo.items():  # records compacted away or control markers: the position is the end
         pipeline.positions[tp] = max(pipeline.positions.get(tp, 0), stop)
     return replayed
+
+
+def _raise_lost(msg: Any, positions: Positions) -> None:
+    """:class:`RecoveryError` for a replay whose offsets are gone (Spark's ``failOnDataLoss``), the error
+    itself if it is fatal; a transient client error (a broker reconnecting) is only logged."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    err = msg.error()
+    if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+        tp = (msg.topic(), msg.partition())
+        raise RecoveryError(
+            f"{tp[0]}[{tp[1]}] no longer holds offset {positions.get(tp, 0)}, which the replay needs "
+            f"({err.str()}): retention deleted committed inputs while the processor started. "
+            f"Restore a newer snapshot, or start the pipeline over with `{FIX}`"
+        )
+    if err.fatal():
+        raise KafkaException(err)
+    log.debug("replay: %s", err)
 
 
 @dataclass

@@ -183,6 +183,7 @@ class TopicReader:
                 "group.id": "ivm-topic-reader",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",  # from the first record held if retention moves it meanwhile
                 **CLIENT_DEFAULTS,
             }
         )

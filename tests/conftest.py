@@ -28,11 +28,11 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 
 @pytest.fixture(scope="session")
 def spark():
-    from processor.local.spark import spark_session
+    from processor.local.spark import spark_session, stop_session
 
     session = spark_session("ivm-tests", "local[2]", log_dir=str(LOGS))
     yield session
-    session.stop()
+    stop_session(session)
 
 
 @pytest.fixture

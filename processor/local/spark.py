@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,15 +23,42 @@ _JVM_OPTIONS = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
+
+#: the prefix of the per-session scratch folder (``spark.local.dir``), removed by :func:`stop_session`
+LOCAL_DIR_PREFIX = "ivm-spark-"
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs every Spark process on this machine (``local``, ``local[N]``,
+    ``local-cluster[...]``), so that binding to the loopback address is right.
+
+    >>> is_local("local[2]"), is_local("local-cluster[2,1,1024]"), is_local("spark://host:7077"), is_local("yarn")
+    (True, True, False, False)
+    """
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
 
 def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str | None = None) -> SparkSession:
-    """A SparkSession for the streaming job; the UI is off and shuffles are small."""
+    """A SparkSession for the streaming job; the UI is off and shuffles are small.
+
+    On a local master Spark binds to the loopback address (``SPARK_LOCAL_IP=127.0.0.1`` for the JVM it
+    launches, unless set already), so a machine whose host name resolves to an unreachable address still
+    works; on a cluster master nothing is pinned: executors on other hosts must reach the driver.  The
+    scratch folder is a fresh ``ivm-spark-*`` folder; :func:`stop_session` removes it.
+    """
     from pyspark.sql import SparkSession
 
     jars = ",".join(str(j) for j in spark_kafka_jars())
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    local_dir = tempfile.mkdtemp(prefix="ivm-spark-")
+    pinned = is_local(master) and "SPARK_LOCAL_IP" not in os.environ
+    if not is_local(master) and os.environ.get("SPARK_LOCAL_IP", "").startswith("127."):
+        log.warning(
+            "SPARK_LOCAL_IP=%s with the cluster master %s: executors on other hosts cannot reach this driver",
+            os.environ["SPARK_LOCAL_IP"], master,
+        )  # fmt: skip
+    local_dir = tempfile.mkdtemp(prefix=LOCAL_DIR_PREFIX)
     log_file = Path(log_dir or local_dir) / "spark-driver.log"
     java_options = f"-Dlog4j2.configurationFile=file:{_LOG4J2} -Divm.spark.log={log_file} " + os.environ.get(
         "IVM_SPARK_JAVA_OPTIONS", _JVM_OPTIONS
@@ -47,4 +76,60 @@ def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str 
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.ui.showConsoleProgress", "false")
     )
-    return builder.getOrCreate()
+    if pinned:  # only the JVM launched now sees it: the environment of this process is left as it was
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    try:
+        session = builder.getOrCreate()
+    finally:
+        if pinned:
+            os.environ.pop("SPARK_LOCAL_IP", None)
+    if session.conf.get("spark.local.dir", None) != local_dir:  # an existing session: its folder is in use
+        shutil.rmtree(local_dir, ignore_errors=True)
+    return session
+
+
+def stop_session(spark: SparkSession, jvm_exit_timeout: float = 10.0) -> None:
+    """Stop ``spark``, end the driver JVM this process launched and remove the ``ivm-spark-*`` scratch
+    folder (shuffle files, the Python workers' files, the driver's log when no other folder was given).
+
+    The JVM deletes its own ``spark-*`` folders in the system temp directory by a shutdown hook, which runs
+    when it sees this process's end; waiting for it here means they are gone when the stop returns, not
+    a moment after.  A later :func:`spark_session` in this process launches a new JVM.
+    """
+    local = spark.conf.get("spark.local.dir", None)
+    try:
+        spark.stop()
+        _end_gateway(jvm_exit_timeout)
+    finally:
+        if local and Path(local).name.startswith(LOCAL_DIR_PREFIX):
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def _end_gateway(timeout: float) -> None:
+    """Close the launched driver JVM's stdin (it exits on that, running its shutdown hooks) and wait."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:  # a JVM this process did not launch (an attached session): not ours to end
+        return
+    try:
+        gateway.shutdown()
+    except Exception as err:  # the gateway connection may already be gone
+        log.debug("closing the Spark gateway: %s", err)
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout)
+    except Exception:
+        log.warning("the Spark driver JVM (pid %d) did not exit within %.0f s; killing it", proc.pid, timeout)
+        proc.kill()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def temporary_checkpoint() -> str:
+    """A fresh folder for the streaming query's checkpoint when the user gives none (the caller removes it
+    at the stop).  Spark's own default, a ``temporary-*`` folder in the JVM's temp directory, stays behind
+    whenever the query's stop does not finish in time; a fresh folder also never resumes old offsets."""
+    return tempfile.mkdtemp(prefix="ivm-checkpoint-")

@@ -171,3 +171,61 @@ def test_retention_gap_refuses_to_start_then_reset_starts_over(kafka, start_job,
         for _o, (row, mult) in rows:
             db[rel][row] = db[rel].get(row, 0) + mult
     assert values == {"tri": count(parse(TRIANGLE), db)}
+
+
+def test_replay_fails_loudly_when_retention_deletes_inputs_after_the_check(kafka, topic_prefix, tmp_path) -> None:
+    """Retention can delete the offsets a replay needs after :func:`missing_history` looked (a start that
+    races the log cleaner).  The replay's own consumer then meets an offset out of range: it must fail,
+    naming the partition and offset, instead of jumping to the end and marking the gap as applied (what a
+    consumer without ``auto.offset.reset = error`` does)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from processor import recovery
+    from processor.pipeline import Pipeline
+    from tests.unit.test_pipeline import MemorySink
+
+    config = _config(kafka, topic_prefix, tmp_path / "state", {"tri": TRIANGLE})
+    create_topics(kafka.bootstrap, [r.topic for r in config.relations])
+    _produce(kafka, topic_prefix, _edges(random.Random(5), 300))
+    end = end_offsets(kafka.bootstrap, [r.topic for r in config.relations])
+    pipeline = Pipeline(config, MemorySink(), Metrics())
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_records([TopicPartition(f"{topic_prefix}R", 0, 20)]).values():
+        future.result()
+    checked = recovery.missing_history
+    try:
+        recovery.missing_history = lambda *_: []  # the check ran before retention deleted the records
+        with pytest.raises(RecoveryError, match=rf"{topic_prefix}R\[0\] no longer holds offset 0.*ivm reset"):
+            recovery.replay(pipeline, kafka.bootstrap, end)
+    finally:
+        recovery.missing_history = checked
+    assert pipeline.positions.get((f"{topic_prefix}R", 0), 0) == 0, "the gap was marked as applied"
+    # and with the check in place the same start is refused before anything is read
+    with pytest.raises(RecoveryError, match=r"R\[0\] starts at offset 20"):
+        recovery.replay(pipeline, kafka.bootstrap, end)
+
+
+def test_progress_is_read_from_the_first_offset_still_held(kafka, topic_prefix) -> None:
+    """A progress topic whose first records were deleted is read from its low watermark: the last
+    committed batch is found, never mistaken for a new pipeline (a reset to the end would read nothing)."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from processor.codec import OutputCodec
+    from processor.recovery import read_committed_progress
+
+    topic = f"{topic_prefix}progress"
+    create_topics(kafka.bootstrap, [topic])
+    codec = OutputCodec("progress")
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for batch in range(10):
+        record = {
+            "pipeline": "p", "batch_id": batch, "offsets": [], "timestamp_ms": 0, "origin": [], "bootstrapped": False
+        }  # fmt: skip
+        producer.produce(topic, codec.encode(record))
+    producer.flush()
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
+        future.result()
+    assert read_committed_progress(kafka.bootstrap, topic)["batch_id"] == 9

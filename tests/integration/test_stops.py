@@ -20,6 +20,7 @@ import pytest
 from processor.codec import load_relation_codecs
 from processor.config import dump_config
 from processor.local.kafka import KafkaBroker
+from processor.local.spark import _JVM_OPTIONS
 from processor.local.stack import ProcessorProcess
 from processor.produce import UpdateProducer
 from processor.recovery import read_committed_progress
@@ -45,11 +46,20 @@ def _produce(bootstrap: str, topics: dict[str, str], n: int, domain: int, seed: 
 def _start(tmp_path: Path, config, bootstrap: str, name: str, monkeypatch) -> ProcessorProcess:
     path = tmp_path / "pipeline.toml"
     path.write_text(dump_config(config))
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the child's temporary folders land here
+    # the child's temporary folders land here, Python's and the JVM's (Spark's default checkpoint among them)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("IVM_SPARK_JAVA_OPTIONS", f"-Djava.io.tmpdir={tmp_path / 'tmp'} {_JVM_OPTIONS}")
     (tmp_path / "tmp").mkdir(exist_ok=True)
     proc = ProcessorProcess(path, bootstrap, tmp_path / f"{name}.log", metrics_port=0)
     monkeypatch.delenv("TMPDIR")
+    monkeypatch.delenv("IVM_SPARK_JAVA_OPTIONS")
     return proc
+
+
+def _left_behind(tmp: Path) -> list[str]:
+    """The run's temporary folders still there: Spark's scratch folder, the streaming query's checkpoint
+    and Spark's own ``temporary-*`` checkpoints and ``spark-*`` folders."""
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("ivm-", "temporary-", "spark-")))
 
 
 def _wait_for(predicate, what: str, timeout: float = 120) -> None:
@@ -89,7 +99,7 @@ def test_stop_with_the_broker_up(kafka, topic_prefix, tmp_path, monkeypatch, sig
     assert f"pipeline {config.name}: Kafka {kafka.bootstrap}" in log
     assert f"query {config.queries[0].name}: Q() :- R(a, b), S(b, c), T(c, a) -- engine first_order" in log
     assert "Traceback" not in log
-    assert not list((tmp_path / "tmp").glob("ivm-spark-*")), "Spark's temporary folder was left behind"
+    assert _left_behind(tmp_path / "tmp") == [], "temporary folders were left behind"
 
 
 def test_stop_with_the_broker_down_abandons_the_open_transaction(tmp_path, monkeypatch) -> None:
@@ -112,7 +122,7 @@ def test_stop_with_the_broker_down_abandons_the_open_transaction(tmp_path, monke
         assert ended, "the stop hung"
         assert proc.proc.returncode == 0
         assert "stopped: abandoned batch" in log and "not committed" in log
-        assert not list((tmp_path / "tmp").glob("ivm-spark-*"))
+        assert _left_behind(tmp_path / "tmp") == []
 
         # nothing lost: the broker and the processor come back, every batch once, results exact
         broker = KafkaBroker.start(broker.workdir)
