@@ -38,8 +38,10 @@ from collections.abc import Collection, Iterator, Sequence
 from itertools import islice, product
 from typing import Any
 
+import numpy as np
+
 from ivm.engines.base import Engine
-from ivm.engines.fivm import lanes
+from ivm.engines.fivm import columnar, lanes
 from ivm.engines.fivm.indicators import add_indicators
 from ivm.engines.fivm.view_tree import (
     DeltaPlan,
@@ -94,6 +96,7 @@ class FIVM(Engine):
         order: VariableOrder | None = None,
         indicators: bool = False,
         fds: Sequence[tuple[Collection[str], str]] = (),
+        implementation: str = "auto",
     ) -> None:
         super().__init__(query)
         self.fds = tuple((tuple(lhs), rhs) for lhs, rhs in fds)
@@ -119,8 +122,13 @@ class FIVM(Engine):
         self._lanes = lanes.numeric_pair(self.ring)
         if self._lanes:
             self._compile_lane_lifts()
+        self.implementation = self._choose_implementation(implementation, indicators)
+        self._columnar = self.implementation == "numpy"
+        if self._columnar:
+            self._dtype: Any = object if self.ring.exact else np.float64  # type: ignore[attr-defined]
+            columnar.assign_layouts(self.tree.roots, self.ring.index)  # type: ignore[attr-defined]
         for node in self.tree.nodes():
-            node.store = Store() if node.materialized else None
+            node.store = self._new_store(node) if node.materialized else None
         self.base: dict[str, dict[Row, int]] = {r: {} for r in query.relations}
         self._factorized = self.ring_name == "factorized"
         self._tracking = False
@@ -130,6 +138,29 @@ class FIVM(Engine):
         self.rebuilds = 0
 
     # ------------------------------------------------------------------ setup
+    def _choose_implementation(self, implementation: str, indicators: bool) -> str:
+        """``"numpy"`` (batches as grouped array operations, :mod:`.columnar`) or ``"python"`` (ring objects).
+
+        ``"auto"`` takes numpy for the continuous covariance ring without
+        indicator projections, the Python reference implementation otherwise.
+        """
+        if implementation not in ("auto", "numpy", "python"):
+            raise ValueError(f"unknown implementation {implementation!r}; known: auto, numpy, python")
+        supported = self.ring_name == "covariance" and not indicators
+        if implementation == "numpy" and not supported:
+            raise ValueError("implementation='numpy' covers the covariance ring without indicators")
+        if implementation == "auto":
+            return "numpy" if supported else "python"
+        return implementation
+
+    def _new_store(self, node: ViewNode) -> Any:
+        if not self._columnar:
+            return Store()
+        support = node.layout.support  # type: ignore[attr-defined]
+        store = columnar.ColumnStore(len(support), self._dtype, tolerance=not self.ring.exact)  # type: ignore[attr-defined]
+        store.support = support
+        return store
+
     @classmethod
     def refuses(cls, query: Query) -> str | None:
         if any(not atom.terms for atom in query.atoms):
@@ -207,7 +238,10 @@ class FIVM(Engine):
             if relation not in self.updatable:
                 rebuild = True
                 continue
-            if not rebuild:
+            if not rebuild and self._columnar:
+                for leaf in self.tree.leaves.get(relation, []):
+                    self._propagate_block(leaf, self._leaf_block(leaf, delta))
+            elif not rebuild:
                 single = len(delta) == 1 and not self._factorized and not self._lanes
                 for leaf in self.tree.leaves.get(relation, []):
                     if single:  # a single-tuple update: one key up the whole path (_propagate_one)
@@ -251,6 +285,81 @@ class FIVM(Engine):
             if d:
                 out.append((leaf, d))
         return out
+
+    def _leaf_block(self, leaf: ViewNode, delta: dict[Row, int]) -> columnar.Block:
+        """``δR`` at an atom leaf as a :class:`~.columnar.Block` of multiplicities (empty support)."""
+        atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+        if not atom.constants and len(leaf.keys) == len(atom.terms):
+            keys, mults = list(delta), list(delta.values())
+        else:
+            positions = [atom.terms.index(v) for v in leaf.keys]
+            merged: dict[tuple[Any, ...], int] = {}
+            for row, m in delta.items():
+                if atom.matches(row):
+                    key = tuple(row[p] for p in positions)
+                    merged[key] = merged.get(key, 0) + m
+            keys, mults = list(merged), list(merged.values())
+        n = len(keys)
+        C = np.array(mults, dtype=self._dtype) if n else np.zeros(0, dtype=self._dtype)
+        return columnar.Block(keys, C, np.zeros((n, 0), dtype=self._dtype), np.zeros((n, 0, 0), dtype=self._dtype))
+
+    def _lift_values(self, rows: list[tuple[Any, ...]]) -> np.ndarray:
+        return np.array(rows, dtype=self._dtype)
+
+    def _propagate_block(self, node: ViewNode, block: columnar.Block) -> None:
+        """Maintain every materialized view on the path from ``node`` to the root, a batch at a time (§4, Fig. 7).
+
+        Each level is one :func:`.columnar.delta_rule`: grouped array operations
+        over the whole delta, O(|join| · k²) array work and O(|join|) lookups.
+        """
+        while True:
+            block = columnar.drop_zero(block)
+            if not block.keys:
+                return
+            if node.store is not None:
+                node.store.add(block)
+            parent = node.parent
+            if parent is None:
+                if self._tracking:
+                    self._record_block(node, block)
+                return
+            for plan in parent.plans:
+                if plan.child is node:
+                    break
+            block = columnar.delta_rule(plan, block, self._dtype, self._lift_values)
+            node = parent
+
+    def _record_block(self, root: ViewNode, block: columnar.Block) -> None:
+        if len(self.tree.roots) > 1:
+            return  # diffed at drain time
+        names, free = list(root.keys), list(self.query.free)
+        for key, c in zip(block.keys, block.C.tolist(), strict=True):
+            if names != free:
+                binding = dict(zip(names, key, strict=True))
+                key = tuple(binding[v] for v in free)
+            self._pending[key] = self._pending.get(key, 0) + c
+
+    def _rebuild_columnar(self) -> None:
+        """:meth:`_rebuild` with columnar stores: each view from its first child's contents by the delta rule."""
+        for node in self.tree.nodes():
+            node.store = self._new_store(node)
+
+        def evaluate(node: ViewNode) -> None:
+            if node.is_leaf:
+                rel = self.query.atoms[node.atom].relation  # type: ignore[index]
+                node.store.add(columnar.drop_zero(self._leaf_block(node, self.base[rel])))  # type: ignore[union-attr]
+                return
+            for child in node.children:
+                evaluate(child)
+            contents = node.children[0].store.block()  # type: ignore[union-attr]
+            delta = columnar.delta_rule(node.plans[0], contents, self._dtype, self._lift_values)
+            node.store.add(columnar.drop_zero(delta))  # type: ignore[union-attr]
+
+        for root in self.tree.roots:
+            evaluate(root)
+        for node in self.tree.nodes():
+            if not node.materialized:
+                node.store = None
 
     def _leaf_key(self, leaf: ViewNode, row: Row) -> tuple[Any, ...] | None:
         """The key of ``row`` in the atom leaf, or ``None`` if the atom does not select it."""
@@ -447,6 +556,10 @@ class FIVM(Engine):
     def _rebuild(self) -> None:
         """Re-evaluate every view bottom-up from the base relations (preprocessing, §3)."""
         self.rebuilds += 1
+        if self._columnar:
+            self._rebuild_columnar()
+            self._rebuild_tracking()
+            return
         for node in self.tree.nodes():
             node.store = Store()
 
@@ -475,6 +588,9 @@ class FIVM(Engine):
         for node in self.tree.nodes():
             if not node.materialized:
                 node.store = None
+        self._rebuild_tracking()
+
+    def _rebuild_tracking(self) -> None:
         if self._tracking:
             current = dict(self.enumerate())
             self._pending = {}

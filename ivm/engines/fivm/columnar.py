@@ -1,0 +1,452 @@
+"""Batch delta propagation as grouped array operations (F-IVM §4, §6.2; batch updates as in §9 of the paper).
+
+The delta of a view for a whole batch, ``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)`` (Fig. 7), is
+computed in three array steps instead of one ring operation per tuple:
+
+1. *join*: the delta rows are matched with the siblings' rows (dict lookups on
+   the primary index or a secondary index, §2.2), giving for every output row
+   the row numbers of its factors, its output key and its lifted values;
+2. *product*: the factors' payloads are gathered and multiplied by blocks;
+3. *marginalize*: rows with the same output key are summed (``⊕_X``), one
+   ``np.add.reduceat`` per block, or one matrix product per block pair when the
+   whole delta falls on one key (the root of a Boolean query).
+
+Payloads are those of the covariance ring sized per view (§6.2): a view's
+payload is ``(c, s, Q)`` over its *support*, the covariance variables lifted in
+its subtree, laid out child by child (then the view's own lifted variables), so
+each child's block sits at a fixed offset and a product over the disjoint
+supports of siblings is a set of block writes:
+``c = Π c_f``, ``s_f ← (Π_{g≠f} c_g) s_f``, ``Q_ff ← (Π_{g≠f} c_g) Q_f``,
+``Q_fg ← (Π_{h≠f,g} c_h) s_f s_gᵀ``.  Cost per view and batch: O(|join| · k²) arithmetic
+in numpy for support size k, plus O(|join|) dictionary lookups; the number of
+Python-level operations does not depend on k.
+
+A view is a :class:`ColumnStore`: a dict from key to row number and arrays
+``C (rows,)``, ``S (rows, k)``, ``Q (rows, k, k)``; deleted rows are reused.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ivm.engines.fivm.view_tree import DeltaPlan, ViewNode, key_projection, projection
+from ivm.rings.covariance import Covariance
+
+Key = tuple[Any, ...]
+
+#: Float payloads whose entries are all within this of 0 are zero (the ring's zero test, §9 item 1).
+FLOAT_ZERO = 1e-7
+
+
+@dataclass
+class Block:
+    """Payloads of ``len(keys)`` rows over one support: ``C (n,)``, ``S (n, k)``, ``Q (n, k, k)``."""
+
+    keys: list[Key]
+    C: np.ndarray
+    S: np.ndarray
+    Q: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def empty_block(k: int, dtype: Any) -> Block:
+    return Block([], np.zeros(0, dtype=dtype), np.zeros((0, k), dtype=dtype), np.zeros((0, k, k), dtype=dtype))
+
+
+def zero_rows(C: np.ndarray, S: np.ndarray, Q: np.ndarray, tolerance: bool) -> np.ndarray:
+    """The rows whose payload is 0 (float payloads: every entry within :data:`FLOAT_ZERO`)."""
+    n = len(C)
+    if tolerance:
+        zero = np.abs(C) <= 0  # counts are exact even in float payloads
+        if S.shape[1]:
+            zero &= (np.abs(S) <= FLOAT_ZERO).all(axis=1) & (np.abs(Q.reshape(n, -1)) <= FLOAT_ZERO).all(axis=1)
+        return zero
+    zero = C == 0
+    if S.shape[1]:
+        zero &= ~S.astype(bool).any(axis=1) & ~Q.reshape(n, -1).astype(bool).any(axis=1)
+    return np.asarray(zero, dtype=bool)
+
+
+class ColumnStore:
+    """A materialized view as arrays, with a primary index (key → row) and lazy secondary indexes (§2.2).
+
+    ``index(positions)`` maps ``π_positions key`` to ``{key: row}``; rows are
+    stable while a key is present, so indexes change only when keys come and go.
+    Amortized O(1) dictionary work per key and O(k²) array work per payload.
+    """
+
+    def __init__(self, k: int, dtype: Any, tolerance: bool) -> None:
+        self.k = k
+        self.dtype = dtype
+        self.tolerance = tolerance
+        self.rows: dict[Key, int] = {}
+        self.keys: list[Key | None] = []
+        self.free: list[int] = []
+        self.C = np.zeros(0, dtype=dtype)
+        self.S = np.zeros((0, k), dtype=dtype)
+        self.Q = np.zeros((0, k, k), dtype=dtype)
+        self.indexes: dict[tuple[int, ...], dict[Key, dict[Key, int]]] = {}
+        self.support: tuple[int, ...] = ()  # ring indices in layout order (set by the engine)
+
+    # -- reading
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def data(self) -> PayloadView:
+        """The payloads by key as ring elements (built on access; O(1) per key read)."""
+        return PayloadView(self)
+
+    def payload(self, row: int) -> Any:
+        c = self.C[row]
+        c = c.item() if isinstance(c, np.generic) else c
+        order = np.argsort(self.support, kind="stable")
+        idx = tuple(self.support[i] for i in order)
+        return Covariance(c, self.S[row][order].copy(), self.Q[row][np.ix_(order, order)].copy(), idx)
+
+    def block(self) -> Block:
+        """Every stored payload as one :class:`Block` (for re-evaluation)."""
+        keys = list(self.rows)
+        r = np.fromiter(self.rows.values(), dtype=np.intp, count=len(keys))
+        return Block(keys, self.C[r], self.S[r], self.Q[r])
+
+    def index(self, positions: tuple[int, ...]) -> dict[Key, dict[Key, int]]:
+        idx = self.indexes.get(positions)
+        if idx is None:
+            idx = {}
+            project = key_projection(positions)
+            for key, row in self.rows.items():
+                idx.setdefault(project(key), {})[key] = row
+            self.indexes[positions] = idx
+        return idx
+
+    def memory(self) -> tuple[int, int, float]:
+        """(keys, bytes, bytes per payload): arrays exactly (rows in use), tables and keys measured."""
+        n = len(self.rows)
+        width = 1 + self.k + self.k * self.k
+        item = self.C.itemsize if self.dtype != object else 8 + 32  # an object slot and its Python number
+        per_payload = float(width * item)
+        sample = [k for k, _ in zip(self.rows, range(32), strict=False)]
+        per_key = sum(sys.getsizeof(k) for k in sample) / len(sample) if sample else 0.0
+        tables = (
+            sys.getsizeof(self.rows) + sys.getsizeof(self.keys) + sum(sys.getsizeof(i) for i in self.indexes.values())
+        )
+        arrays = len(self.C) * width * item
+        return n, int(tables + arrays + n * per_key), per_payload
+
+    # -- writing
+    def _grow(self, need: int) -> None:
+        cap = len(self.C)
+        if need <= cap:
+            return
+        new = max(need, 2 * cap, 16)
+        k, dtype = self.k, self.dtype
+        C, S, Q = np.zeros(new, dtype=dtype), np.zeros((new, k), dtype=dtype), np.zeros((new, k, k), dtype=dtype)
+        C[:cap], S[:cap], Q[:cap] = self.C, self.S, self.Q
+        self.C, self.S, self.Q = C, S, Q
+        self.keys.extend([None] * (new - len(self.keys)))
+
+    def add(self, block: Block) -> None:
+        """``V += δV`` for a block with distinct keys, deleting keys whose payload becomes 0 (§9 item 1)."""
+        if not block.keys:
+            return
+        rows_get = self.rows.get
+        rows = [rows_get(k, -1) for k in block.keys]
+        fresh = [i for i, r in enumerate(rows) if r < 0]
+        if fresh:
+            reuse = min(len(fresh), len(self.free))
+            taken = [self.free.pop() for _ in range(reuse)]
+            top = len(self.rows) + len(self.free) + reuse  # rows in use or free before this batch
+            tail = list(range(top, top + len(fresh) - reuse))
+            self._grow(top + len(tail))
+            projected = [(key_projection(p), idx) for p, idx in self.indexes.items()]
+            for i, r in zip(fresh, taken + tail, strict=True):
+                key = block.keys[i]
+                rows[i] = r
+                self.rows[key] = r
+                self.keys[r] = key
+                for project, idx in projected:
+                    idx.setdefault(project(key), {})[key] = r
+        r = np.asarray(rows, dtype=np.intp)
+        self.C[r] += block.C
+        if self.k:
+            self.S[r] += block.S
+            self.Q[r] += block.Q
+        zero = zero_rows(self.C[r], self.S[r], self.Q[r], self.tolerance)
+        if zero.any():
+            self._delete(r[zero])
+
+    def _delete(self, rows: np.ndarray) -> None:
+        projected = [(key_projection(p), idx) for p, idx in self.indexes.items()]
+        for row in rows.tolist():
+            key = self.keys[row]
+            self.keys[row] = None
+            del self.rows[key]  # type: ignore[arg-type]
+            for project, idx in projected:
+                sub = project(key)  # type: ignore[arg-type]
+                bucket = idx[sub]
+                del bucket[key]  # type: ignore[arg-type]
+                if not bucket:
+                    del idx[sub]
+            self.free.append(row)
+        self.C[rows] = 0
+        if self.k:
+            self.S[rows] = 0
+            self.Q[rows] = 0
+
+
+class PayloadView(Mapping[Key, Any]):
+    """A read-only mapping key → ring element over a :class:`ColumnStore`."""
+
+    def __init__(self, store: ColumnStore) -> None:
+        self.store = store
+
+    def __getitem__(self, key: Key) -> Any:
+        return self.store.payload(self.store.rows[key])
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        row = self.store.rows.get(key)
+        return default if row is None else self.store.payload(row)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.store.rows)
+
+    def __len__(self) -> int:
+        return len(self.store.rows)
+
+
+@dataclass
+class Layout:
+    """A view's payload layout: its support and, per delta plan, where each factor's block sits.
+
+    The support lists the children's supports in order, then the view's own
+    lifted variables; ``plans[j]`` is ``(child block, sibling blocks in join
+    order)`` as ``(offset, size)`` for the plan of child ``j``.
+    """
+
+    support: tuple[int, ...]
+    lift_offset: int
+    lift_size: int
+    plans: list[tuple[tuple[int, int], list[tuple[int, int]]]]
+
+
+def assign_layouts(nodes: Sequence[ViewNode], ring_index: Mapping[str, int]) -> None:
+    """Set ``node.layout`` (a :class:`Layout`) on every view of a view tree: O(|tree| · k)."""
+
+    def visit(node: ViewNode) -> tuple[int, ...]:
+        support: list[int] = []
+        blocks: list[tuple[int, int]] = []
+        for child in node.children:
+            sub = visit(child)
+            blocks.append((len(support), len(sub)))
+            support += sub
+        lifted = [ring_index[v] for v in node.lifted if v in ring_index]
+        plans = []
+        for plan in node.plans:
+            position = {id(c): i for i, c in enumerate(node.children)}
+            plans.append(
+                (blocks[position[id(plan.child)]], [blocks[position[id(step.sibling)]] for step in plan.steps])
+            )
+        node.layout = Layout(tuple(support + lifted), len(support), len(lifted), plans)  # type: ignore[attr-defined]
+        return tuple(support + lifted)
+
+    for node in nodes:
+        visit(node)
+
+
+def _group(keys: list[Key]) -> tuple[list[Key], np.ndarray]:
+    """Distinct keys in order of first appearance and each row's group number."""
+    index: dict[Key, int] = {}
+    setdefault = index.setdefault
+    gid = np.fromiter((setdefault(k, len(index)) for k in keys), dtype=np.intp, count=len(keys))
+    return list(index), gid
+
+
+class _Reducer:
+    """``⊕`` over rows with the same output key: identity, a sum, or sorted segment sums."""
+
+    def __init__(self, gid: np.ndarray, groups: int) -> None:
+        n = len(gid)
+        self.groups = groups
+        self.single = groups == 1
+        self.identity = groups == n and bool((gid == np.arange(n)).all())
+        if not self.single and not self.identity:
+            self.order = np.argsort(gid, kind="stable")
+            sorted_gid = gid[self.order]
+            self.starts = np.flatnonzero(np.r_[True, sorted_gid[1:] != sorted_gid[:-1]])
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.identity:
+            return x
+        if self.single:
+            return x.sum(axis=0, keepdims=True)
+        return np.add.reduceat(x[self.order], self.starts, axis=0)
+
+    def outer(self, w: np.ndarray | None, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``⊕ w · a ⊗ b`` per group; one matrix product when every row is in one group."""
+        if w is not None:
+            a = a * w[:, None]
+        if self.single:
+            return (a.T @ b)[None]
+        return self(a[:, :, None] * b[:, None, :])
+
+
+def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> Block:
+    """``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i ⊗ g_X)`` for a whole batch (Fig. 7) as grouped array operations.
+
+    ``lift_values(rows_of_values) -> array`` converts the lifted variables'
+    values to the payload dtype.  O(|join|) lookups plus O(|join| · k²) array work.
+    """
+    steps = plan.steps
+    stores = [step.sibling.store for step in steps]
+    layout: Layout = plan.node.layout  # type: ignore[attr-defined]
+    child_block, sibling_blocks = layout.plans[next(i for i, p in enumerate(plan.node.plans) if p is plan)]
+    if plan.direct is not None:
+        src, sib_rows, out_keys, lifted = _direct_join(plan, delta, stores)
+    else:
+        src, sib_rows, out_keys, lifted = _index_join(plan, delta, stores)
+    k = len(layout.support)
+    if not out_keys:
+        return empty_block(k, dtype)
+    keys, gid = _group(out_keys)
+    reduce = _Reducer(gid, len(keys))
+    factors: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None, int]] = []  # (c, s, Q, offset)
+    off, size = child_block
+    factors.append((delta.C[src], delta.S[src] if size else None, delta.Q[src] if size else None, off))
+    for (off, size), store, rows in zip(sibling_blocks, stores, sib_rows, strict=True):
+        factors.append((store.C[rows], store.S[rows] if size else None, store.Q[rows] if size else None, off))  # type: ignore[union-attr]
+    if layout.lift_size:
+        X = lift_values(lifted)
+        factors.append((None, X, X[:, :, None] * X[:, None, :], layout.lift_offset))  # type: ignore[arg-type]
+    n = len(out_keys)
+    cs = [f[0] for f in factors]
+
+    def c_except(*skip: int) -> np.ndarray | None:
+        out: np.ndarray | None = None
+        for i, c in enumerate(cs):
+            if c is None or i in skip:
+                continue
+            out = c if out is None else out * c
+        return out
+
+    C = reduce(c_except() if any(c is not None for c in cs) else np.ones(n, dtype=dtype))
+    S = np.zeros((len(keys), k), dtype=dtype)
+    Q = np.zeros((len(keys), k, k), dtype=dtype)
+    blocks = [i for i, f in enumerate(factors) if f[1] is not None and f[1].shape[1]]
+    for i in blocks:
+        _, s, q, o = factors[i]
+        w = c_except(i)
+        kk = s.shape[1]  # type: ignore[union-attr]
+        S[:, o : o + kk] = reduce(s if w is None else s * w[:, None])  # type: ignore[index, operator]
+        Q[:, o : o + kk, o : o + kk] = reduce(q if w is None else q * w[:, None, None])  # type: ignore[index, operator]
+    for a_i, i in enumerate(blocks):
+        for j in blocks[a_i + 1 :]:
+            _, si, _, oi = factors[i]
+            _, sj, _, oj = factors[j]
+            ki, kj = si.shape[1], sj.shape[1]  # type: ignore[union-attr]
+            cross = reduce.outer(c_except(i, j), si, sj)  # type: ignore[arg-type]
+            Q[:, oi : oi + ki, oj : oj + kj] = cross
+            Q[:, oj : oj + kj, oi : oi + ki] = cross.transpose(0, 2, 1)
+    return Block(keys, C, S, Q)
+
+
+def _direct_join(
+    plan: DeltaPlan, delta: Block, stores: list[Any]
+) -> tuple[np.ndarray, list[np.ndarray], list[Key], list[Key]]:
+    """Every sibling by primary key, a projection of the delta key (:class:`DirectPlan`): O(|δ| · #siblings)."""
+    direct = plan.direct
+    assert direct is not None
+    keys = delta.keys
+    n = len(keys)
+    mask = np.ones(n, dtype=bool)
+    found: list[np.ndarray] = []
+    for store, project in zip(stores, direct.siblings, strict=True):
+        get = store.rows.get
+        rows = np.fromiter((get(project(k), -1) for k in keys), dtype=np.intp, count=n)
+        mask &= rows >= 0
+        found.append(rows)
+    if mask.all():
+        src = np.arange(n)
+        sel = keys
+    else:
+        src = np.flatnonzero(mask)
+        sel = [keys[i] for i in src.tolist()]
+        found = [rows[src] for rows in found]
+    out_keys = sel if direct.identity else list(map(direct.key, sel))
+    lifted = list(map(direct.lift, sel)) if plan.lift_vars else []
+    return src, found, out_keys, lifted
+
+
+def _index_join(
+    plan: DeltaPlan, delta: Block, stores: list[Any]
+) -> tuple[np.ndarray, list[np.ndarray], list[Key], list[Key]]:
+    """Siblings through primary or secondary indexes (§2.2, Remark 20): O(|δ| · fan-out) lookups."""
+    steps = plan.steps
+    nsteps = len(steps)
+    slots: list[Any] = [None] * plan.width
+    key_of = projection(plan.key_slots)
+    lift_of = projection(plan.lift_slots)
+    lifting = bool(plan.lift_vars)
+    probes = [projection(step.key_slots if step.full else step.bound_slots) for step in steps]
+    lookups = [
+        store.rows if step.full else store.index(step.bound_pos) for step, store in zip(steps, stores, strict=True)
+    ]
+    src: list[int] = []
+    sib: list[list[int]] = [[] for _ in steps]
+    chosen: list[int] = [0] * nsteps
+    out_keys: list[Key] = []
+    lifted: list[Key] = []
+
+    def join(i: int, row: int) -> None:
+        if i == nsteps:
+            src.append(row)
+            for j in range(nsteps):
+                sib[j].append(chosen[j])
+            out_keys.append(key_of(slots))  # type: ignore[arg-type]
+            if lifting:
+                lifted.append(lift_of(slots))  # type: ignore[arg-type]
+            return
+        step = steps[i]
+        found = lookups[i].get(probes[i](slots))  # type: ignore[arg-type]
+        if found is None:
+            return
+        if step.full:
+            chosen[i] = found
+            join(i + 1, row)
+            return
+        fill = step.fill
+        for key, r in list(found.items()):
+            for p, s in fill:
+                slots[s] = key[p]
+            chosen[i] = r
+            join(i + 1, row)
+
+    child_slots = plan.child_slots
+    for row, key in enumerate(delta.keys):
+        for s, value in zip(child_slots, key, strict=True):
+            slots[s] = value
+        join(0, row)
+    return (
+        np.asarray(src, dtype=np.intp),
+        [np.asarray(r, dtype=np.intp) for r in sib],
+        out_keys,
+        lifted,
+    )
+
+
+def drop_zero(block: Block) -> Block:
+    """The rows of ``block`` whose payload is not 0 (a zero delta changes nothing)."""
+    if not block.keys:
+        return block
+    zero = zero_rows(block.C, block.S, block.Q, False)
+    if not zero.any():
+        return block
+    keep = np.flatnonzero(~zero)
+    return Block([block.keys[i] for i in keep.tolist()], block.C[keep], block.S[keep], block.Q[keep])
