@@ -367,9 +367,12 @@ def _direct_join(
     n = len(keys)
     mask = np.ones(n, dtype=bool)
     found: list[np.ndarray] = []
-    for store, project in zip(stores, direct.siblings, strict=True):
+    for store, project, positions in zip(stores, direct.siblings, direct.sibling_positions, strict=True):
         get = store.rows.get
-        rows = np.fromiter((get(project(k), -1) for k in keys), dtype=np.intp, count=n)
+        if keys and positions == tuple(range(len(keys[0]))):  # the sibling's key is the delta key (a star's root)
+            rows = np.array([get(k, -1) for k in keys], dtype=np.intp)
+        else:
+            rows = np.array([get(project(k), -1) for k in keys], dtype=np.intp)
         mask &= rows >= 0
         found.append(rows)
     if mask.all():
