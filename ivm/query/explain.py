@@ -62,7 +62,8 @@ def explain(
     out["mixdetect"] = None if p.mixdetect is None else bool(p.mixdetect)
     out["constant_time"] = p.constant_time
     out["engine"] = p.engine
-    out["best_engine"] = p.best_engine
+    out["best_engine"] = p.best_engine  # an engine that accepts the query (when engines are registered)
+    out["papers_best_engine"] = p.papers_best or p.best_engine
     out["eps"] = p.eps
     out["guarantee"] = p.guarantee.as_dict()
     out["plan"] = {"why": p.why, "structure": p.structure, "views": list(p.views), "notes": list(p.notes)}

@@ -159,6 +159,8 @@ class Plan:
     mixdetect: Verdict | None = None
     #: the choices the chosen engine makes at run time from the data: ``choice``, ``statistic``, ``rule``
     runtime: tuple[dict[str, str], ...] = field(default=())
+    #: the papers' best engine for the query, even when it is not registered or refuses the query
+    papers_best: str | None = None
 
 
 def plan(
@@ -191,6 +193,12 @@ def plan(
     if query.beyond_rings:
         return _aggregates_plan(analysis, sigma, engine, registered)
     best, eps_used, guarantee, constant, structure, views, why, mix = _best(analysis, sigma, eps, notes)
+    papers_best = best
+    accepting = _best_accepting(query, best, registered, guarantee, notes)
+    if accepting is not None:  # name a best engine only if it accepts the query
+        best = accepting
+        guarantee = _engine_guarantee(best, analysis, eps, guarantee)
+        constant = constant and best in ("qhier", "propagation")
     want = engine or best
     if (
         want == best == "ivm_eps"
@@ -203,7 +211,9 @@ def plan(
     runtime = tuple(_runtime_choices(query, chosen, registered))
     if engine is not None and engine != best and not (engine == ADAPTIVE and best == "ivm_eps"):
         notes.append(
-            f"engine {engine!r} was requested; the papers' best plan for this query is {best!r} ({guarantee.update})"
+            f"engine {engine!r} was requested; "
+            + ("the papers' best plan" if best == papers_best else "the best engine that accepts it")
+            + f" for this query is {best!r} ({guarantee.update})"
         )
         guarantee = _engine_guarantee(engine, analysis, eps, guarantee)
         constant = constant and engine in ("qhier", "propagation")
@@ -211,8 +221,43 @@ def plan(
         guarantee = _engine_guarantee(chosen, analysis, eps, guarantee)
         constant = False
     return Plan(
-        analysis, sigma, best, chosen, eps_used, guarantee, constant, structure, views, why, tuple(notes), mix, runtime
+        analysis,
+        sigma,
+        best,
+        chosen,
+        eps_used,
+        guarantee,
+        constant,
+        structure,
+        views,
+        why,
+        tuple(notes),
+        mix,
+        runtime,
+        papers_best,
     )
+
+
+def _best_accepting(
+    query: Query, best: str, registered: Mapping[str, Any], guarantee: Guarantee, notes: list[str]
+) -> str | None:
+    """The engine to name as best when the papers' best engine is registered but refuses the query, else ``None``.
+
+    An engine that is not registered (analysis only, ``registered={}``) stays
+    the papers' best; one that is registered and refuses the query is replaced
+    by the first registered engine that accepts it (the one ``auto`` runs).
+    """
+    if best not in registered or registered[best].refuses(query) is None:
+        return None
+    reason = registered[best].refuses(query)
+    for name in (*FALLBACK_ORDER, *registered):
+        if name in registered and name != best and registered[name].refuses(query) is None:
+            notes.append(
+                f"the papers' best plan {best!r} ({guarantee.update}) does not accept this query ({reason}); "
+                f"the best engine that accepts it is {name!r}"
+            )
+            return name
+    return None
 
 
 def _aggregates_plan(a: Analysis, sigma: UpdatePatterns, engine: str | None, registered: Mapping[str, Any]) -> Plan:
@@ -675,6 +720,15 @@ def _engine_guarantee(name: str, a: Analysis, eps: float | None, best: Guarantee
             "O(1) answer time" if not a.query.free else "O(1) delay",
             "O(N)",
             True,
+            best.lower_bound,
+        )
+    if name == "fivm" and a.free_connex:  # F-IVM Thm 13: free-connex acyclic, O(N) per single-tuple update
+        return Guarantee(
+            "O(N)",
+            "O(N) per single-tuple update",
+            "O(1) delay" if a.query.free else "O(1) answer time",
+            "O(N)",
+            False,
             best.lower_bound,
         )
     return Guarantee(
