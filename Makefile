@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices bench-stops clean
+.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices bench-stops bench-snapshots clean
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
@@ -67,6 +67,9 @@ bench-choices: setup
 
 bench-stops: setup
 	$(BIN)/python bench/stops.py
+
+bench-snapshots: setup
+	$(BIN)/python bench/snapshots.py
 
 clean:
 	rm -rf .local/demo .local/test-logs .pytest_cache

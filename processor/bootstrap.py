@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from ivm.updates import Update
 from processor.codec import load_schema, schemas_dir
 from processor.config import PipelineConfig
-from processor.job import state_dir
+from processor.job import snapshot_location
 from processor.metrics import Metrics
 from processor.pipeline import Pipeline
 from processor.progress import ProgressBar
@@ -138,5 +138,5 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     pipeline.state.origin = dict(positions)
     pipeline.state.bootstrapped = True
     report = pipeline.process([], batch_id=0)
-    StateStore(state_dir(config)).save(pipeline.state)
+    StateStore(snapshot_location(config)).save(pipeline.state)
     return report.results

@@ -114,6 +114,7 @@ class PipelineConfig:
     name: str = "ivm"  # the pipeline: its transactional id, progress topic and state folder
     state_dir: str = ""  # snapshots; empty: .local/state/<name>
     snapshot_every: int = 50  # batches between snapshots (0: never)
+    snapshot_location: str = ""  # a folder or a pyarrow.fs URL (s3://, hdfs://) for snapshots; empty: state_dir
     exactly_once: bool = True  # outputs in Kafka transactions, recovery from snapshot + replay
     shards: int = 1
 
@@ -259,6 +260,7 @@ class ProcessorTable(_Table):
     name: Topic = "ivm"
     state_dir: str = ""
     snapshot_every: Annotated[int, Field(ge=0)] = 50
+    snapshot_location: str = ""
     exactly_once: bool = True
     shards: Count = 1
 
@@ -335,6 +337,7 @@ _FIELD_KEYS: dict[str, tuple[str, str]] = {
     "name": ("processor", "name"),
     "state_dir": ("processor", "state_dir"),
     "snapshot_every": ("processor", "snapshot_every"),
+    "snapshot_location": ("processor", "snapshot_location"),
     "exactly_once": ("processor", "exactly_once"),
     "shards": ("processor", "shards"),
     "bootstrap": ("kafka", "bootstrap"),
@@ -756,6 +759,7 @@ def _build(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]], base
         name=proc.name,
         state_dir=str((base / proc.state_dir).resolve()) if proc.state_dir else "",
         snapshot_every=proc.snapshot_every,
+        snapshot_location=_location(base, proc.snapshot_location),
         exactly_once=proc.exactly_once,
         shards=proc.shards,
     )
@@ -787,6 +791,10 @@ def dump_config(config: PipelineConfig) -> str:
     for field_name, (table, key) in _FIELD_KEYS.items():
         if field_name == "state_dir" and config.state_dir:
             by_table.setdefault(table, []).append(f"state_dir = {value(Path(config.state_dir).absolute())}")
+            continue
+        if field_name == "snapshot_location" and config.snapshot_location:
+            where = _location(Path.cwd(), config.snapshot_location)
+            by_table.setdefault(table, []).append(f"snapshot_location = {value(where)}")
             continue
         by_table.setdefault(table, []).append(line(key, field_name))
     by_table["policy"] = [
@@ -834,3 +842,14 @@ __all__ = [
     "load_config",
     "parse_config",
 ]
+
+
+def _location(base: Path, location: str) -> str:
+    """A snapshot location as given if it is a URL (``s3://…``), else a path resolved against ``base``.
+
+    >>> _location(Path("/etc/ivm"), "s3://bucket/state"), _location(Path("/etc/ivm"), "state")
+    ('s3://bucket/state', '/etc/ivm/state')
+    """
+    if not location or "://" in location:
+        return location
+    return str((base / location).resolve())

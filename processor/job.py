@@ -41,6 +41,7 @@ from processor.metrics import LagMonitor, Metrics
 from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
 from processor.recovery import StateStore, recover
 from processor.sink import KafkaSink, TransactionalKafkaSink
+from processor.snapshots import BackgroundSnapshots, SnapshotWritten
 from processor.topics import create_topics, partitions_of
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 5.0  # how long a stop waits for the batch in flight to commit before abandoning it
+SNAPSHOT_WAIT = 10.0  # and then for a snapshot being written (afterwards it finishes on its own)
 
 
 @dataclass
@@ -72,6 +74,12 @@ def state_dir(config: PipelineConfig) -> Path:
     from processor.local.stack import local_dir
 
     return Path(config.state_dir) if config.state_dir else local_dir() / "state" / config.name
+
+
+def snapshot_location(config: PipelineConfig) -> str:
+    """Where the pipeline's snapshots go: ``[processor] snapshot_location`` (a folder or a ``pyarrow.fs``
+    URL every node can read), else the state folder."""
+    return config.snapshot_location or str(state_dir(config))
 
 
 def starting_offsets(config: PipelineConfig, topics: list[str], positions: Positions) -> str:
@@ -108,7 +116,7 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     else:
         create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
         pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
-        report = recover(pipeline, StateStore(state_dir(config)), config.bootstrap)
+        report = recover(pipeline, StateStore(snapshot_location(config)), config.bootstrap)
         metrics.recovery_seconds.set(report.seconds)
         metrics.replayed_records.inc(report.replayed)
     pipeline.on_new_query = on_new_query
@@ -175,7 +183,8 @@ def run_job(
         log.warning("%s", report)
         return report
     heartbeat = Heartbeat(state_dir(config), metrics_url, pipeline=config.name).start()  # for ivm status
-    store = StateStore(state_dir(config)) if config.exactly_once and config.snapshot_every else None
+    store = StateStore(snapshot_location(config)) if config.exactly_once and config.snapshot_every else None
+    snapshots = BackgroundSnapshots(store) if store is not None else None
     own_session = spark is None
     if spark is None:
         spark = spark_session("ivm-processor", config.spark_master)
@@ -210,14 +219,24 @@ def run_job(
             "batch %d: %d records, %s applied, %d dead letters, %.3fs",
             report.batch_id, report.records, report.applied, report.dead_letters, report.seconds,
         )  # fmt: skip
-        if store is not None and report.batch_id % config.snapshot_every == 0:
-            started = time.perf_counter()
-            path, size = store.save(pipeline.state)
-            metrics.snapshot_seconds.observe(time.perf_counter() - started)
-            metrics.snapshot_bytes.set(size)
-            log.info("snapshot %s (%d bytes)", path.name, size)
+        if snapshots is not None:
+            _snapshot_written(snapshots.poll())
+            if report.batch_id % config.snapshot_every == 0:
+                started = time.perf_counter()
+                failed = snapshots.failed
+                if snapshots.take(pipeline.state):
+                    metrics.snapshot_pause_seconds.observe(time.perf_counter() - started)
+                else:
+                    metrics.snapshots_skipped.inc()
+                metrics.snapshots_failed.inc(snapshots.failed - failed)
         if on_batch is not None:
             on_batch(report)
+
+    def _snapshot_written(written: SnapshotWritten | None) -> None:
+        if written is not None:
+            metrics.snapshot_seconds.observe(written.seconds)
+            metrics.snapshot_bytes.set(written.size)
+            log.info("snapshot %s (%d bytes, %.2fs)", written.path.rsplit("/", 1)[-1], written.size, written.seconds)
 
     handoff = Handoff(apply) if config.exactly_once else None
 
@@ -275,6 +294,8 @@ def run_job(
             if not handoff.close(max(0.0, deadline - time.monotonic())):
                 report.abandoned = pipeline.state.last_batch_id + 1
         report.last_committed = pipeline.state.last_batch_id
+        if snapshots is not None and snapshots.in_flight:  # a clean stop leaves the newest snapshot complete
+            _snapshot_written(snapshots.wait(max(1.0, deadline + SNAPSHOT_WAIT - time.monotonic())))
         stopper.join(max(0.5, deadline + 1 - time.monotonic()))
         if own_session:
             _bounded(lambda: stop_session(spark, jvm_exit_timeout=4), "stopping Spark").join(5)

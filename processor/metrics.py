@@ -228,10 +228,22 @@ class Metrics:
         )
         self.snapshot_seconds = Histogram(
             "ivm_snapshot_seconds",
-            "Time to write one state snapshot",
+            "Time to write one state snapshot (in a forked child, beside the stream)",
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60),
             registry=r,
         )
+        self.snapshot_pause_seconds = Histogram(
+            "ivm_snapshot_pause_seconds",
+            "Time the stream stopped to start one snapshot (the fork; the write itself runs beside the stream)",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=r,
+        )
+        self.snapshots_skipped = Counter(
+            "ivm_snapshots_skipped_total",
+            "Snapshots not taken because the previous one was still being written",
+            registry=r,
+        )
+        self.snapshots_failed = Counter("ivm_snapshots_failed_total", "Snapshot writes that failed", registry=r)
         self.snapshot_bytes = Gauge("ivm_snapshot_bytes", "Size of the last state snapshot", registry=r)
         self._seen: dict[tuple[Any, ...], float] = {}  # last value of each engine-side cumulative count
 

@@ -18,98 +18,22 @@ So every batch's outputs appear once, in order, whatever point a crash hit.
 from __future__ import annotations
 
 import logging
-import os
-import pickle
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from processor.codec import OutputCodec
 from processor.config import ConfigError
 from processor.pipeline import Pipeline, PipelineState, Positions, Record
+from processor.snapshots import RESET, StateStore
 from processor.topics import CLIENT_DEFAULTS
 
 log = logging.getLogger(__name__)
-SNAPSHOT_FORMAT = 4  # bump whenever PipelineState, a view or an engine changes shape (4: relations' contents)
 FIX = "ivm reset -c CONFIG --yes"
-RESET = "reset"  # the fingerprint of a query whose state `ivm reset QUERY` dropped
 
 
 class RecoveryError(RuntimeError):
     """The stored state cannot serve the configured pipeline; the message says why and what fixes it."""
-
-
-class StateStore:
-    """Snapshots of a pipeline's state in a folder, written atomically, the newest two kept."""
-
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-
-    def snapshots(self) -> list[Path]:
-        """The snapshot files, oldest first."""
-        return sorted(self.directory.glob("snapshot-*.pkl")) if self.directory.exists() else []
-
-    def save(self, state: PipelineState) -> tuple[Path, int]:
-        """Write a snapshot; returns its path and size in bytes."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        blob = pickle.dumps({"format": SNAPSHOT_FORMAT, "state": state}, protocol=pickle.HIGHEST_PROTOCOL)
-        path = self.directory / f"snapshot-{state.last_batch_id:012d}.pkl"
-        _write(path, blob)
-        for old in self.snapshots()[:-2]:
-            old.unlink(missing_ok=True)
-        return path, len(blob)
-
-    def load(self) -> PipelineState | None:
-        """The newest readable snapshot of this format, or None."""
-        for path in reversed(self.snapshots()):
-            try:
-                data = pickle.loads(path.read_bytes())
-            except Exception as err:  # a torn or foreign file: try the older one
-                log.warning("snapshot %s unreadable (%s); trying an older one", path, err)
-                continue
-            if data.get("format") != SNAPSHOT_FORMAT:
-                log.warning(
-                    "snapshot %s was written by another version (format %s); not used", path, data.get("format")
-                )
-                continue
-            return data["state"]
-        return None
-
-    def drop_query(self, name: str) -> int:
-        """Remove query ``name``'s state from every snapshot (the next start rebuilds it from the
-        relations' contents); returns the number of snapshots that held it."""
-        changed = 0
-        for path in self.snapshots():
-            try:
-                data = pickle.loads(path.read_bytes())
-            except Exception:
-                continue
-            state = data.get("state")
-            if data.get("format") != SNAPSHOT_FORMAT or name not in state.views:
-                continue
-            del state.views[name]
-            state.models.pop(name, None)
-            state.fingerprints[f"query:{name}"] = RESET
-            _write(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
-            changed += 1
-        return changed
-
-    def clear(self) -> int:
-        """Delete every snapshot; returns how many there were."""
-        paths = self.snapshots()
-        for path in paths:
-            path.unlink(missing_ok=True)
-        return len(paths)
-
-
-def _write(path: Path, blob: bytes) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.rename(path)
 
 
 @dataclass

@@ -49,7 +49,7 @@ def _confirm(question: str, yes: bool) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from processor.config import ConfigError, load_config
-    from processor.job import state_dir
+    from processor.job import snapshot_location
     from processor.recovery import StateStore
 
     try:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         for line in err.errors or str(err).splitlines():
             print(f"ivm reset: {line}", file=sys.stderr)
         return 2
-    store = StateStore(state_dir(config))
+    store = StateStore(snapshot_location(config))
     snapshots = store.snapshots()
     if args.query is not None:
         if args.query not in {q.name for q in config.queries}:

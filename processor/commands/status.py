@@ -380,8 +380,9 @@ def run(args: argparse.Namespace) -> int:
     from processor.cli import CommandError
     from processor.config import load_config
     from processor.heartbeat import liveness
-    from processor.job import state_dir
+    from processor.job import snapshot_location, state_dir
     from processor.recovery import read_committed_progress
+    from processor.snapshots import StateStore
     from processor.topics import end_offsets, kafka_reason, require_broker
 
     config = load_config(args.config).with_overrides(bootstrap=args.bootstrap)
@@ -397,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
     results = read_results(config.bootstrap, config)
     url = metrics_url(config, process)
     metrics = check_metrics(url) if url is not None else None
-    snapshots = sorted(p.name for p in folder.glob("snapshot-*.pkl")) if folder.exists() else []
+    snapshots = [path.rsplit("/", 1)[-1] for path in StateStore(snapshot_location(config)).snapshots()]
     status = watch_document(status_document(config, committed, ends, snapshots), committed, process, metrics, results)
     if args.json:
         print(json.dumps(status, indent=2, allow_nan=False))
