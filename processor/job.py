@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from processor.collector import CollectorWatch, freeze_state
 from processor.config import PipelineConfig, QueryConfig
 from processor.control import control_topic
 from processor.heartbeat import Heartbeat
@@ -176,6 +177,7 @@ def run_job(
         port = metrics.serve(config.metrics_port, config.metrics_address)
         metrics_url = f"http://{config.metrics_address}:{port}/metrics"
     pipeline = prepare(config, metrics)
+    metrics.gc_frozen_objects.set(freeze_state(collect=True))  # the recovered state: never walked again
     for line in summary(config, pipeline, metrics_url):
         log.info("%s", line)
     if stop is not None and stop.is_set():  # stopped during recovery: nothing is running yet
@@ -183,6 +185,8 @@ def run_job(
         log.warning("%s", report)
         return report
     heartbeat = Heartbeat(state_dir(config), metrics_url, pipeline=config.name).start()  # for ivm status
+    collections = CollectorWatch(lambda gen, seconds: metrics.gc_pause_seconds.labels(str(gen)).observe(seconds))
+    collections.start()
     store = StateStore(snapshot_location(config)) if config.exactly_once and config.snapshot_every else None
     snapshots = BackgroundSnapshots(store) if store is not None else None
     own_session = spark is None
@@ -223,6 +227,7 @@ def run_job(
             _snapshot_written(snapshots.poll())
             if report.batch_id % config.snapshot_every == 0:
                 started = time.perf_counter()
+                metrics.gc_frozen_objects.set(freeze_state())  # the parent's collections leave the child's pages alone
                 failed = snapshots.failed
                 if snapshots.take(pipeline.state):
                     metrics.snapshot_pause_seconds.observe(time.perf_counter() - started)
@@ -302,6 +307,7 @@ def run_job(
         shutil.rmtree(checkpoint, ignore_errors=True)
         log.warning("%s", report)
         heartbeat.stop()
+        collections.stop()
     if handoff is not None and handoff.error is not None:
         raise RuntimeError(f"a batch failed: {handoff.error}") from handoff.error
     return report

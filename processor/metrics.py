@@ -245,6 +245,17 @@ class Metrics:
         )
         self.snapshots_failed = Counter("ivm_snapshots_failed_total", "Snapshot writes that failed", registry=r)
         self.snapshot_bytes = Gauge("ivm_snapshot_bytes", "Size of the last state snapshot", registry=r)
+        # -- Python's cyclic collector (processor/collector.py) --------------------------------------
+        self.gc_pause_seconds = Histogram(
+            "ivm_gc_pause_seconds",
+            "Pauses of Python's cyclic garbage collector, by generation (the frozen state is never walked)",
+            ["generation"],
+            buckets=(0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=r,
+        )
+        self.gc_frozen_objects = Gauge(
+            "ivm_gc_frozen_objects", "Objects moved out of the collector's reach by the last gc.freeze()", registry=r
+        )
         self._seen: dict[tuple[Any, ...], float] = {}  # last value of each engine-side cumulative count
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
