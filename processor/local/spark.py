@@ -8,7 +8,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from processor.local.artifacts import spark_kafka_jars
 
@@ -85,34 +85,51 @@ def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str 
             os.environ.pop("SPARK_LOCAL_IP", None)
     if session.conf.get("spark.local.dir", None) != local_dir:  # an existing session: its folder is in use
         shutil.rmtree(local_dir, ignore_errors=True)
+    _users[id(session)] = _users.get(id(session), 0) + 1
     return session
+
+
+#: callers of spark_session per session: a process has one SparkSession, which spark_session hands to
+#: every caller (getOrCreate); only the last stop_session of its callers stops it
+_users: dict[int, int] = {}
 
 
 def stop_session(spark: SparkSession, jvm_exit_timeout: float = 10.0) -> None:
     """Stop ``spark``, end the driver JVM this process launched and remove the ``ivm-spark-*`` scratch
     folder (shuffle files, the Python workers' files, the driver's log when no other folder was given).
+    A session :func:`spark_session` also handed to another caller that has not stopped it yet is left
+    running (the bootstrap inside a process whose job already runs Spark, the tests' shared session).
 
     The JVM deletes its own ``spark-*`` folders in the system temp directory by a shutdown hook, which runs
     when it sees this process's end; waiting for it here means they are gone when the stop returns, not
     a moment after.  A later :func:`spark_session` in this process launches a new JVM.
     """
+    users = _users.get(id(spark), 1) - 1
+    if users > 0:  # another caller in this process got the same session from spark_session: it stops it
+        _users[id(spark)] = users
+        return
+    _users.pop(id(spark), None)
     local = spark.conf.get("spark.local.dir", None)
     try:
+        context = getattr(spark, "sparkContext", None)  # read before the stop clears it
+        gateway = getattr(context, "_gateway", None)
         spark.stop()
-        _end_gateway(jvm_exit_timeout)
+        _end_gateway(gateway, jvm_exit_timeout)
     finally:
         if local and Path(local).name.startswith(LOCAL_DIR_PREFIX):
             shutil.rmtree(local, ignore_errors=True)
 
 
-def _end_gateway(timeout: float) -> None:
-    """Close the launched driver JVM's stdin (it exits on that, running its shutdown hooks) and wait."""
+def _end_gateway(gateway: Any, timeout: float) -> None:
+    """Close the stopped session's driver JVM's stdin (it exits on that, running its shutdown hooks) and
+    wait; only the gateway this process launched for that session, never another one."""
     from pyspark import SparkContext
 
-    gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
-    if proc is None:  # a JVM this process did not launch (an attached session): not ours to end
+    if proc is None or gateway is not SparkContext._gateway:  # not a JVM this process launched for it
         return
+    # py4j's callback threads report the sockets closing under them (at INFO, with a traceback): expected now
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         gateway.shutdown()
     except Exception as err:  # the gateway connection may already be gone

@@ -83,3 +83,15 @@ def test_a_folder_of_someone_elses_is_never_removed(tmp_path) -> None:
     session = _Recorded({"spark.local.dir": str(mine)})
     spark_module.stop_session(session)  # type: ignore[arg-type]
     assert session.stopped and mine.is_dir()
+
+
+def test_a_session_handed_to_two_callers_is_stopped_by_the_last(launches, monkeypatch) -> None:
+    shared = _Recorded({})
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", lambda builder: shared)
+    first = spark_module.spark_session("job", "local[2]")
+    second = spark_module.spark_session("bootstrap", "local[2]")  # getOrCreate: the same session
+    assert first is second is shared
+    spark_module.stop_session(second)
+    assert not shared.stopped, "the bootstrap stopped the job's session"
+    spark_module.stop_session(first)
+    assert shared.stopped
