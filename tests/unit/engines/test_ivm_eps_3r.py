@@ -379,3 +379,26 @@ def test_every_3r_query_up_to_renaming_counts_correctly() -> None:
             base.apply(*update)
         check_3r_invariants(engine)
         assert engine.result() == oracle_count(query, base.rel), (str(query), eps)
+
+
+def test_threshold_base_follows_figure_4_on_the_path_plan() -> None:
+    """Digest §7.2's trace on the 3R^2 plan: from empty, N doubles when |D| reaches N and becomes
+    ⌊N/2⌋ - 1 when |D| < ⌊N/4⌋; each change is one major rebalancing."""
+    engine = IVMEps3R(parse("Q() :- R(a,b), S(b), T(a)"), eps=0.5)
+    expected_n = 1
+    majors = 0
+    for b in range(10):
+        engine.apply([("R", (0, b), 1)])
+        if engine.size == expected_n:
+            expected_n *= 2
+            majors += 1
+        check_3r_invariants(engine)
+        assert (engine.N, engine.major_rebalances) == (expected_n, majors)
+    for b in range(10):
+        engine.apply([("R", (0, b), -1)])
+        if engine.size < expected_n // 4:
+            expected_n = expected_n // 2 - 1
+            majors += 1
+        check_3r_invariants(engine)
+        assert (engine.N, engine.major_rebalances) == (expected_n, majors)
+    assert engine.size == 0 and engine.N >= 1
