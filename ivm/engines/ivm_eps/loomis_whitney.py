@@ -232,7 +232,7 @@ def lw_order(query: Query) -> tuple[tuple[str, ...], tuple[int, ...]] | str:
 class IVMEpsLW(Engine):
     """IVM^eps for Loomis-Whitney counts of degree ``n ≥ 3`` (Appendix F, Theorem 25).
 
-    **O(|D|^max(eps,1-eps)) amortized update time** (O(n·N^max) per single-tuple update
+    **O(|D|^max(eps,1-eps)) amortized update time** (O(n²·N^max) per single-tuple update
     plus amortized rebalancing), O(1) answer time, O(|D|^{1+min(eps,1-eps)}) space,
     O(|D|^{1+max(min(eps,1-eps), 1/(n-1))}) preprocessing (:meth:`bulk_load`).
     ``eps = 1`` is first-order IVM (no heavy keys, every view empty), ``eps = 0`` has

@@ -33,19 +33,29 @@ LW = {
 
 
 def brute_force(query: Query, relations: dict[str, dict[tuple, int]]) -> int:
-    """Nested loops over the base relations, one atom per level, pruning inconsistent bindings."""
+    """Nested loops over the base relations, one atom per level (index nested loops: each level
+    looks up the rows that agree with the variables bound by the earlier atoms)."""
     atoms = query.atoms
+    bound: set[str] = set()
+    levels = []
+    for atom in atoms:
+        shared = [p for p, v in enumerate(atom.terms) if v in bound]
+        index: dict[tuple, list[tuple[tuple, int]]] = {}
+        for row, m in relations[atom.relation].items():
+            index.setdefault(tuple(row[p] for p in shared), []).append((row, m))
+        levels.append((atom.terms, [atom.terms[p] for p in shared], index))
+        bound |= set(atom.terms)
     total = 0
 
     def level(k: int, binding: dict, mult: int) -> None:
         nonlocal total
-        if k == len(atoms):
+        if k == len(levels):
             total += mult
             return
-        atom = atoms[k]
-        for row, m in relations[atom.relation].items():
+        terms, shared, index = levels[k]
+        for row, m in index.get(tuple(binding[v] for v in shared), []):
             extended = dict(binding)
-            if all(extended.setdefault(v, x) == x for v, x in zip(atom.terms, row, strict=True)):
+            if all(extended.setdefault(v, x) == x for v, x in zip(terms, row, strict=True)):
                 level(k + 1, extended, mult * m)
 
     level(0, {}, 1)
@@ -58,6 +68,7 @@ class Base:
     def __init__(self, query: Query) -> None:
         self.rel: dict[str, dict[tuple, int]] = {r: {} for r in query.relations}
         self.seen_negative = self.seen_nonunit = False
+        self.views_seen: list[int] = []
 
     def apply(self, relation: str, row: tuple, m: int) -> None:
         table = self.rel[relation]
@@ -92,6 +103,34 @@ def stream(rng: random.Random, query: Query, length: int, domain: int = 4, hub_r
         yield relation, row, m
 
 
+def planted_stream(rng: random.Random, query: Query, length: int, domain: int, hub_rate: float = 0.5):
+    """Planted join results: each step picks values for all variables (0 with ``hub_rate``, so the
+    key 0 is heavy, else a light tail value) and inserts the row of every atom but at most one
+    (multiplicities in {-1, 1, 2}); 15% of the steps delete a present row.  Heavy and light keys
+    meet in one join result, so every view V_i = R_{i+1}^h ⋯ R_{i-2}^h · R_{i-1}^l fills."""
+    variables = sorted(query.variables)
+    present: dict[tuple[str, tuple], int] = {}
+    for _ in range(length):
+        if present and rng.random() < 0.15:
+            (relation, row), m = rng.choice(sorted(present.items(), key=repr))
+            del present[(relation, row)]
+            yield relation, row, -m
+            continue
+        value = {v: 0 if rng.random() < hub_rate else rng.randrange(1, domain) for v in variables}
+        skip = rng.randrange(len(query.atoms) + 2)
+        for k, atom in enumerate(query.atoms):
+            if k == skip:
+                continue
+            row = tuple(value[v] for v in atom.terms)
+            m = rng.choice([1, 1, 2, -1])
+            new = present.get((atom.relation, row), 0) + m
+            if new:
+                present[(atom.relation, row)] = new
+            else:
+                present.pop((atom.relation, row), None)
+            yield atom.relation, row, m
+
+
 def bursty_stream(rng: random.Random, query: Query, rounds: int, burst: int = 30):
     """Background updates interleaved with bursts: ``burst`` rows sharing every value but one
     (so one key of every relation partitioned on a shared column gets degree ``burst``), inserted
@@ -113,8 +152,11 @@ def bursty_stream(rng: random.Random, query: Query, rounds: int, burst: int = 30
 
 
 def run(engine: IVMEpsLW, query: Query, updates: list, rng: random.Random, check_every: int = 1) -> Base:
-    """Apply ``updates`` in random batches of 1-4, invariants and brute force after every batch."""
+    """Apply ``updates`` in random batches of 1-4, invariants and brute force after every batch.
+
+    ``base.views_seen[k]`` is the largest size of V_{k+1} met after a batch."""
     base = Base(query)
+    base.views_seen = [0] * len(query.atoms)
     pos = batches = 0
     while pos < len(updates):
         batch = updates[pos : pos + rng.randint(1, 4)]
@@ -122,6 +164,7 @@ def run(engine: IVMEpsLW, query: Query, updates: list, rng: random.Random, check
         engine.apply(batch)
         for update in batch:
             base.apply(*update)
+        base.views_seen = [max(a, len(v)) for a, v in zip(base.views_seen, engine.views, strict=True)]
         batches += 1
         if batches % check_every == 0 or pos == len(updates):
             check_lw_invariants(engine)
@@ -136,11 +179,16 @@ def test_random_streams_match_brute_force(degree: int, eps: float) -> None:
     engine = IVMEpsLW(query, eps=eps)
     rng = random.Random(100 * degree + int(10 * eps))
     updates = list(stream(rng, query, 300, domain=5))
+    updates += list(planted_stream(rng, query, 250 if degree == 3 else 200, domain=60 if degree == 3 else 16))
     base = run(engine, query, updates, rng)
     for relation, table in base.rel.items():
         for row, m in table.items():
             assert engine.multiplicity(relation, row) == m
     assert base.seen_negative and base.seen_nonunit
+    if eps == 0.3:  # heavy and light parts met in join results: every view was used
+        assert all(base.views_seen), base.views_seen
+    if eps == 0.5:
+        assert any(base.views_seen), base.views_seen
     assert engine.stats()["updates_applied"] == len(updates)
     assert list(engine.enumerate()) == ([((), engine.result())] if engine.result() else [])
     if eps == 1.0:
@@ -237,11 +285,15 @@ def test_degree_3_equals_the_triangle_engine(text: str, eps: float) -> None:
     lw, tri = IVMEpsLW(query, eps=eps), IVMEpsTriangle(query, eps=eps)
     rng = random.Random(7)
     updates = list(stream(rng, query, 150, domain=5)) + list(bursty_stream(rng, query, 3))
+    updates += list(planted_stream(rng, query, 200, domain=60))
+    views_seen = 0
     for update in updates:
         lw.apply([update])
         tri.apply([update])
         assert lw.result() == tri.result()
+        views_seen = max(views_seen, lw.stats()["view_entries"])
     check_lw_invariants(lw)
+    assert views_seen or eps in (0.0, 1.0)
     ls, ts = lw.stats(), tri.stats()
     for key in ("state_tuples", "threshold_base", "heavy_keys", "major_rebalances", "minor_rebalances"):
         assert ls[key] == ts[key], key
