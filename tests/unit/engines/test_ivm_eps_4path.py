@@ -125,6 +125,7 @@ QUERIES = [
     "Q() :- R(a,x), S(y,a,b), T(b,z,c), U(w,c)",  # private variables
     "Q() :- R(a,a), S(a,b,1), T(b,c,c), U(c)",  # repeated variables and a constant
     "Q() :- V(a), E(a,b), E(b,c), V(c)",  # self-joins: one copy per atom
+    "Q() :- E(a,a), E(a,b), E(b,c), E(c,c)",  # one relation in all four atoms, ends on its self-loops
 ]
 
 
@@ -174,11 +175,12 @@ def test_multiplicities_multiply_and_enumerate() -> None:
         engine.apply([("X", (1,), 1)])
 
 
-def test_hub_stream_drives_major_and_minor_rebalancing_both_ways() -> None:
+@pytest.mark.parametrize("eps", [0.3, 0.5])
+def test_hub_stream_drives_major_and_minor_rebalancing_both_ways(eps: float) -> None:
     """A hub in S and a hub in T, R and U toggled at the hubs (the issue's stream): light -> heavy and
     heavy -> light minor rebalancing on all four partitioned variables, N doubling and halving."""
     query = parse(CANONICAL)
-    engine = IVMEps4Path(query, eps=0.5)
+    engine = IVMEps4Path(query, eps=eps)
     base = Base(query)
     rng = random.Random(7)
     background = []
