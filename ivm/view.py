@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,9 +42,13 @@ class View:
     :class:`Outcome` and change nothing.
     """
 
-    def __init__(self, query: Query, engine: Engine, policy: Policy | None = None, patterns: Any = None) -> None:
+    def __init__(
+        self, query: Query, engine: Engine, policy: Policy | None = None, patterns: Any = None, planned: bool = False
+    ) -> None:
         self.query = query
         self.engine = engine
+        #: the engine was chosen by the planner (``engine="auto"``), not named by the user
+        self.planned = planned
         self.policy = policy or Policy()
         self._patterns = patterns
         self._arity = dict(query.relations)
@@ -111,6 +115,83 @@ class View:
         outcome.applied = len(valid)
         return outcome
 
+    def apply_factorized(self, relation: str, factors: Sequence[Sequence[tuple[Any, Any]]]) -> Outcome:
+        """Apply a factorizable update ``δR = ⊎_t ⊗_f factor_{t,f}`` (F-IVM §6), kept factorized by the engine.
+
+        ``factors`` is a union (list) of products; a product is a list of
+        factors ``(variables, {tuple: multiplicity})`` over a partition of R's
+        columns, named by the variables of R's atom (a str or a sequence of
+        them; a factor may cover several) or by column positions (ints); a bare
+        value stands for a 1-tuple.  Example 11: the block
+        ``{(a_i, b_j) → 1}`` is ``[[("A", {a: 1 ...}), ("B", {b: 1 ...})]]``,
+        n + m values for nm tuples; a union of products with negative
+        multiplicities corrects an over-approximation.
+
+        >>> import ivm
+        >>> v = ivm.maintain("Q() :- R(A,B), S(A,C,E), T(C,D)", engine="fivm")
+        >>> _ = v.apply([("R", (1, 1), 1), ("R", (2, 1), 1), ("T", (1, 1), 1)])
+        >>> block = [("A", {1: 1, 2: 1}), ("C", {1: 1}), ("E", {7: 1, 8: 1, 9: 1})]
+        >>> v.apply_factorized("S", [block]).applied, v.result()
+        (6, 6)
+        >>> fix = [[("A", {2: 1}), ("C", {1: 1}), ("E", {9: -1})]]  # a correction term of the union
+        >>> v.apply_factorized("S", fix).applied, v.result()
+        (1, 5)
+
+        Returns what :meth:`apply` returns, an :class:`Outcome`; ``applied``
+        counts the tuples of the expanded update whose multiplicity changes.
+        The state ends as after :meth:`apply` of the expanded tuples (net
+        multiplicity per tuple).  The update is all or nothing: if the policy
+        refuses some expanded tuple (a delete below zero, a duplicate under set
+        semantics, an insert into a delete-only relation), nothing is applied
+        and ``rejected`` lists each refused tuple with its net multiplicity and
+        ``index``, the first product that contains it.  Malformed input (an
+        unknown relation, factors that do not partition the columns, tuples of
+        the wrong width, non-int multiplicities) raises ``ValueError`` or
+        ``TypeError``.  Only the F-IVM engine propagates factorized updates:
+        other engines, and sharded views, raise ``TypeError``.
+
+        Cost: for a product over disjoint variables, O(Σ min(|V_sibling|,
+        |factor|)) per view on the path (F-IVM Example 12), plus the change of
+        each stored view on the path, versus O(Π |factor|) for the expanded
+        update; the base relation's per-tuple multiplicities are kept by
+        O(Π |factor|) dictionary updates (see :meth:`FIVM.apply_factorized
+        <ivm.engines.fivm.engine.FIVM.apply_factorized>`).  The policy check
+        expands the products only when the policy can refuse: with the default
+        policy, only if some multiplicity is negative (then O(Π |factor|)
+        lookups).
+        """
+        engine_apply = getattr(self.engine, "apply_factorized", None)
+        if getattr(self, "shards", None) is not None:
+            raise TypeError("apply_factorized is not supported on a sharded view (the update would need routing)")
+        if not callable(engine_apply):
+            raise TypeError(
+                f"apply_factorized needs the F-IVM engine (F-IVM §6); this view is maintained by "
+                f"{getattr(self.engine, 'name', type(self.engine).__name__)!r}"
+            )
+        from ivm.engines.fivm.factorizable import contains, expand_net, normalize
+
+        products = normalize(self.query, relation, factors, integers=True)
+        delete_only = self.policy.delete_only
+        if delete_only and not getattr(self, "_sealed", False):
+            self._seal()
+        negative = any(m < 0 for prod in products for _, data in prod for m in data.values())
+        stateful = (
+            (self.policy.negative == "reject" and negative)
+            or self.policy.duplicate == "reject"
+            or relation in delete_only
+        )
+        outcome = Outcome()
+        if stateful:
+            for row, mult in expand_net(products, self._arity[relation]).items():
+                why = self.policy.check(self.engine.multiplicity(relation, row), mult, relation)
+                if why is not None:
+                    index = next(i for i, prod in enumerate(products) if contains(prod, row))
+                    outcome.rejected.append(Rejected(index, Update(relation, row, mult), *why))
+            if outcome.rejected:
+                return outcome
+        outcome.applied = engine_apply(relation, factors)
+        return outcome
+
     def load(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Load the initial database (the prefix of Hu & Wang §1.2): :meth:`apply` with the inserts of
         relations declared delete-only admitted.  Only before the first :meth:`apply`, which ends the
@@ -170,7 +251,10 @@ class View:
         """The classification, plan and guarantee (the dict of ``ivm explain --json``)."""
         from ivm.query.explain import explain
 
-        out = explain(self.query, self.patterns, eps=getattr(self.engine, "eps", None), engine=self.engine.name)
+        eps, name = getattr(self.engine, "eps", None), self.engine.name
+        out = explain(self.query, self.patterns, eps=eps, engine=None) if getattr(self, "planned", False) else None
+        if out is None or out["engine"] != name:  # named by the user, or the plan changed since (live patterns)
+            out = explain(self.query, self.patterns, eps=eps, engine=name)
         choice = getattr(self.engine, "choice", None)
         if callable(choice):
             out["choice"] = choice()  # a data-dependent choice made at run time (e.g. eps per relation)

@@ -29,6 +29,15 @@ Aggregates and rings (``ring=`` option, default from the query's aggregate):
   ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
   generalized covariance ring (Def. 37);
 - ``listing`` / ``factorized``: the relational ring F[Z] over τ(ω, ∅) (§6.4).
+
+View trees (``tree=`` option): ``"tau"`` (default) is τ(ω, F), the answers
+are the root's keys; ``"nu"`` is ν(ω) of Fig. 9 (:mod:`ivm.engines.fivm.nu`),
+the result kept factorized over H views in the key space and enumerated
+top-down with O(1) delay (§7.1).
+
+Factorizable updates (§6): :meth:`FIVM.apply_factorized` takes a union of
+products and keeps each product factorized up the path
+(:mod:`ivm.engines.fivm.factorizable`).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ivm.engines.base import Engine
-from ivm.engines.fivm import columnar, lanes
+from ivm.engines.fivm import columnar, factorizable, lanes, nu
 from ivm.engines.fivm.indicators import add_indicators
 from ivm.engines.fivm.view_tree import (
     DeltaPlan,
@@ -63,6 +72,7 @@ from ivm.rings.relational import Relation, RelationalRing
 from ivm.updates import Row, Update
 
 RING_NAMES = ("count", "sum", "covariance", "generalized_covariance", "listing", "factorized")
+TREE_NAMES = ("tau", "nu")
 
 Delta = dict[tuple[Any, ...], Any]
 
@@ -74,7 +84,7 @@ class FIVM(Engine):
     ``categorical`` (categorical covariance variables), ``exact`` (exact
     covariance arithmetic), ``updatable`` (the set U for μ; default all
     relations), ``order`` (a :class:`VariableOrder`; default the planner's
-    free-top order).
+    free-top order), ``tree`` (``"tau"`` or ``"nu"``, see :meth:`__init__`).
 
     >>> import ivm
     >>> v = ivm.maintain("Q(A, SUM(B)) :- R(A,B), S(A,C)", engine="fivm")
@@ -85,6 +95,12 @@ class FIVM(Engine):
 
     name = "fivm"
     _lanes = False  # (a class default: snapshots taken before lanes existed hold Pair payloads)
+    # class defaults for snapshots taken before ν trees and factorizable updates existed
+    _nu = False
+    nu_plan: nu.NuPlan | None = None
+    _negative_tuples = 0
+    factorized_updates = 0
+    factorized_work = 0
 
     def __init__(
         self,
@@ -97,7 +113,28 @@ class FIVM(Engine):
         indicators: bool = False,
         fds: Sequence[tuple[Collection[str], str]] = (),
         implementation: str = "auto",
+        tree: str = "tau",
     ) -> None:
+        """Build the view tree, choose the views to store (μ) and the payload representation.
+
+        ``tree="nu"`` builds ν(ω) (Fig. 9) on the free-top order instead of
+        τ(ω, F): H views ``H^{@X}[{X} ∪ dep(X)]`` where X has k ≥ 2 children,
+        V views ``V^{@X}[dep(X)] = ⊕_X …`` where X has a sibling, and
+        enumeration reads the answers top-down over the H views with O(1)
+        delay (§7.1, Theorem 13; :mod:`ivm.engines.fivm.nu`).  It is a view-tree
+        option, not a ring: ν keeps the factorization of the result in the *key*
+        space, so it works with every payload ring of the query (COUNT, SUM,
+        covariance; an answer's payload is the product of the payload views of
+        Fig. 11), whereas ``ring="factorized"`` (§6.4) keeps it in the *payload*
+        space of τ(ω, ∅), where payloads are relations and no aggregate rides
+        along.  Hence ``tree="nu"`` refuses the relational rings
+        (``listing``/``factorized``) and indicator projections (cyclic queries are
+        still maintained, with larger views).  The views stored are μ's plus the
+        ones enumeration reads (§9 item 4).  For free-connex queries on the
+        planner's order every view has O(N) keys (Theorem 13: O(N)
+        preprocessing, O(1) delay, O(N) single-tuple updates; O(1) when
+        q-hierarchical).
+        """
         super().__init__(query)
         self.fds = tuple((tuple(lhs), rhs) for lhs, rhs in fds)
         self.ring_name = ring or self._default_ring(query, categorical)
@@ -106,7 +143,21 @@ class FIVM(Engine):
         self.ring = self._make_ring(query, self.ring_name, categorical, exact)
         self.order = order or (fd_variable_order(query, self.fds) if self.fds else variable_order(query))
         relational = self.ring_name in ("listing", "factorized")
-        self.tree: ViewTree = build_view_tree(query, self.order, free=() if relational else None)
+        if tree not in TREE_NAMES:
+            raise ValueError(f"unknown view tree {tree!r}; known: {TREE_NAMES}")
+        self._nu = tree == "nu"
+        self.tree: ViewTree
+        if self._nu:
+            if relational:
+                raise ValueError(
+                    f"tree='nu' keeps the result factorized in the key space; ring {self.ring_name!r} keeps it in "
+                    "the payload space of τ(ω, ∅) (§6.4): use one or the other"
+                )
+            if indicators:
+                raise ValueError("tree='nu' does not add indicator projections (use tree='tau' for them)")
+            self.tree, self.nu_plan = nu.build_nu_tree(query, self.order)
+        else:
+            self.tree = build_view_tree(query, self.order, free=() if relational else None)
         self.indicator_leaves = add_indicators(self.tree) if indicators else []
         self.indicator_counts: list[dict[tuple[Any, ...], int]] = [{} for _ in self.indicator_leaves]
         self.updatable = frozenset(query.relations if updatable is None else updatable)
@@ -114,6 +165,9 @@ class FIVM(Engine):
         if unknown:
             raise ValueError(f"updatable relations {sorted(unknown)} are not in the query")
         mu(self.tree, self.updatable)
+        if self.nu_plan is not None:
+            for node in self.nu_plan.needed():  # enumeration reads them (§9 item 4)
+                node.materialized = True
         if ring == "factorized" or self.ring_name == "factorized":
             for node in self.tree.nodes():  # enumeration walks every view top-down (§9 item 4)
                 node.materialized = True
@@ -235,6 +289,8 @@ class FIVM(Engine):
                     del base[row]
             indicator_deltas = self._indicator_deltas(relation, olds, delta) if self.indicator_leaves else []
             self.updates_applied += len(delta)
+            if self._nu:
+                self._count_negatives(olds, delta)
             if relation not in self.updatable:
                 rebuild = True
                 continue
@@ -255,6 +311,83 @@ class FIVM(Engine):
                     self._propagate(leaf, d)
         if rebuild:
             self._rebuild()
+
+    def apply_factorized(self, relation: str, factors: Sequence[Sequence[tuple[Any, Any]]]) -> int:
+        """Apply ``δR = ⊎_t ⊗_f factor_{t,f}``, a union of products, keeping each product factorized (F-IVM §6).
+
+        ``factors`` is a list of products; a product is a list of factors
+        ``(variables, {tuple: multiplicity})`` over a partition of R's columns,
+        named by the variables of R's atom (a str or a sequence of them) or by
+        column positions (ints; needed when R's atoms name a column
+        differently).  A factor may cover several variables; a bare value
+        stands for a 1-tuple.  A multiplicity is an int, or any number for the
+        tuple's payload ``m · 1`` (e.g. a float matrix entry in the count ring).
+        Example 11: ``[[("A", {a: 1 for a in as_}), ("B", {b: 1 for b in bs})]]``
+        is the n×m block with n + m values.
+
+        The result, ``enumerate()``, every stored view and the base relation's
+        multiplicities end as after :meth:`apply` of the expanded tuples (the
+        net multiplicity of each tuple over all products).  Each product of
+        each atom occurrence of R goes up the leaf-to-root path in sequence
+        (:class:`.factorizable.Propagator`): at a view, the factors wholly
+        inside one marginalized component are summed against the siblings
+        (``⊕_X V_sibling ⊗ factor``) and factors are joined only where a
+        sibling's or the view's key needs their joint tuple.  Relations
+        outside ``updatable`` are re-evaluated, as in :meth:`apply`.
+
+        Cost, for a product over disjoint variables: O(Σ min(|V_sibling|,
+        |factor|)) per view on the path (Example 12: ``δS = δS_A ⊗ δS_C ⊗ δS_E``
+        costs O(min(|V_R|, |δS_A|) + min(|V_T|, |δS_C|) + |δS_E|)), plus the
+        size of the change of each *stored* view on the path (it stores
+        tuples), versus O(Π |factor|) for the expanded update.  The base
+        relation keeps one multiplicity per tuple (for :meth:`multiplicity` and
+        re-evaluation), so its bookkeeping is O(Π |factor|) dictionary updates,
+        without ring operations.  Returns the number of tuples whose
+        multiplicity changed; ``stats()`` counts the calls
+        (``factorized_updates``) and the propagation's work
+        (``factorized_work``: factor and sibling entries read, probes, tuples
+        written).
+
+        >>> import ivm
+        >>> e = FIVM(ivm.parse("Q() :- R(A,B), S(A,C,E), T(C,D)"))
+        >>> e.apply([("R", (1, 1), 1), ("R", (2, 1), 1), ("T", (1, 1), 1)])
+        >>> e.apply_factorized("S", [[("A", {1: 1, 2: 1}), ("C", {1: 1}), ("E", {7: 1, 8: 1, 9: -1})]])
+        6
+        >>> e.result(), e.multiplicity("S", (2, 1, 9))
+        (2, -1)
+        """
+        products = factorizable.normalize(self.query, relation, factors)
+        net = factorizable.expand_net(products, self.query.relations[relation])
+        base = self.base[relation]
+        olds: dict[Row, int] = {}
+        for row, m in net.items():
+            old = olds[row] = base.get(row, 0)
+            new = old + m
+            if new:
+                base[row] = new
+            else:
+                del base[row]
+        self.updates_applied += len(net)
+        self.factorized_updates += 1
+        if self._nu:
+            self._count_negatives(olds, net)
+        if not net:
+            return 0
+        indicator_deltas = self._indicator_deltas(relation, olds, net) if self.indicator_leaves else []
+        if relation not in self.updatable:
+            self._rebuild()
+            return len(net)
+        propagator = factorizable.Propagator(self)
+        for leaf in self.tree.leaves.get(relation, []):
+            atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+            for prod in products:
+                start = factorizable.leaf_factors(atom, leaf.keys, prod)
+                if start is not None:
+                    propagator.run(leaf, start)
+        for leaf, d in indicator_deltas:  # after R's own paths (§7.4)
+            self._propagate(leaf, d)
+        self.factorized_work += propagator.work
+        return len(net)
 
     def _indicator_deltas(
         self, relation: str, olds: dict[Row, int], delta: dict[Row, int]
@@ -330,7 +463,7 @@ class FIVM(Engine):
             node = parent
 
     def _record_block(self, root: ViewNode, block: columnar.Block) -> None:
-        if len(self.tree.roots) > 1:
+        if len(self.tree.roots) > 1 or self._nu:
             return  # diffed at drain time
         names, free = list(root.keys), list(self.query.free)
         for key, c in zip(block.keys, block.C.tolist(), strict=True):
@@ -630,6 +763,9 @@ class FIVM(Engine):
     def _answers(self) -> Iterator[tuple[Row, Any]]:
         """(answer over the query's free variables, payload), with constant delay from the root(s)."""
         free = self.query.free
+        if self._nu:
+            yield from self._nu_answers()
+            return
         if self.ring_name in ("listing", "factorized"):
             for _, payload, _ in self._roots_product():
                 rel: Relation = payload
@@ -642,6 +778,46 @@ class FIVM(Engine):
                 yield key, payload
             else:
                 binding = dict(zip(names, key, strict=True))
+                yield tuple(binding[v] for v in free), payload
+
+    def _count_negatives(self, olds: dict[Row, int], delta: dict[Row, int]) -> None:
+        """Keep the number of base tuples with a negative multiplicity (ν enumeration's mode): O(|δR|)."""
+        for row, m in delta.items():
+            old = olds[row]
+            self._negative_tuples += (old + m < 0) - (old < 0)
+
+    def _nu_answers(self) -> Iterator[tuple[Row, Any]]:
+        """(answer, payload) from a ν tree: the bindings top-down, the payload by Fig. 11 times the free liftings.
+
+        O(1) delay for non-negative multiplicities (:func:`.nu.enumerate_bindings`);
+        otherwise the payload views' join (:func:`.nu.join_bindings`).
+        """
+        plan = self.nu_plan
+        assert plan is not None
+        free = self.query.free
+        in_lanes = self._lanes
+        one = (1, 1) if in_lanes else self.ring.one
+        lifted = tuple(v for v in free if self.ring.lifts(v))
+        sum_ring = self.ring.second if in_lanes else None  # type: ignore[attr-defined]
+        for view in plan.payload_views:  # a scalar view at 0 (a bound component without answers): no answer
+            if not view.keys and () not in view.store.data:  # type: ignore[union-attr]
+                return
+        binding: dict[str, Any] = {}
+        walk = nu.join_bindings if self._negative_tuples else nu.enumerate_bindings
+        for _ in walk(plan, binding):
+            payload = one
+            for view in plan.payload_views:
+                found = view.store.data.get(tuple(binding[v] for v in view.keys))  # type: ignore[union-attr]
+                if found is None:
+                    break
+                payload = (payload[0] * found[0], payload[1] * found[1]) if in_lanes else payload * found
+            else:
+                if lifted:
+                    values = [binding[v] for v in lifted]
+                    if in_lanes:
+                        payload = lanes.lift(payload, values, lanes.lift_powers(sum_ring, lifted))
+                    else:
+                        payload = payload * self.ring.lift_tuple(lifted, values)
                 yield tuple(binding[v] for v in free), payload
 
     def _current(self) -> Iterator[tuple[Row, int]]:
@@ -696,7 +872,10 @@ class FIVM(Engine):
 
         τ keeps the answers as the root's keys; the factorized ring walks the
         factorized payloads top-down instead (§6.4, Fig. 11): O(depth) per answer
-        for non-negative multiplicities.
+        for non-negative multiplicities.  A ν tree reads the answers top-down
+        over its H views (§7.1, :mod:`.nu`): O(1) delay while every base tuple
+        has a non-negative multiplicity; with negative ones, the join of the
+        payload views (exact, delay not constant).
         """
         if self.ring_name == "factorized":
             return self._enumerate_factorized()
@@ -738,14 +917,14 @@ class FIVM(Engine):
         """Changes of answer multiplicities since the last call (the first returns the whole result).
 
         With one root the changes are the root's deltas (the cost of the update);
-        a forest of roots diffs the result (O(|result|)).
+        a forest of roots, the factorized ring and ν trees diff the result (O(|result|)).
         """
         if not self._tracking:
             self._tracking = True
             self._pending = {}
             self._last = dict(self.enumerate())
             return sorted(self._last.items(), key=repr)
-        if len(self.tree.roots) > 1 or self._factorized:
+        if len(self.tree.roots) > 1 or self._factorized or self._nu:
             current = dict(self.enumerate())
             out = {k: current.get(k, 0) - self._last.get(k, 0) for k in set(current) | set(self._last)}
             self._last = current
@@ -762,7 +941,7 @@ class FIVM(Engine):
         return sorted(out2, key=repr)
 
     def _record(self, root: ViewNode, delta: Delta) -> None:
-        if len(self.tree.roots) > 1 or self._factorized:
+        if len(self.tree.roots) > 1 or self._factorized or self._nu:
             return  # diffed at drain time
         if self.ring_name in ("listing", "factorized"):
             free = self.query.free
@@ -841,6 +1020,8 @@ class FIVM(Engine):
             "indicators": len(self.indicator_leaves),
             "view_bytes": total,
             "bytes_per_payload": round(total / keys, 1) if keys else 0.0,
+            "factorized_updates": self.factorized_updates,
+            "factorized_work": self.factorized_work,
         }
         for name, (_, view_total, per, _) in memory.items():
             out[f"view_bytes[{name}]"] = view_total
