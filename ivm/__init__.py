@@ -86,7 +86,8 @@ def _view(q: Query, name: str, requested: str, eps, policy, patterns, extra=None
     if patterns is not None and "patterns" in inspect.signature(ENGINES[name].__init__).parameters:
         options["patterns"] = patterns
     # relations declared delete-only are held to it by the policy: inserts refused (003 App. C)
-    return View(q, ENGINES[name](q, **options), policy_for(policy, patterns), patterns=patterns)
+    engine = ENGINES[name](q, **options)
+    return View(q, engine, policy_for(policy, patterns), patterns=patterns, planned=requested == "auto")
 
 
 def _engine_options(cls: type[Engine], given: Mapping[str, object], explicit: bool) -> dict[str, object]:

@@ -18,6 +18,10 @@ from ivm.engines.first_order_general import FirstOrderDelta
 from ivm.engines.fivm import FIVM
 from ivm.engines.ivm_eps import IVMEps
 from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
+from ivm.engines.ivm_eps.four_path import IVMEps4Path
+from ivm.engines.ivm_eps.hybrid import SkewHybrid
+from ivm.engines.ivm_eps.loomis_whitney import IVMEpsLW
+from ivm.engines.ivm_eps.three_relations import IVMEps3R
 from ivm.engines.propagation import PropagationEngine
 from ivm.engines.qhier import QHierEngine
 from ivm.query.model import RING_KINDS, Query
@@ -28,6 +32,10 @@ ENGINES: dict[str, type[Engine]] = {
     FirstOrderDelta.name: FirstOrderDelta,
     IVMEps.name: IVMEps,
     IVMEpsAdaptive.name: IVMEpsAdaptive,
+    IVMEps3R.name: IVMEps3R,
+    IVMEpsLW.name: IVMEpsLW,
+    IVMEps4Path.name: IVMEps4Path,
+    SkewHybrid.name: SkewHybrid,
     QHierEngine.name: QHierEngine,
     PropagationEngine.name: PropagationEngine,
     GroupAggregates.name: GroupAggregates,
@@ -41,6 +49,10 @@ COMPUTES: dict[str, frozenset[str]] = {
     FirstOrderDelta.name: RING_KINDS,
     IVMEps.name: _COUNT,
     IVMEpsAdaptive.name: _COUNT,
+    IVMEps3R.name: _COUNT,
+    IVMEpsLW.name: _COUNT,
+    IVMEps4Path.name: _COUNT,
+    SkewHybrid.name: _COUNT,
     QHierEngine.name: _COUNT,
     PropagationEngine.name: _COUNT,
 }

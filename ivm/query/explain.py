@@ -54,6 +54,8 @@ def explain(
     out["core_q_hierarchical"] = bool(a.core_q_hierarchical)
     out["triangle"] = isinstance(a.triangle, TriangleShape)
     out["three_relations"] = a.three_relations.witness.i if a.three_relations else None
+    out["loomis_whitney"] = a.loomis_whitney.witness.degree if a.loomis_whitney else None
+    out["four_path"] = bool(a.four_path)
     out["aggregate"] = str(q.aggregate)
     out["ring"] = q.aggregate.ring
     out["in_ring"] = q.aggregate.in_ring
@@ -94,6 +96,10 @@ def render_text(d: Mapping[str, Any]) -> str:
         lines.append("  triangle shape:      yes")
     if d["three_relations"] is not None:
         lines.append(f"  3R class:            3R^{d['three_relations']}")
+    if d.get("loomis_whitney") and d["loomis_whitney"] > 3:
+        lines.append(f"  Loomis-Whitney:      degree {d['loomis_whitney']}")
+    if d.get("four_path"):
+        lines.append("  4-path count:        yes")
     lines.append("  update patterns:     " + ", ".join(f"{k}={v}" for k, v in d["patterns"].items()))
     if d["mixdetect"] is not None:
         lines.append(f"  MixDetect:           {'true' if d['mixdetect'] else 'false'}")

@@ -26,9 +26,15 @@ The rules, best first (each cites the result that makes it optimal):
 3. triangle shape (also over one edge relation): ``ivm_eps``,
    O(N^max(ε,1−ε)) amortized, O(1) answer; optimal at ε = 1/2 under OMv
    (IVM^ε Thm 3, Prop. 4, Cor. 5).
-4. any other count over three relations of class 3R² or 3R³: ``ivm_eps``'s 3R
-   strategy (IVM^ε App. H, Thm 37, Prop. 38).
-5. otherwise ``fivm`` on a free-top variable order (F-IVM Thm 13), whose
+4. any other count over three relations of class 3R² or 3R³ (self-joins read
+   as copies): ``ivm_eps_3r`` (IVM^ε App. H, Thm 37; optimal under OMv at
+   ε = 1/2, Prop. 38).
+5. a Loomis-Whitney count of degree n ≥ 4: ``ivm_eps_lw`` (IVM^ε App. F,
+   Thm 25, Prop. 26); the 4-path count ``R(a)·S(a,b)·T(b,c)·U(c)``:
+   ``ivm_eps_path4`` (App. G, Thm 27, Prop. 28).  Rules 3-5 run under
+   ``engine="auto"`` with ε chosen from the data (first-order while no key is
+   heavy, ε = 1/2 once one is: :mod:`ivm.engines.ivm_eps.skew_switch`).
+6. otherwise ``fivm`` on a free-top variable order (F-IVM Thm 13), whose
    update exponent is read off the view tree; the lower bound is OMv's
    (non-q-hierarchical: no O(N^(1/2−γ)) update with O(N^(1/2−γ)) delay) and,
    under the declared patterns, Hu & Wang's Thm 1.7 / 3.12 / 1.12.
@@ -45,21 +51,24 @@ on a registered engine that accepts the query and says so.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ivm.query.acyclic import acyclic
 from ivm.query.core import core
+from ivm.query.four_path import four_path
 from ivm.query.free_connex import free_connex
 from ivm.query.hierarchical import hierarchical
 from ivm.query.join_tree import compatible_tree, height_one_tree
+from ivm.query.loomis_whitney import loomis_whitney
 from ivm.query.mixdetect import mixdetect
 from ivm.query.model import VALUE_KINDS, Query, aggregate_inputs
 from ivm.query.parse import parse  # noqa: F401  (doctests)
 from ivm.query.patterns import UpdatePatterns, parse_patterns
 from ivm.query.q_hierarchical import q_hierarchical
-from ivm.query.three_relations import three_relation_class
+from ivm.query.three_relations import as_distinct_relations, three_relation_class
 from ivm.query.triangle import TriangleShape, triangle_shape
 from ivm.query.variable_order import size_exponent, update_exponent, variable_order, view_keys
 from ivm.query.verdict import Verdict
@@ -70,6 +79,12 @@ DEFAULT_EPS = 0.5
 AGGREGATES = "aggregates"
 #: the triangle count's engine under ``engine="auto"``: IVM^ε with eps chosen per relation from the data
 ADAPTIVE = "ivm_eps_auto"
+#: IVM^ε beyond the triangle: one engine per appendix, each with ε chosen at run time under ``engine="auto"``
+IVM_EPS_3R, IVM_EPS_LW, IVM_EPS_PATH4 = "ivm_eps_3r", "ivm_eps_lw", "ivm_eps_path4"
+#: what ``engine="auto"`` runs for them: F-IVM while no join value is heavy, then the IVM^ε engine
+HYBRID = "ivm_eps_hybrid"
+#: its switch cutoff, max(skew·√N, floor) (ivm.engines.ivm_eps.hybrid.DEFAULT_SKEW, DEFAULT_FLOOR)
+_SKEW_CUTOFF = (32.0, 1024)
 FALLBACK_ORDER = ("fivm", "propagation", "qhier", "ivm_eps", "first_order")
 #: qhier's update bound: O(1) per update in the RAM model of Berkholz et al. (not amortized); the
 #: engine's hash tables make it expected O(1) (002 §1, §9.10)
@@ -117,6 +132,8 @@ class Analysis:
     weak_q_hierarchical: Verdict
     triangle: TriangleShape | str
     three_relations: Verdict
+    loomis_whitney: Verdict
+    four_path: Verdict
 
 
 def analyze(query: Query) -> Analysis:
@@ -138,6 +155,8 @@ def analyze(query: Query) -> Analysis:
         weak_q_hierarchical=weak_q_hierarchical(query),
         triangle=triangle_shape(query),
         three_relations=three_relation_class(query),
+        loomis_whitney=loomis_whitney(query),
+        four_path=four_path(query),
     )
 
 
@@ -207,9 +226,26 @@ def plan(
         and registered[ADAPTIVE].refuses(query) is None
     ):
         want = ADAPTIVE  # eps depends on the data, not the query: chosen at run time (ivm.engines.ivm_eps.adaptive)
+    elif (
+        engine is None
+        and want == best
+        and best in (IVM_EPS_3R, IVM_EPS_LW, IVM_EPS_PATH4)
+        and eps is None
+        and HYBRID in registered
+        and registered[HYBRID].refuses(query) is None
+    ):
+        want = HYBRID  # F-IVM until a join value is heavy, then `best` (ivm.engines.ivm_eps.hybrid)
     chosen = _registered_engine(query, want, registered, notes, forced=engine is not None)
     runtime = tuple(_runtime_choices(query, chosen, registered))
-    if engine is not None and engine != best and not (engine == ADAPTIVE and best == "ivm_eps"):
+    hybrid = best in (IVM_EPS_3R, IVM_EPS_LW, IVM_EPS_PATH4) and HYBRID in (engine, chosen)
+    if hybrid:
+        guarantee = dataclasses.replace(
+            guarantee,
+            preprocessing="O(N) (F-IVM) from empty; " + guarantee.preprocessing + f" when {best} takes over",
+            update=f"{guarantee.update} once a join value is heavy ({best}); before that F-IVM, while every join "
+            f"value occurs in fewer than max({_SKEW_CUTOFF[0]:g}·√N, {_SKEW_CUTOFF[1]}) tuples of an atom",
+        )
+    if engine is not None and engine != best and not (engine == ADAPTIVE and best == "ivm_eps") and not hybrid:
         notes.append(
             f"engine {engine!r} was requested; "
             + ("the papers' best plan" if best == papers_best else "the best engine that accepts it")
@@ -217,7 +253,7 @@ def plan(
         )
         guarantee = _engine_guarantee(engine, analysis, eps, guarantee)
         constant = constant and engine in ("qhier", "propagation")
-    elif chosen is not None and chosen != best:
+    elif chosen is not None and chosen != best and chosen != HYBRID:
         guarantee = _engine_guarantee(chosen, analysis, eps, guarantee)
         constant = False
     return Plan(
@@ -243,13 +279,13 @@ def _best_accepting(
 ) -> str | None:
     """The engine to name as best when the papers' best engine is registered but refuses the query, else ``None``.
 
-    An engine that is not registered (analysis only, ``registered={}``) stays
-    the papers' best; one that is registered and refuses the query is replaced
-    by the first registered engine that accepts it (the one ``auto`` runs).
+    With no engines registered (analysis only, ``registered={}``) the papers'
+    best stays; one that is not registered or refuses the query is replaced by
+    the first registered engine that accepts it (the one ``auto`` runs).
     """
-    if best not in registered or registered[best].refuses(query) is None:
+    if not registered or (best in registered and registered[best].refuses(query) is None):
         return None
-    reason = registered[best].refuses(query)
+    reason = registered[best].refuses(query) if best in registered else "it is not registered"
     for name in (*FALLBACK_ORDER, *registered):
         if name in registered and name != best and registered[name].refuses(query) is None:
             notes.append(
@@ -496,12 +532,16 @@ def _best(
             "triangle count: cyclic, IVM^ε (Kara et al. Thm 3)",
             mix,
         )
-    if a.three_relations and a.three_relations.witness.i >= 2:
+    counts = query.aggregate.kind == "count" and not query.having and not query.free
+    three_r = a.three_relations
+    if counts and not three_r and len(query.atoms) == 3 and not query.self_join_free:
+        three_r = three_relation_class(as_distinct_relations(query))  # self-joins read as copies (App. B)
+    if counts and three_r and three_r.witness.i >= 2:
         e = DEFAULT_EPS if eps is None else eps
-        i = a.three_relations.witness.i
+        i = three_r.witness.i
         hi, lo = _fmt(max(e, 1 - e)), _fmt(1 + min(e, 1 - e))
         return (
-            "ivm_eps",
+            IVM_EPS_3R,
             e,
             Guarantee(
                 "O(N^1.5)" if i == 3 else "O(N)",
@@ -509,12 +549,65 @@ def _best(
                 "O(1) answer time",
                 f"O(N^{lo})" if i == 3 else "O(N)",
                 True,
-                f"OMv (IVM^ε Prop. 38): no 3R^{i} query has O(N^(0.5-γ)) amortized update with O(N^(1-γ)) answer time",
+                f"OMv (IVM^ε Prop. 38): no 3R^{i} query has O(N^(0.5-γ)) amortized update with O(N^(1-γ)) answer time"
+                if query.self_join_free
+                else _lower_bound(a, sigma, mix),  # Prop. 38 reduces from three distinct relations
             ),
             False,
             "heavy/light partitions of each relation on its pair-join variables (IVM^ε App. H)",
-            ("skew-aware views of Fig. 18 (IVM^ε App. H.1)",),
-            f"{a.three_relations.reason} (IVM^ε Thm 37)",
+            (
+                ("V_{M_l U}(b) = Σ_a U(a)·M_l(a,b)", "V_{M_h P_l}(a) = Σ_b M_h(a,b)·P_l(b) (IVM^ε Fig. 22)")
+                if i == 2
+                else ("the triangle views of Fig. 2 over the keys (X_i, A_RST) (IVM^ε Fig. 21)",)
+            ),
+            f"{three_r.reason} (IVM^ε Thm 37)",
+            mix,
+        )
+    lw = a.loomis_whitney
+    if counts and lw and lw.witness.degree >= 4:
+        e = DEFAULT_EPS if eps is None else eps
+        n = lw.witness.degree
+        hi, lo = _fmt(max(e, 1 - e)), _fmt(1 + min(e, 1 - e))
+        pre = _fmt(1 + max(min(e, 1 - e), 1 / (n - 1)))
+        return (
+            IVM_EPS_LW,
+            e,
+            Guarantee(
+                f"O(N^{pre})",
+                f"O(N^{hi}) amortized",
+                "O(1) answer time",
+                f"O(N^{lo})",
+                True,
+                "OMv (IVM^ε Prop. 26): no Loomis-Whitney count has O(N^(0.5-γ)) amortized update with "
+                "O(N^(1-γ)) answer time; "
+                + ("worst-case optimal at eps = 0.5" if e == 0.5 else "eps = 0.5 would be worst-case optimal"),
+            ),
+            False,
+            f"every relation partitioned into heavy/light parts on one variable, threshold N^{_fmt(e)} (IVM^ε F.1)",
+            (f"V_i = the heavy part of R_(i+1) joined with the light part of R_(i+2), i = 1..{n} (IVM^ε F.1)",),
+            f"{lw.reason}: IVM^ε Thm 25, the triangle's algorithm in degree {n}",
+            mix,
+        )
+    path = a.four_path
+    if counts and path:
+        e = DEFAULT_EPS if eps is None else eps
+        hi, lo = _fmt(max(e, 1 - e)), _fmt(1 + min(e, 1 - e))
+        return (
+            IVM_EPS_PATH4,
+            e,
+            Guarantee(
+                f"O(N^{lo})",
+                f"O(N^{hi}) amortized",
+                "O(1) answer time",
+                f"O(N^{lo})",
+                True,
+                "OMv (IVM^ε Prop. 28): no O(N^(0.5-γ)) amortized update with O(N^(1-γ)) answer time; "
+                + ("worst-case optimal at eps = 0.5" if e == 0.5 else "eps = 0.5 would be worst-case optimal"),
+            ),
+            False,
+            f"S and T partitioned on both of their variables (refined partitions, threshold N^{_fmt(e)}; IVM^ε G.1)",
+            ("the auxiliary views of Fig. 14 with the indicator projections of the heavy parts (IVM^ε G.1)",),
+            f"{path.reason}: IVM^ε Thm 27 (F-IVM and first-order IVM need O(N) per update)",
             mix,
         )
     order = variable_order(query)

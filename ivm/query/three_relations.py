@@ -10,6 +10,7 @@ hierarchical 3R queries (Prop. 41), take non-amortized O(1) updates.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ivm.query.model import Query
@@ -64,3 +65,13 @@ def three_relation_class(query: Query) -> Verdict:
         3: "three nonempty pair-join tuples (cyclic, O(N^max(eps,1-eps)) amortized updates)",
     }
     return Verdict(True, f"3R^{i}: {words[i]}", ThreeRelationClass(i, pairs))
+
+
+def as_distinct_relations(query: Query) -> Query:
+    """The query with its three atoms renamed ``R``, ``S``, ``T`` (self-joins read as copies).
+
+    >>> str(as_distinct_relations(parse("Q() :- E(a,b), E(b,c), F(c)")))
+    'Q() :- R(a, b), S(b, c), T(c)'
+    """
+    atoms = tuple(dataclasses.replace(a, relation=name) for a, name in zip(query.atoms, "RST", strict=False))
+    return dataclasses.replace(query, atoms=atoms)

@@ -24,6 +24,9 @@ SAMPLE_QUERIES = [
     "Q(a) :- R(a,b), S(a,c)",
     "Q(a, b) :- R(a,b), S(b,c)",
     "Q() :- R(a,b), S(b,c)",
+    "Q() :- R(a,b), S(b,c), T(c,d)",  # 3R^2 (IVM^eps App. H)
+    "Q() :- R(a), S(a,b), T(b,c), U(c)",  # 4-path (App. G)
+    "Q() :- R(b,c,d), S(a,c,d), T(a,b,d), U(a,b,c)",  # Loomis-Whitney of degree 4 (App. F)
 ]
 
 

@@ -59,7 +59,6 @@ option"), so the guarantees hold with the constant factor of the number of copie
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -69,7 +68,7 @@ from ivm.engines.ivm_eps.partition import HeavyLightPartition
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle, intersect
 from ivm.query.model import Atom, Query
 from ivm.query.parse import parse
-from ivm.query.three_relations import ThreeRelationClass, three_relation_class
+from ivm.query.three_relations import ThreeRelationClass, as_distinct_relations, three_relation_class
 from ivm.updates import Row, Update
 
 Key = tuple[Any, ...]
@@ -87,16 +86,6 @@ def _add(table: dict[Any, int], key: Any, m: int) -> int:
         del table[key]
         return -1
     return 0
-
-
-def as_distinct_relations(query: Query) -> Query:
-    """The query with its three atoms renamed ``R``, ``S``, ``T`` (self-joins read as copies).
-
-    >>> str(as_distinct_relations(parse("Q() :- E(a,b), E(b,c), F(c)")))
-    'Q() :- R(a, b), S(b, c), T(c)'
-    """
-    atoms = tuple(dataclasses.replace(a, relation=name) for a, name in zip(query.atoms, "RST", strict=False))
-    return dataclasses.replace(query, atoms=atoms)
 
 
 def classify(query: Query) -> ThreeRelationClass:
@@ -127,7 +116,9 @@ class IVMEps3R(Engine):
     variables, aggregates other than COUNT(*), HAVING.
 
     ``eps`` is one exponent in [0, 1] (default 1/2) or a mapping relation -> exponent
-    (as :class:`~ivm.engines.ivm_eps.engine.IVMEps`).
+    (as :class:`~ivm.engines.ivm_eps.engine.IVMEps`).  Under ``engine="auto"`` the planner
+    runs it inside :class:`~ivm.engines.ivm_eps.hybrid.SkewHybrid`, which keeps F-IVM while
+    no join value is heavy and switches to this engine once one is.
 
     >>> e = IVMEps3R(parse("Q() :- R(a,b), S(b,c), T(c,d)"), eps=0.5)
     >>> e.apply([("R", (1, 2), 1), ("S", (2, 3), 2), ("T", (3, 4), 1), ("T", (3, 5), 1)])
@@ -279,6 +270,7 @@ class IVMEps3R(Engine):
             "base_tuples": sum(len(t) for t in self.base.values()),
         }
         out.update({f"plan_{p}": int(p == self.plan) for p in ("hierarchical", "path", "triangle")})
+        out["eps"] = max(self.slot_eps, key=lambda e: max(e, 1 - e))
         if self.plan == "triangle":
             t = self.triangle
             inner = t.stats()
@@ -505,6 +497,37 @@ class IVMEps3R(Engine):
                     _add(self.V_MhPl, a, mm * next(iter(prow.values())))
         self.strict = True
         self.major_rebalances += 1
+
+    # -- changing eps -----------------------------------------------------------------
+
+    def max_degree(self) -> int:
+        """The largest degree of a partition key (the path plan's M and P; the triangle's slots); O(keys)."""
+        if self.plan == "triangle":
+            return max((len(r) for p in self.triangle.parts for f in (p.hf, p.lf) for r in f.values()), default=0)
+        if self.plan == "path":
+            return max((len(r) for p in (self.M, self.P) for f in (p.hf, p.lf) for r in f.values()), default=0)
+        return 0
+
+    def set_eps(self, eps: float) -> None:
+        """Set the exponent of every partitioned slot, then MajorRebalancing (Q unchanged).
+
+        The path plan: O(|D|); the triangle plan: O(|D|^{1+min(eps,1-eps)}) (Prop. 11).
+        The hierarchical plan has no partition: nothing to do.
+        """
+        if not 0.0 <= float(eps) <= 1.0:
+            raise ValueError(f"eps must lie in [0, 1], got {eps}")
+        eps = float(eps)
+        self.slot_eps = (eps, eps, eps)
+        if self.plan == "path":
+            self.M.eps = self.P.eps = eps
+            self.rebalance_major()
+            self.major_rebalances -= 1  # a change of eps, not a size-triggered major rebalancing
+        elif self.plan == "triangle":
+            for part in self.triangle.parts:
+                part.eps = eps
+            before = self.triangle.major_rebalances
+            self.triangle.rebalance_major()
+            self.triangle.major_rebalances = before
 
     def rebalance_minor(self, part: HeavyLightPartition, key: Key, to_heavy: bool) -> None:
         """MinorRebalancing: move every tuple of ``key`` to the other part, δQ skipped (net zero).

@@ -72,7 +72,8 @@ CHOICES = [
     ("Q() :- E(a,b), E(b,c), E(c,a)", [], "ivm_eps", "O(N^0.5) amortized", False),
     ("Q(x,y) :- R(x,y), S(x,z), T(x)", [], "qhier", "expected O(1) (hash tables)", True),
     ("Q(x) :- R(x,y), S(x,z), T(x)", [], "fivm", "expected O(1) (hash tables)", True),  # measured, F-IVM Thm 13
-    ("Q() :- E(x,x), E(x,y), E(y,y)", [], "fivm", "O(N) per single-tuple update", False),  # 002 §8 D
+    # 002 §8 D; its atoms read as copies are a 3R^2 path (x in the first two, y in the last two): IVM^ε App. H
+    ("Q() :- E(x,x), E(x,y), E(y,y)", [], "ivm_eps_3r", "O(N^0.5) amortized", False),
     (
         "Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)",
         ["R2=insert-only", "R3=insert-only"],
@@ -81,7 +82,9 @@ CHOICES = [
         True,
     ),
     ("Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)", [], "fivm", "O(N) per single-tuple update", False),
-    ("Q() :- R(a), S(a,b), T(b)", [], "ivm_eps", "O(N^0.5) amortized", False),  # 3R^2 path
+    ("Q() :- R(a), S(a,b), T(b)", [], "ivm_eps_3r", "O(N^0.5) amortized", False),  # 3R^2 path
+    ("Q() :- R(a,b,c), S(b,c,d), T(a,c,d), U(a,b,d)", [], "ivm_eps_lw", "O(N^0.5) amortized", False),  # App. F
+    ("Q() :- R(a), S(a,b), T(b,c), U(c)", [], "ivm_eps_path4", "O(N^0.5) amortized", False),  # App. G
     ("Q(a, c) :- R(a,b), S(b,c)", ["R=insert-only", "S=insert-only"], "fivm", "O(N) per single-tuple update", False),
 ]
 
@@ -97,7 +100,7 @@ def test_planner_choices(text, patterns, engine, update, constant):
 def test_core_only_q_hierarchical_is_not_planned_on_qhier():
     """002 §8 D: only the core E(x,x) is q-hierarchical; the bag count needs the query itself."""
     p = plan(parse("Q() :- E(x,x), E(x,y), E(y,y)"))
-    assert p.best_engine != "qhier" and p.engine in ("fivm", "first_order_delta")
+    assert p.best_engine != "qhier" and p.engine in ("fivm", "first_order_delta", "ivm_eps_3r", "ivm_eps_hybrid")
     assert not p.constant_time
     assert any("semantics='set'" in note and "expected O(1)" in note for note in p.notes)
     assert "OV" in p.guarantee.lower_bound
@@ -151,7 +154,7 @@ def test_planner_falls_back_to_a_registered_engine():
     from ivm.engines import ENGINES
 
     p = plan(parse("Q() :- R(a,b), S(b,c), T(c,a)"), registered={"first_order": ENGINES["first_order"]})
-    assert (p.best_engine, p.engine) == ("ivm_eps", "first_order")
+    assert (p.best_engine, p.papers_best, p.engine) == ("first_order", "ivm_eps", "first_order")
     assert p.guarantee.update == "O(N) worst-case"
     assert "not optimal" in p.guarantee.lower_bound
 
