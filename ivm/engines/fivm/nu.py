@@ -212,8 +212,12 @@ def enumerate_bindings(plan: NuPlan, binding: dict[str, object]) -> Iterator[Non
     """Fill ``binding`` with one answer after another, top-down over the groups' views (§7.1): O(1) delay.
 
     Yields once per distinct answer (the caller reads ``binding``); each step
-    reads one bucket of a secondary index on the fixed key positions.
+    reads one bucket of a secondary index on the fixed key positions.  The
+    trees of a forest are independent: if one has no answer, none is produced
+    (checked first, so the others are not walked in vain).
     """
+    if any(not len(group.view.store) for group in plan.groups):  # type: ignore[arg-type]
+        return
     yield from _product(plan.groups, binding)
 
 

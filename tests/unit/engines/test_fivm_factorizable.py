@@ -187,7 +187,7 @@ def test_factorized_equals_expanded_on_nu_trees(name: str, kind: str) -> None:
         differential(query, {"tree": "nu", **extra}, seed)
 
 
-@pytest.mark.parametrize("seed", range(36))
+@pytest.mark.parametrize("seed", range(60))
 def test_random_queries_self_joins_and_repeated_variables(seed: int) -> None:
     rng = random.Random(1000 + seed)
     kind = ("count", "sum", "covariance")[seed % 3]
