@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices bench-stops bench-snapshots clean
+.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices bench-stops bench-snapshots bench-paper-queries clean
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
@@ -70,6 +70,9 @@ bench-stops: setup
 
 bench-snapshots: setup
 	$(BIN)/python bench/snapshots.py
+
+bench-paper-queries: setup
+	$(BIN)/python bench/paper_queries.py
 
 clean:
 	rm -rf .local/demo .local/test-logs .pytest_cache

@@ -164,3 +164,20 @@ def test_hot_engine_by_shape(query: str, hot: str | None) -> None:
 
 def test_registered_with_the_other_engines() -> None:
     assert ENGINES["ivm_eps_hybrid"] is SkewHybrid
+
+
+@pytest.mark.parametrize(
+    ("query", "best", "bound"),
+    [
+        ("Q() :- R(a), S(a,b), T(b,c), U(c)", "ivm_eps_path4", "Prop. 28"),
+        ("Q() :- R1(b,c,d), R2(a,c,d), R3(a,b,d), R4(a,b,c)", "ivm_eps_lw", "Prop. 26"),
+        ("Q() :- R(b,c,d,e), S(a,c,d,e), T(a,b,d,e), U(a,b,c,e), V(a,b,c,d)", "ivm_eps_lw", "Prop. 26"),
+        ("Q() :- R(a,b), S(b,c), T(c,d)", "ivm_eps_3r", "Prop. 38"),
+    ],
+)
+def test_explain_states_the_appendix_engine_and_its_omv_bound(query: str, best: str, bound: str) -> None:
+    d = ivm.maintain(query).explain()
+    assert (d["engine"], d["best_engine"]) == ("ivm_eps_hybrid", best)
+    assert bound in d["guarantee"]["lower_bound"] and "OMv" in d["guarantee"]["lower_bound"]
+    assert d["guarantee"]["update"].startswith("O(N^0.5) amortized")
+    assert d["guarantee"]["delay"] == "O(1) answer time"
