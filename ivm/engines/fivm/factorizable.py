@@ -604,9 +604,7 @@ class Propagator:
                     values[s] = x
                 seed(f + 1, self.mul(payload, self.from_mult(p) if raw else p))
 
-        seed(0, None)
-        if None in out.values():  # no factor, no sibling payload: cannot happen in a view tree
-            raise AssertionError("a component without payloads")
+        seed(0, None)  # a component has a factor or a sibling, so every payload is a ring element
         return out
 
     def _intersect(
