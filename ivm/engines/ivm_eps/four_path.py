@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ivm.engines.base import Engine
-from ivm.engines.ivm_eps.partition import Index, cutoffs, index_add
+from ivm.engines.ivm_eps.partition import Index, cutoffs, entry_add, index_add, resized
 from ivm.query.model import Atom, Query
 from ivm.query.parse import parse  # noqa: F401  (doctests)
 from ivm.updates import Row, Update
@@ -251,19 +251,6 @@ class _Pair:
 
     def __len__(self) -> int:
         return sum(len(row) for row in self.f.values())
-
-
-def _add(table: dict[Any, int], key: Any, m: int) -> int:
-    """``table[key] += m`` dropping zeros; the change in distinct entries (+1, 0, -1)."""
-    old = table.get(key, 0)
-    new = old + m
-    if new:
-        table[key] = new
-        return 0 if old else 1
-    if old:
-        del table[key]
-        return -1
-    return 0
 
 
 def _dot(one: Mapping[Any, int] | None, other: Mapping[Any, int] | None) -> int:
@@ -498,7 +485,7 @@ class IVMEps4Path(Engine):
             atoms = self.occurrences.get(relation)
             if atoms is None:
                 raise KeyError(f"relation {relation!r} is not in {self.query}")
-            _add(self.base[relation], row, m)
+            entry_add(self.base[relation], row, m)
             for k in atoms:
                 if not self.atoms[k].matches(row):
                     continue  # fails a constant or a repeated variable: contributes 0
@@ -633,13 +620,10 @@ class IVMEps4Path(Engine):
 
     def _keep_size(self) -> bool:
         """Figure 4: ``N := 2N`` when |D| = N, ``N := ⌊N/2⌋ - 1`` when |D| < ⌊N/4⌋, then MajorRebalancing."""
-        size, n = self.size, self.N
-        if size == n:
-            self.N = 2 * n
-        elif size < n // 4:
-            self.N = n // 2 - 1
-        else:
+        n = resized(self.size, self.N)
+        if n is None:
             return False
+        self.N = n
         self.rebalance_major()
         return True
 
@@ -685,25 +669,25 @@ class IVMEps4Path(Engine):
         for row, view in ((ll, z.RS_ll), (lh, z.RS_lh), (hh, z.RS_hh)):  # lines 16-18
             if row:
                 for b, s in row.items():
-                    _add(view, b, m * s)
+                    entry_add(view, b, m * s)
         if hl:  # line 19: V_{RS_hl T_hl}(b) += m·S_hl(α,b)·V_{T_h}(b)
             t_h = z.T.pf[HL]
             view = z.RST_hl_hl
             if len(hl) <= len(t_h):
                 for b, s in hl.items():
                     if b in t_h:
-                        _add(view, b, m * s)
+                        entry_add(view, b, m * s)
             else:
                 for b in t_h:
                     s = hl.get(b)
                     if s:
-                        _add(view, b, m * s)
+                        entry_add(view, b, m * s)
         row = z.ST_ll_lh.f.get(alpha)
         if row:  # line 20
             view = z.RST_ll_lh
             for c, v in row.items():
-                _add(view, c, m * v)
-        self.size += _add(z.R, alpha, m)  # line 21
+                entry_add(view, c, m * v)
+        self.size += entry_add(z.R, alpha, m)  # line 21
 
     def apply_middle(self, z: _Side, i: int, alpha: object, beta: object, m: int, count: bool = True) -> None:
         """Figure 16: ``δS_i = {(α, β) ↦ m}`` to part ``i``; O(N^max(eps,1-eps)).
@@ -722,14 +706,14 @@ class IVMEps4Path(Engine):
             self.count += r * m * v
         if i == HH:  # lines 9-10
             if r:
-                _add(z.RS_hh, beta, r * m)
+                entry_add(z.RS_hh, beta, r * m)
             if t_lh:
                 view = z.ST_hh_lh
                 for c, t in t_lh.items():
                     index_add(view.f, view.b, alpha, c, m * t)
         elif i == LH:  # line 12 (line 13, the indicator V_{S_h}, is the part index below)
             if r:
-                _add(z.RS_lh, beta, r * m)
+                entry_add(z.RS_lh, beta, r * m)
         elif i == HL:  # lines 15-18, and V_{RS_hl T_hl} (omitted in Figure 16)
             for rows, view in (
                 (T.pf[LL].get(beta), z.ST_hl_ll),
@@ -741,18 +725,18 @@ class IVMEps4Path(Engine):
                         index_add(view.f, view.b, alpha, c, m * t)
             v = z.TU_ll.get(beta, 0)
             if v:
-                _add(z.STU_hl_ll, alpha, m * v)
+                entry_add(z.STU_hl_ll, alpha, m * v)
             if r and beta in T.pf[HL]:
-                _add(z.RST_hl_hl, beta, r * m)
+                entry_add(z.RST_hl_hl, beta, r * m)
         else:  # lines 20-22
             if r:
-                _add(z.RS_ll, beta, r * m)
+                entry_add(z.RS_ll, beta, r * m)
             if t_lh:
                 view = z.ST_ll_lh
                 for c, t in t_lh.items():
                     index_add(view.f, view.b, alpha, c, m * t)
                     if r:
-                        _add(z.RST_ll_lh, c, r * m * t)
+                        entry_add(z.RST_ll_lh, c, r * m * t)
         S = z.S
         if i == LH:  # line 23, and V_{S_lh T_lh U}(β) when β enters or leaves V_{S_h} = ∃_B S_lh
             before = beta in S.pb[LH]
@@ -834,7 +818,7 @@ class IVMEps4Path(Engine):
                 r = R.get(a)
                 if r:
                     for b, s in row.items():
-                        _add(view, b, r * s)
+                        entry_add(view, b, r * s)
         _join_into(S.pb[LL], T.pf[LH], z.ST_ll_lh)
         _join_into(S.pb[HL], T.pf[HH], z.ST_hl_hh)
         t_h = T.pf[HL]
@@ -847,7 +831,7 @@ class IVMEps4Path(Engine):
             r = R.get(a)
             if r:
                 for c, v in row.items():
-                    _add(z.RST_ll_lh, c, r * v)
+                    entry_add(z.RST_ll_lh, c, r * v)
 
     # -- eps at run time (the adaptive wrapper) --------------------------------------------------
 

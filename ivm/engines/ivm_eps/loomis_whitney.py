@@ -72,7 +72,7 @@ from operator import itemgetter
 from typing import Any
 
 from ivm.engines.base import Engine
-from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index
+from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index, resized
 from ivm.query.model import Query
 from ivm.query.parse import parse  # noqa: F401  (used by the doctests)
 from ivm.updates import Row, Update
@@ -422,21 +422,12 @@ class IVMEpsLW(Engine):
         heavy = x in part.hf or part.eps == 0.0
         self.apply_update(i, heavy, t, m)
         self.strict = False
-        size, n = self.size, self.N
-        if size == n:
-            self.N = 2 * n
+        n = resized(self.size, self.N)
+        if n is not None:
+            self.N = n
             self.rebalance_major()
-        elif size < n // 4:
-            self.N = n // 2 - 1
-            self.rebalance_major()
-        elif heavy:
-            row = part.hf.get(x)
-            if row is not None and len(row) < part.down:
-                self.rebalance_minor(i, x, to_heavy=False)
-        else:
-            row = part.lf.get(x)
-            if row is not None and len(row) >= part.up:
-                self.rebalance_minor(i, x, to_heavy=True)
+        elif part.crossed(x, heavy):
+            self.rebalance_minor(i, x, to_heavy=not heavy)
 
     def lists(self, i: int, t: Tuple) -> tuple[list[MidList], dict[Any, int] | None, dict[Any, int] | None]:
         """The lists of ``f = x_{i-1}``-values that join ``t`` in the other slots; O(n).

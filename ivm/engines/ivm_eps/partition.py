@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 Index = dict[object, dict[object, int]]
 
@@ -89,6 +90,41 @@ def cutoffs(n: int, eps: float) -> tuple[int, int, int]:
     return max(strict, 1), max(up, 1), max(down, 1 if eps > 0 else 0)
 
 
+def entry_add(table: dict[Any, int], key: Any, m: int) -> int:
+    """``table[key] += m`` dropping zeros; the change in distinct entries (+1, 0, -1); O(1).
+
+    >>> t = {}
+    >>> entry_add(t, "a", 2), entry_add(t, "a", -2), t
+    (1, -1, {})
+    """
+    old = table.get(key, 0)
+    new = old + m
+    if new:
+        table[key] = new
+        return 0 if old else 1
+    if old:
+        del table[key]
+        return -1
+    return 0
+
+
+def resized(size: int, n: int) -> int | None:
+    """OnUpdate's size invariant ``⌊N/4⌋ ≤ |D| < N`` (Definition 7) after a single-tuple update.
+
+    The new threshold base when it broke (``2N`` when ``|D|`` reached ``N``,
+    ``⌊N/2⌋ - 1`` when it fell below ``⌊N/4⌋``: a major rebalancing follows,
+    Figure 4), ``None`` while it holds.  Every IVM^eps engine keeps it this way.
+
+    >>> resized(8, 8), resized(1, 8), resized(5, 8)
+    (16, 3, None)
+    """
+    if size == n:
+        return 2 * n
+    if size < n // 4:
+        return n // 2 - 1
+    return None
+
+
 class HeavyLightPartition:
     """One binary relation partitioned on its first variable (Definition 6).
 
@@ -150,6 +186,17 @@ class HeavyLightPartition:
         else:
             self.lsize += delta
         return delta
+
+    def crossed(self, x: object, heavy: bool) -> bool:
+        """Did key ``x`` cross its part's cutoff (Figure 4's test for minor rebalancing)?
+
+        A heavy key with fewer than ``θ/2`` tuples, a light one with at least ``3θ/2``.
+        """
+        if heavy:
+            row = self.hf.get(x)
+            return row is not None and len(row) < self.down
+        row = self.lf.get(x)
+        return row is not None and len(row) >= self.up
 
     def get(self, x: object, y: object) -> int:
         """``K(x, y)`` over both parts; O(1)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ivm.engines.ivm_eps.engine import EpsSpec, IVMEps, count_shape, eps_for, is_direct_self_join
-from ivm.engines.ivm_eps.partition import HeavyLightPartition
+from ivm.engines.ivm_eps.partition import HeavyLightPartition, resized
 from ivm.engines.ivm_eps.triangle import View, intersect, join_view, view_add
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape
@@ -114,21 +114,12 @@ class IVMEpsSelfJoin(IVMEps):
         heavy = x in part.hf or part.eps == 0.0
         self.apply_update(heavy, x, y, m)
         self.strict = False
-        size, n = part.size, self.N
-        if size == n:
-            self.N = 2 * n
+        n = resized(part.size, self.N)
+        if n is not None:
+            self.N = n
             self.rebalance_major()
-        elif size < n // 4:
-            self.N = n // 2 - 1
-            self.rebalance_major()
-        elif heavy:
-            row = part.hf.get(x)
-            if row is not None and len(row) < part.down:
-                self.rebalance_minor(x, to_heavy=False)
-        else:
-            row = part.lf.get(x)
-            if row is not None and len(row) >= part.up:
-                self.rebalance_minor(x, to_heavy=True)
+        elif part.crossed(x, heavy):
+            self.rebalance_minor(x, to_heavy=not heavy)
 
     def apply_update(self, heavy: bool, x: object, y: object, m: int, count: bool = True) -> None:
         """Figure 5 (line 13 corrected) for ``δR_r = {(x, y) ↦ m}``; O(N^max(eps,1-eps))."""

@@ -64,7 +64,7 @@ from typing import Any
 
 from ivm.engines.base import Engine
 from ivm.engines.ivm_eps.engine import EpsSpec, eps_for
-from ivm.engines.ivm_eps.partition import HeavyLightPartition
+from ivm.engines.ivm_eps.partition import HeavyLightPartition, entry_add, resized
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle, intersect
 from ivm.query.model import Atom, Query
 from ivm.query.parse import parse
@@ -73,19 +73,6 @@ from ivm.updates import Row, Update
 
 Key = tuple[Any, ...]
 PLANS = {0: "hierarchical", 1: "hierarchical", 2: "path", 3: "triangle"}
-
-
-def _add(table: dict[Any, int], key: Any, m: int) -> int:
-    """``table[key] += m`` dropping zeros; the change in distinct entries (+1, 0, -1)."""
-    old = table.get(key, 0)
-    new = old + m
-    if new:
-        table[key] = new
-        return 0 if old else 1
-    if old:
-        del table[key]
-        return -1
-    return 0
 
 
 def classify(query: Query) -> ThreeRelationClass:
@@ -239,7 +226,7 @@ class IVMEps3R(Engine):
             slots = self.occurrences.get(relation)
             if slots is None:
                 raise KeyError(f"relation {relation!r} is not in {self.query}")
-            _add(self.base[relation], row, m)
+            entry_add(self.base[relation], row, m)
             for i in slots:
                 atom = self.atoms[i]
                 if not atom.matches(row):
@@ -354,18 +341,18 @@ class IVMEps3R(Engine):
             other = self.B.get(x, 0)
             if other:
                 self.count += m * other * self.C.get(z, 0)
-                _add(self.V_AB, z, m * other)
-            self.size += _add(self.A, x, m)
+                entry_add(self.V_AB, z, m * other)
+            self.size += entry_add(self.A, x, m)
         elif i == self.b_slot:  # δB(α), keyed by its second key
             z = y[len(y) - self.z_len :]
             other = self.A.get(y, 0)
             if other:
                 self.count += m * other * self.C.get(z, 0)
-                _add(self.V_AB, z, m * other)
-            self.size += _add(self.B, y, m)
+                entry_add(self.V_AB, z, m * other)
+            self.size += entry_add(self.B, y, m)
         else:  # δC(z): δQ = m·V_AB(z)
             self.count += m * self.V_AB.get(x, 0)
-            self.size += _add(self.C, x, m)
+            self.size += entry_add(self.C, x, m)
 
     # -- 3R^2: Figure 22 (App. H.3) ---------------------------------------------------
 
@@ -384,22 +371,14 @@ class IVMEps3R(Engine):
             part, key = self.P, x
             self.apply_p(part.routes_heavy(x), x, y, m)
         self.strict = False
-        size, n = self.size, self.N
-        if size == n:
-            self.N = 2 * n
-            self.rebalance_major()
-        elif size < n // 4:
-            self.N = n // 2 - 1
+        n = resized(self.size, self.N)
+        if n is not None:
+            self.N = n
             self.rebalance_major()
         elif part is not None:
-            row = part.hf.get(key)
-            if row is not None:
-                if len(row) < part.down:
-                    self.rebalance_minor(part, key, to_heavy=False)
-            else:
-                row = part.lf.get(key)
-                if row is not None and len(row) >= part.up:
-                    self.rebalance_minor(part, key, to_heavy=True)
+            heavy = key in part.hf
+            if part.crossed(key, heavy):
+                self.rebalance_minor(part, key, to_heavy=not heavy)
 
     def apply_u(self, a: Key, m: int) -> None:
         """``δU = {a ↦ m}`` (U unpartitioned; paper's updates to T in Figure 22).
@@ -420,7 +399,7 @@ class IVMEps3R(Engine):
             self.count += m * delta
             view = self.V_MlU
             for b, mm in light_row.items():
-                _add(view, b, m * mm)
+                entry_add(view, b, m * mm)
         else:
             heavy_row = self.M.hf.get(a)
             if heavy_row is not None:
@@ -428,7 +407,7 @@ class IVMEps3R(Engine):
                 if self.P.hb:
                     delta += intersect(heavy_row, self.P.hb.get(self._z_of_a(a)))
                 self.count += m * delta
-        self.size += _add(self.U, a, m)
+        self.size += entry_add(self.U, a, m)
 
     def apply_m(self, heavy: bool, a: Key, b: Key, m: int, count: bool = True) -> None:
         """``δM_r = {(a, b) ↦ m}`` (paper's δR_r): ``δQ = m·U(a)·P(b)``; one view entry; O(1)."""
@@ -441,11 +420,11 @@ class IVMEps3R(Engine):
         if heavy:
             row = self.P.lf.get(b)
             if row is not None:
-                _add(self.V_MhPl, a, m * next(iter(row.values())))
+                entry_add(self.V_MhPl, a, m * next(iter(row.values())))
         else:
             u = self.U.get(a, 0)
             if u:
-                _add(self.V_MlU, b, m * u)
+                entry_add(self.V_MlU, b, m * u)
         self.size += self.M.add(heavy, a, b, m)
 
     def apply_p(self, heavy: bool, b: Key, z: Key, m: int, count: bool = True) -> None:
@@ -467,7 +446,7 @@ class IVMEps3R(Engine):
         if not heavy and col is not None:
             view = self.V_MhPl
             for a, mm in col.items():
-                _add(view, a, mm * m)
+                entry_add(view, a, mm * m)
         self.size += self.P.add(heavy, b, z, m)
 
     def _z_of_a(self, a: Key) -> Key:
@@ -489,12 +468,12 @@ class IVMEps3R(Engine):
             u = self.U.get(a, 0)
             if u:
                 for b, mm in row.items():
-                    _add(self.V_MlU, b, u * mm)
+                    entry_add(self.V_MlU, b, u * mm)
         for a, row in self.M.hf.items():
             for b, mm in row.items():
                 prow = self.P.lf.get(b)
                 if prow is not None:
-                    _add(self.V_MhPl, a, mm * next(iter(prow.values())))
+                    entry_add(self.V_MhPl, a, mm * next(iter(prow.values())))
         self.strict = True
         self.major_rebalances += 1
 

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivm.engines.ivm_eps.engine import EpsSpec, IVMEps, count_shape, eps_for
-from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index
+from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index, resized
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape
 from ivm.updates import Row, Update
@@ -197,21 +197,12 @@ class IVMEpsTriangle(IVMEps):
         heavy = x in part.hf or part.eps == 0.0
         self.apply_update(i, heavy, x, y, m)
         self.strict = False
-        size, n = self.size, self.N
-        if size == n:
-            self.N = 2 * n
+        n = resized(self.size, self.N)
+        if n is not None:
+            self.N = n
             self.rebalance_major()
-        elif size < n // 4:
-            self.N = n // 2 - 1
-            self.rebalance_major()
-        elif heavy:
-            row = part.hf.get(x)
-            if row is not None and len(row) < part.down:
-                self.rebalance_minor(i, x, to_heavy=False)
-        else:
-            row = part.lf.get(x)
-            if row is not None and len(row) >= part.up:
-                self.rebalance_minor(i, x, to_heavy=True)
+        elif part.crossed(x, heavy):
+            self.rebalance_minor(i, x, to_heavy=not heavy)
 
     def apply_update(self, i: int, heavy: bool, x: object, y: object, m: int, count: bool = True) -> None:
         """ApplyUpdate (Figure 3, generic form of digest §2.5) on part ``r`` of slot ``i``.
