@@ -15,15 +15,20 @@ feeds each of its slots in turn; by the telescoping delta rule
 ``Q(E1',E2',E3') - Q(E1,E2,E3) = δ1 + δ2 + δ3`` with δi evaluated on the
 slots already updated, this is exact.
 
-The delta rule is written once, in :func:`apply_first_order`; the adaptive
-IVM^eps engine (:mod:`ivm.engines.ivm_eps.adaptive`) runs the same loop while
-no relation is partitioned.
+The delta rule is written once, in :func:`apply_first_order_python` (the
+reference); the adaptive IVM^eps engine (:mod:`ivm.engines.ivm_eps.adaptive`)
+runs the same loop while no relation is partitioned.  The same loop compiled
+with Cython (``ivm/engines/_first_order_kernel.pyx``, built by ``pip install``)
+runs over the same dicts and sets without per-update interpretation;
+:func:`first_order_kernel` picks one by name (``"auto"``: the compiled loop when
+it is built, else the Python one) and :func:`apply_first_order` is the ``"auto"``
+choice.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivm.engines.base import Engine
@@ -63,7 +68,7 @@ def first_order_plan(slots: Sequence[AllLightPartition], occurrences: Mapping[st
     return plan
 
 
-def apply_first_order(
+def apply_first_order_python(
     slots: Sequence[AllLightPartition],
     plan: Plan,
     updates: Sequence[Any],
@@ -166,6 +171,43 @@ def apply_first_order(
     return (nxt if stop > start else start), count, applied, hit
 
 
+#: the signature of :func:`apply_first_order_python` and of its compiled twin
+Kernel = Callable[..., tuple[int, int, int, Hit | None]]
+
+try:  # the Cython build of the same loop (IVM^eps App. A.1), present when pip install compiled it
+    from ivm.engines._first_order_kernel import apply_first_order as apply_first_order_compiled
+except ImportError:  # no compiler at install time: the Python loop is used
+    apply_first_order_compiled: Kernel | None = None  # type: ignore[no-redef]
+
+#: the values of ``implementation`` that :func:`first_order_kernel` accepts
+IMPLEMENTATIONS = ("auto", "compiled", "python")
+
+
+def first_order_kernel(implementation: str = "auto") -> Kernel:
+    """The first-order loop by name; every choice costs O(min(deg)) per update (IVM^eps App. A.1).
+
+    ``"python"`` is :func:`apply_first_order_python` (the reference),
+    ``"compiled"`` its Cython build (an error when it was not built) and
+    ``"auto"`` the compiled loop when it was built, else the Python one.
+
+    >>> first_order_kernel("python") is apply_first_order_python
+    True
+    """
+    if implementation == "python":
+        return apply_first_order_python
+    if implementation == "compiled":
+        if apply_first_order_compiled is None:
+            raise ImportError("ivm.engines._first_order_kernel is not built (pip install -e . compiles it)")
+        return apply_first_order_compiled
+    if implementation == "auto":
+        return apply_first_order_compiled or apply_first_order_python
+    raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+
+
+#: the first-order loop ``implementation="auto"`` runs
+apply_first_order: Kernel = first_order_kernel("auto")
+
+
 class FirstOrderIVM(Engine):
     """First-order delta queries for the triangle count (IVM^eps §1.1): O(min degree) per update.
 
@@ -178,8 +220,12 @@ class FirstOrderIVM(Engine):
 
     name = "first_order"
 
-    def __init__(self, query: Query) -> None:
+    def __init__(self, query: Query, implementation: str = "python") -> None:
+        """``implementation`` picks the loop (:func:`first_order_kernel`); the default stays the
+        Python reference, the plain-Python baseline that the benchmarks measure ``auto`` against."""
         super().__init__(query)
+        first_order_kernel(implementation)  # validates the name; "compiled" needs the extension
+        self.implementation = implementation
         shape = triangle_shape(query)
         assert isinstance(shape, TriangleShape)
         self.shape = shape
@@ -201,7 +247,8 @@ class FirstOrderIVM(Engine):
         """Apply the updates in order (one call of :func:`apply_first_order`, no stops)."""
         if not isinstance(updates, list | tuple):
             updates = list(updates)
-        _, self._count, applied, _ = apply_first_order(self._slots, self._plan, updates, 0, self._count)
+        kernel = first_order_kernel(getattr(self, "implementation", "python"))  # older snapshots: none set
+        _, self._count, applied, _ = kernel(self._slots, self._plan, updates, 0, self._count)
         self._updates += applied
 
     def result(self) -> int:

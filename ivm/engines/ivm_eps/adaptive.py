@@ -39,8 +39,12 @@ While no relation is partitioned the slots are
 partition at eps = 1 stored as key sets, the multiplicities other than 1
 aside) and updates run the first-order loop of
 :func:`~ivm.engines.first_order.apply_first_order`, which counts
-``Σ_z K_j(β,z)·K_k(z,α)`` as ``|K_j(β,·) ∩ K_k(·,α)|`` with one set
-intersection in C when neither slot stores another multiplicity.  A promotion
+``Σ_z K_j(β,z)·K_k(z,α)`` as ``|K_j(β,·) ∩ K_k(·,α)|`` when neither slot
+stores another multiplicity.  ``implementation`` picks that loop
+(:func:`~ivm.engines.first_order.first_order_kernel`): ``"compiled"`` is its
+Cython build over the same dicts and sets (no per-update interpretation),
+``"python"`` the reference loop, ``"auto"`` (the default) the compiled one when
+it was built; all three cost O(min(deg)) per update and leave the same state.  A promotion
 turns the key sets into heavy/light partitions before its major rebalancing,
 and the return of the last partitioned relation turns them back, each O(|D|),
 within the O(N^{1+min}) of the rebalancing itself.
@@ -52,7 +56,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ivm.engines.first_order import apply_first_order, first_order_plan
+from ivm.engines.first_order import IMPLEMENTATIONS, first_order_kernel, first_order_plan
 from ivm.engines.ivm_eps.engine import IVMEps
 from ivm.engines.ivm_eps.partition import AllLightPartition
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
@@ -85,8 +89,17 @@ class IVMEpsAdaptive(IVMEpsTriangle):
     min_check = 256
 
     def __init__(
-        self, query: Query, eps: float = 0.5, skew: float = DEFAULT_SKEW, dwell: float = DEFAULT_DWELL
+        self,
+        query: Query,
+        eps: float = 0.5,
+        skew: float = DEFAULT_SKEW,
+        dwell: float = DEFAULT_DWELL,
+        implementation: str = "auto",
     ) -> None:
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+        first_order_kernel(implementation)  # "compiled" fails here when the extension is not built
+        self.implementation = implementation
         if not 0.0 <= float(eps) <= 1.0:
             raise ValueError(f"eps must lie in [0, 1], got {eps}")
         if skew <= 0 or dwell < 0:
@@ -215,6 +228,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         """Restore a snapshot; one taken before the key-set slots existed is converted."""
         self.__dict__.update(state)
         self.__dict__.pop("nonunit", None)
+        self.__dict__.setdefault("implementation", "auto")  # a snapshot from before the choice existed
         if not self.partitioned:
             self._to_first_order()
 
@@ -282,7 +296,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if self.size or self.partitioned:
             self.apply(batch)
             return
-        _, self.count, applied, _ = apply_first_order(self.parts, self.plan, batch, 0, self.count)  # type: ignore[arg-type]
+        kernel = first_order_kernel(self.implementation)
+        _, self.count, applied, _ = kernel(self.parts, self.plan, batch, 0, self.count)
         self.size = sum(p.lsize for p in self.parts)
         self.updates_applied += applied
         self.N = 2 * self.size + 1
@@ -342,7 +357,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
     def _apply_first_order(self, updates: Sequence[Any], start: int) -> int:
         """First-order IVM (IVM^eps §1.1, eps = 1 everywhere) from ``updates[start]`` on.
 
-        Runs :func:`~ivm.engines.first_order.apply_first_order` until the end or
+        Runs the first-order loop (:func:`~ivm.engines.first_order.first_order_kernel`
+        of ``implementation``, O(min(deg)) per update) until the end or
         an update after which a key reached the skew cutoff or ``|D|`` left
         ``[⌊N/4⌋, N)``; then keeps the size invariant (Definition 7: ``N := 2N``
         or ``N := ⌊N/2⌋ - 1``, a major rebalancing whose strict repartition moves
@@ -350,8 +366,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         key reached the cutoff.  Returns the index of the next update to apply.
         """
         n = self.N
-        nxt, self.count, applied, hit = apply_first_order(
-            self.parts,  # type: ignore[arg-type]
+        nxt, self.count, applied, hit = first_order_kernel(self.implementation)(
+            self.parts,
             self.plan,
             updates,
             start,

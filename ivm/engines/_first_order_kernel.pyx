@@ -1,0 +1,213 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Compiled first-order IVM loop for the triangle count (IVM^eps App. A.1, §1.1).
+
+The same loop as :func:`ivm.engines.first_order.apply_first_order_python` (the
+reference), over the SAME Python state: the dicts of sets and the ``other``
+dicts of :class:`~ivm.engines.ivm_eps.partition.AllLightPartition`, read and
+written in place through the CPython dict/set API (no second copy of the state,
+so snapshots and pickles are unchanged).  Per update
+``δK_i = {(x, y) ↦ m}`` the count changes by ``m · Σ_z K_j(y,z)·K_k(z,x)``,
+counted by iterating the smaller of ``lf_j[y]`` and ``lb_k[x]`` and probing the
+other, **O(min(deg_j(y), deg_k(x)))** per update, no set allocated; then
+``K_i`` changes in O(1).  Stops, returns and writes back exactly as the
+reference does.
+"""
+
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem, PyDict_DelItem, PyDict_Size
+from cpython.set cimport PySet_Add, PySet_Contains, PySet_Discard, PySet_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.ref cimport PyObject
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+
+import sys
+
+cdef extern from "Python.h":
+    bint PyTuple_Check(object o)
+    bint PySet_CheckExact(object o)
+    bint PyDict_CheckExact(object o)
+
+
+cdef inline Py_ssize_t _intersection_size(set small, set big) except -1:
+    """``|small ∩ big|`` iterating ``small`` (the caller passes the smaller set)."""
+    cdef Py_ssize_t n = 0
+    for z in small:
+        if PySet_Contains(big, z):
+            n += 1
+    return n
+
+
+cdef object _weighted(set out, set into, dict out_o, dict into_o, object y, object x):
+    """``Σ_{z ∈ out ∩ into} out_o.get((y,z), 1) · into_o.get((z,x), 1)`` iterating the smaller set."""
+    cdef set small, big
+    cdef PyObject *a
+    cdef PyObject *b
+    delta = 0
+    if PySet_GET_SIZE(out) <= PySet_GET_SIZE(into):
+        small, big = out, into
+    else:
+        small, big = into, out
+    for z in small:
+        if PySet_Contains(big, z):
+            a = PyDict_GetItem(out_o, (y, z)) if out_o else NULL
+            b = PyDict_GetItem(into_o, (z, x)) if into_o else NULL
+            if a is NULL and b is NULL:
+                delta += 1
+            elif a is NULL:
+                delta += <object>b
+            elif b is NULL:
+                delta += <object>a
+            else:
+                delta += (<object>a) * (<object>b)
+    return delta
+
+
+def apply_first_order(
+    slots,
+    dict plan,
+    updates,
+    Py_ssize_t start,
+    count,
+    Py_ssize_t lo=-1,
+    Py_ssize_t hi=sys.maxsize,
+    Py_ssize_t hot=sys.maxsize,
+):
+    """First-order IVM (IVM^eps App. A.1) of ``updates[start:]``; see the Python reference.
+
+    O(min(deg_j(y), deg_k(x))) per update.  Returns ``(index of the next update,
+    count, non-zero updates applied, (slot, key, degree) or None)``.
+    """
+    cdef Py_ssize_t nslots = len(slots)
+    cdef Py_ssize_t *sizes = <Py_ssize_t *> PyMem_Malloc(max(nslots, 1) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t size = 0, applied = 0, stop, nxt, k, e, nentries, i, n, degree
+    cdef bint halt = False, flipped, weighted
+    cdef object hit = None
+    cdef object update, relation, row, m, x, y, old, new, key
+    cdef list entries
+    cdef tuple entry
+    cdef dict f, b, o, out_f, into_b, out_o, into_o
+    cdef set r, c, out, into
+    cdef PyObject *p
+    if sizes is NULL:
+        raise MemoryError()
+    try:
+        for e in range(nslots):
+            sizes[e] = slots[e].lsize
+            size += sizes[e]
+        stop = len(updates)
+        nxt = stop
+        for k in range(start, stop):
+            update = updates[k]
+            if PyTuple_Check(update) and PyTuple_GET_SIZE(update) == 3:
+                relation = <object> PyTuple_GET_ITEM(update, 0)
+                row = <object> PyTuple_GET_ITEM(update, 1)
+                m = <object> PyTuple_GET_ITEM(update, 2)
+            else:
+                relation, row, m = update
+            if not m:
+                continue  # m = 0 is a no-op (digest §8 item 3)
+            p = PyDict_GetItem(plan, relation)
+            if p is NULL:
+                raise KeyError(relation)
+            entries = <list> p
+            nentries = len(entries)
+            for e in range(nentries):
+                entry = <tuple> entries[e]
+                i = entry[0]
+                flipped = entry[1]
+                f = <dict> entry[2]
+                b = <dict> entry[3]
+                o = <dict> entry[4]
+                out_f = <dict> entry[5]
+                into_b = <dict> entry[6]
+                out_o = <dict> entry[7]
+                into_o = <dict> entry[8]
+                if PyTuple_Check(row) and PyTuple_GET_SIZE(row) == 2:
+                    if flipped:
+                        y = <object> PyTuple_GET_ITEM(row, 0)
+                        x = <object> PyTuple_GET_ITEM(row, 1)
+                    else:
+                        x = <object> PyTuple_GET_ITEM(row, 0)
+                        y = <object> PyTuple_GET_ITEM(row, 1)
+                elif flipped:
+                    y, x = row
+                else:
+                    x, y = row
+                # δQ = m · Σ_z K_j(y, z) · K_k(z, x)
+                p = PyDict_GetItem(out_f, y)
+                if p is not NULL:
+                    out = <set> p
+                    p = PyDict_GetItem(into_b, x)
+                    if p is not NULL:
+                        into = <set> p
+                        if PyDict_Size(out_o) or PyDict_Size(into_o):
+                            count += m * _weighted(out, into, out_o, into_o, y, x)
+                        else:
+                            if PySet_GET_SIZE(out) <= PySet_GET_SIZE(into):
+                                n = _intersection_size(out, into)
+                            else:
+                                n = _intersection_size(into, out)
+                            if n:
+                                count += m * n
+                # K_i(x, y) += m
+                p = PyDict_GetItem(f, x)
+                if p is not NULL and PySet_Contains(<set> p, y):
+                    r = <set> p
+                    key = (x, y)
+                    old = 1
+                    if PyDict_Size(o):
+                        p = PyDict_GetItem(o, key)
+                        if p is not NULL:
+                            old = <object> p
+                    new = old + m
+                    if not new:
+                        PySet_Discard(r, y)
+                        if not PySet_GET_SIZE(r):
+                            PyDict_DelItem(f, x)
+                        p = PyDict_GetItem(b, y)
+                        if p is NULL:
+                            raise KeyError(y)
+                        c = <set> p
+                        PySet_Discard(c, x)
+                        if not PySet_GET_SIZE(c):
+                            PyDict_DelItem(b, y)
+                        if old != 1:
+                            PyDict_DelItem(o, key)
+                        sizes[i] -= 1
+                        size -= 1
+                        if size < lo:
+                            halt = True
+                    elif new == 1:
+                        PyDict_DelItem(o, key)
+                    else:
+                        PyDict_SetItem(o, key, new)
+                else:  # a new tuple
+                    if p is NULL:
+                        r = {y}
+                        PyDict_SetItem(f, x, r)
+                    else:
+                        r = <set> p
+                        PySet_Add(r, y)
+                    p = PyDict_GetItem(b, y)
+                    if p is NULL:
+                        PyDict_SetItem(b, y, {x})
+                    else:
+                        PySet_Add(<set> p, x)
+                    if m != 1:
+                        PyDict_SetItem(o, (x, y), m)
+                    sizes[i] += 1
+                    size += 1
+                    if size >= hi:
+                        halt = True
+                    degree = PySet_GET_SIZE(r)
+                    if degree >= hot:
+                        hit = (i, x, degree)
+                        halt = True
+            applied += 1
+            if halt:
+                nxt = k + 1
+                break
+        for e in range(nslots):
+            slots[e].lsize = sizes[e]
+    finally:
+        PyMem_Free(sizes)
+    return (nxt if stop > start else start), count, applied, hit
