@@ -98,7 +98,8 @@ def worker(system: str, batch: int, seed: int) -> dict:
 
 def run_cell(system: str, batch: int, seed: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", system, "--batch", str(batch), "--seed", str(seed)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # no idle BLAS threads spinning
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -27,13 +27,84 @@ cdef extern from "Python.h":
     bint PyDict_CheckExact(object o)
 
 
+cdef extern from *:
+    """
+    /* |small ∩ big| over the hash tables of two sets, with the hashes the sets
+       cache (no rehash, no iterator): CPython 3.11-3.13 set_lookkey's probe
+       sequence (LINEAR_PROBES 9, PERTURB_SHIFT 5).  A key that is neither
+       identical nor an exact int or str of the same hash goes to PySet_Contains
+       (a user __eq__ could mutate the set).  Other versions: PySet_Contains. */
+    #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_LIMITED_API) \
+        && !defined(PYPY_VERSION) && !defined(Py_GIL_DISABLED)
+    #define IVM_RAW_SETS 1
+    static int ivm_set_has(PySetObject *so, PyObject *key, Py_hash_t hash) {
+        size_t perturb = (size_t)hash;
+        size_t mask = (size_t)so->mask;
+        size_t i = (size_t)hash & mask;
+        while (1) {
+            setentry *entry = &so->table[i];
+            int probes = (i + 9 <= mask) ? 9 : 0;
+            do {
+                if (entry->hash == 0 && entry->key == NULL)
+                    return 0;
+                if (entry->hash == hash) {
+                    PyObject *other = entry->key;
+                    if (other == key)
+                        return 1;
+                    if ((PyLong_CheckExact(other) && PyLong_CheckExact(key))
+                        || (PyUnicode_CheckExact(other) && PyUnicode_CheckExact(key))) {
+                        int cmp = PyObject_RichCompareBool(other, key, Py_EQ);
+                        if (cmp) return cmp;  /* 1, or -1 on error */
+                    } else {
+                        return PySet_Contains((PyObject *)so, key);
+                    }
+                }
+                entry++;
+            } while (probes--);
+            perturb >>= 5;
+            i = (i * 5 + 1 + perturb) & mask;
+        }
+    }
+    static Py_ssize_t ivm_intersection_size(PyObject *small, PyObject *big) {
+        PySetObject *s = (PySetObject *)small;
+        Py_ssize_t n = 0, j;
+        for (j = 0; j <= s->mask; j++) {
+            setentry *e = &s->table[j];
+            if (e->key == NULL || e->hash == -1)
+                continue;  /* empty or dummy */
+            int has = ivm_set_has((PySetObject *)big, e->key, e->hash);
+            if (has < 0) return -1;
+            n += has;
+        }
+        return n;
+    }
+    #else
+    #define IVM_RAW_SETS 0
+    static Py_ssize_t ivm_intersection_size(PyObject *small, PyObject *big) {
+        PyObject *it = PyObject_GetIter(small), *z;
+        Py_ssize_t n = 0;
+        if (it == NULL) return -1;
+        while ((z = PyIter_Next(it)) != NULL) {
+            int has = PySet_Contains(big, z);
+            Py_DECREF(z);
+            if (has < 0) { Py_DECREF(it); return -1; }
+            n += has;
+        }
+        Py_DECREF(it);
+        return PyErr_Occurred() ? -1 : n;
+    }
+    #endif
+    """
+    Py_ssize_t ivm_intersection_size(set small, set big) except -1
+    int IVM_RAW_SETS
+
+#: whether the intersections probe the set tables directly (CPython 3.11-3.13) or use PySet_Contains
+RAW_SETS = bool(IVM_RAW_SETS)
+
+
 cdef inline Py_ssize_t _intersection_size(set small, set big) except -1:
     """``|small ∩ big|`` iterating ``small`` (the caller passes the smaller set)."""
-    cdef Py_ssize_t n = 0
-    for z in small:
-        if PySet_Contains(big, z):
-            n += 1
-    return n
+    return ivm_intersection_size(small, big)
 
 
 cdef object _weighted(set out, set into, dict out_o, dict into_o, object y, object x):

@@ -183,6 +183,18 @@ def test_direct_self_join_one_edge_relation(batch: int) -> None:
 
 
 @needs_kernel
+@pytest.mark.parametrize("batch", [1, 1000])
+def test_keys_of_other_types(batch: int) -> None:
+    """Strings, tuples, floats equal to ints (1 == 1.0, same hash) and large ints: the table probe agrees."""
+    rng = random.Random(5)
+    values: list[Any] = [*range(6), 2.0, 3.0, 2**70, -(2**70), -1, -2, "a", "b", ("t", 1), ("t", 2), 0.5]
+    stream = [
+        (rng.choice("RST"), (rng.choice(values), rng.choice(values)), rng.choice([1, 1, 2, -1])) for _ in range(3000)
+    ]
+    run_pair(TRIANGLE, stream, batch, skew=100.0)
+
+
+@needs_kernel
 def test_stops_and_return_values_match() -> None:
     """The size and degree stops (lo, hi, hot) return the same (next, count, applied, hit)."""
     rng = random.Random(3)
