@@ -144,7 +144,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
 
     @property
     def partitioned(self) -> bool:
-        return any(p.eps != 1.0 for p in self.parts)
+        a, b, c = self.parts  # the three slots, unrolled: read once per batch, also at batch size 1
+        return a.eps != 1.0 or b.eps != 1.0 or c.eps != 1.0
 
     def slot_eps(self) -> list[float]:
         return [p.eps for p in self.parts]
@@ -376,7 +377,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             n,
             self.hot_cutoff,
         )
-        self.size = size = sum(p.lsize for p in self.parts)
+        a, b, c = self.parts
+        self.size = size = a.lsize + b.lsize + c.lsize
         self.updates_applied += applied
         while size >= n:
             n *= 2
