@@ -223,9 +223,10 @@ def apply_first_order(
                 p = PyDict_GetItem(f, x)
                 if p is not NULL and PySet_Contains(<set> p, y):
                     r = <set> p
-                    key = (x, y)
+                    key = None
                     old = 1
                     if PyDict_Size(o):
+                        key = (x, y)
                         p = PyDict_GetItem(o, key)
                         if p is not NULL:
                             old = <object> p
@@ -247,10 +248,10 @@ def apply_first_order(
                         size -= 1
                         if size < lo:
                             halt = True
-                    elif new == 1:
+                    elif new == 1:  # then old != 1 came from o and key is set
                         PyDict_DelItem(o, key)
                     else:
-                        PyDict_SetItem(o, key, new)
+                        PyDict_SetItem(o, (x, y) if key is None else key, new)
                 else:  # a new tuple
                     if p is NULL:
                         r = {y}
