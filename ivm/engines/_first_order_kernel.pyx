@@ -22,6 +22,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 import sys
 
 cdef extern from "Python.h":
+    bint PyLong_CheckExact(object o)
     bint PyTuple_Check(object o)
     bint PySet_CheckExact(object o)
     bint PyDict_CheckExact(object o)
@@ -132,6 +133,18 @@ cdef object _weighted(set out, set into, dict out_o, dict into_o, object y, obje
     return delta
 
 
+cdef inline object _canonical(dict intern, object v):
+    """The one object of int value ``v`` that the slots store (``v`` itself the first time)."""
+    cdef PyObject *q
+    if not PyLong_CheckExact(v):
+        return v
+    q = PyDict_GetItem(intern, v)
+    if q is NULL:
+        PyDict_SetItem(intern, v, v)
+        return v
+    return <object> q
+
+
 def apply_first_order(
     slots,
     dict plan,
@@ -141,6 +154,7 @@ def apply_first_order(
     Py_ssize_t lo=-1,
     Py_ssize_t hi=sys.maxsize,
     Py_ssize_t hot=sys.maxsize,
+    dict intern=None,
 ):
     """First-order IVM (IVM^eps App. A.1) of ``updates[start:]``; see the Python reference.
 
@@ -253,6 +267,9 @@ def apply_first_order(
                     else:
                         PyDict_SetItem(o, (x, y) if key is None else key, new)
                 else:  # a new tuple
+                    if intern is not None:  # one object per int value: the probes' hits compare identical
+                        x = _canonical(intern, x)
+                        y = _canonical(intern, y)
                     if p is NULL:
                         r = {y}
                         PyDict_SetItem(f, x, r)

@@ -77,6 +77,7 @@ def apply_first_order_python(
     lo: int = -1,
     hi: int = sys.maxsize,
     hot: int = sys.maxsize,
+    intern: dict[int, int] | None = None,
 ) -> tuple[int, int, int, Hit | None]:
     """First-order IVM (IVM^eps §1.1) of ``updates[start:]``, in order, on the key-set slots.
 
@@ -92,6 +93,11 @@ def apply_first_order_python(
     invariant and skew test).  Returns ``(index of the next update, count,
     non-zero updates applied, (slot, key, degree) of a key that reached hot or
     None)``; the slots' sizes are written back.
+
+    ``intern`` (optional) maps each int value to the one object of that value
+    the slots store: a new tuple's ints are replaced by it (equal values, so the
+    state is the same), and set probes then find their hits by identity instead
+    of comparing two int objects.  The caller bounds it (it may be cleared at any time).
     """
     sizes = [s.lsize for s in slots]
     size = sum(sizes)
@@ -145,6 +151,11 @@ def apply_first_order_python(
                 else:
                     o[(x, y)] = new
             else:  # a new tuple
+                if intern is not None:
+                    if type(x) is int:
+                        x = intern.setdefault(x, x)
+                    if type(y) is int:
+                        y = intern.setdefault(y, y)
                 if r is None:
                     r = f[x] = {y}
                 else:

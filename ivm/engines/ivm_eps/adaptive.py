@@ -100,6 +100,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
         first_order_kernel(implementation)  # "compiled" fails here when the extension is not built
         self.implementation = implementation
+        #: int value -> the one object of it the key sets store (identity hits in the probes); not
+        #: part of the state: dropped from snapshots, cleared when it outgrows 2|D| (see _bound_interned)
+        self._interned: dict[int, int] = {}
         if not 0.0 <= float(eps) <= 1.0:
             raise ValueError(f"eps must lie in [0, 1], got {eps}")
         if skew <= 0 or dwell < 0:
@@ -225,9 +228,16 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.views = ({}, {}, {})
         self.plan = first_order_plan(parts, self.occurrences)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The snapshot: the engine's state without the table of shared int objects."""
+        state = self.__dict__.copy()
+        state.pop("_interned", None)
+        return state
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Restore a snapshot; one taken before the key-set slots existed is converted."""
         self.__dict__.update(state)
+        self._interned = {}
         self.__dict__.pop("nonunit", None)
         self.__dict__.setdefault("implementation", "auto")  # a snapshot from before the choice existed
         if not self.partitioned:
@@ -298,7 +308,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             self.apply(batch)
             return
         kernel = first_order_kernel(self.implementation)
-        _, self.count, applied, _ = kernel(self.parts, self.plan, batch, 0, self.count)
+        _, self.count, applied, _ = kernel(self.parts, self.plan, batch, 0, self.count, intern=self._interned)
         self.size = sum(p.lsize for p in self.parts)
         self.updates_applied += applied
         self.N = 2 * self.size + 1
@@ -376,9 +386,12 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             n // 4,
             n,
             self.hot_cutoff,
+            self._interned,
         )
         a, b, c = self.parts
         self.size = size = a.lsize + b.lsize + c.lsize
+        if len(self._interned) > 2 * size + 4096:  # values no longer stored: at most 2|D| are, O(1) amortized
+            self._interned.clear()
         self.updates_applied += applied
         while size >= n:
             n *= 2

@@ -212,7 +212,8 @@ def test_stops_and_return_values_match() -> None:
         for kernel in (apply_first_order_compiled, apply_first_order_python):
             mine = copy.deepcopy(slots)
             assert kernel is not None
-            results.append(kernel(mine, first_order_plan(mine, occurrences), stream, start, count, lo, hi, hot))
+            plan = first_order_plan(mine, occurrences)
+            results.append(kernel(mine, plan, stream, start, count, lo, hi, hot, {} if hot % 2 else None))
             states.append([part_state(p) for p in mine])
         assert results[0] == results[1]
         assert states[0] == states[1]
@@ -235,3 +236,28 @@ def test_pickles_are_the_same_state() -> None:
     python.apply(stream[:500])
     restored.apply(stream[:500])
     assert engine_state(restored) == engine_state(python)
+
+
+@pytest.mark.parametrize("implementation", ["compiled", "python"])
+def test_interned_ints_are_shared_and_not_in_snapshots(implementation: str) -> None:
+    """New tuples store one object per int value across the slots; the table is bounded and not pickled."""
+    if implementation == "compiled" and not BUILT and not CI:
+        pytest.skip("the Cython kernel is not built")
+    engine = IVMEpsAdaptive(parse(TRIANGLE), implementation=implementation, skew=100.0)
+    rng = random.Random(2)
+    edges = [(rng.randrange(50), rng.randrange(50)) for _ in range(400)]
+    # int("...") makes a fresh object per occurrence (outside the small-int cache)
+    engine.apply([(r, (int(str(1000 + x)), int(str(1000 + y))), 1) for x, y in edges for r in "RST"])
+    seen: dict[int, int] = {}
+    for part in engine.parts:
+        for x, row in part.lf.items():
+            for v in (x, *row):
+                assert seen.setdefault(v, id(v)) == id(v), "two objects of one int value in the key sets"
+    assert "_interned" not in engine.__getstate__()
+    restored = IVMEpsAdaptive.restore(engine.snapshot())
+    assert restored._interned == {} and engine_state(restored) == engine_state(engine)
+    # churn through many values: the table stays within 2|D| + 4096
+    for k in range(20000):
+        engine.apply([("R", (10**6 + k, 10**6 + k + 1), 1)])
+        engine.apply([("R", (10**6 + k, 10**6 + k + 1), -1)])
+    assert len(engine._interned) <= 2 * engine.size + 4096
