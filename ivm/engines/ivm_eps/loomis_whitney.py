@@ -73,6 +73,7 @@ from typing import Any
 
 from ivm.engines.base import Engine
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index, resized
+from ivm.engines.ivm_eps.triangle import view_add as index_row_add  # ``index[rest][value] += m``, zeros dropped
 from ivm.query.model import Query
 from ivm.query.parse import parse  # noqa: F401  (used by the doctests)
 from ivm.updates import Row, Update
@@ -81,21 +82,6 @@ Tuple = tuple[Any, ...]
 View = dict[Tuple, int]
 #: a middle slot's list of ``f``-values: ``(slot j, {f: m} or None, is the key heavy?)``
 MidList = tuple[int, dict[Any, int] | None, bool]
-
-
-def _index_add(index: Index, rest: Tuple, value: Any, m: int) -> None:
-    """``index[rest][value] += m``, dropping zero entries and empty rows; O(1)."""
-    row = index.get(rest)
-    if row is None:
-        index[rest] = {value: m}
-        return
-    new = row.get(value, 0) + m
-    if new:
-        row[value] = new
-    else:
-        del row[value]
-        if not row:
-            del index[rest]
 
 
 def view_add(view: View, entry: Tuple, m: int) -> None:
@@ -159,7 +145,7 @@ class LWPartition(HeavyLightPartition):
         """``K_r(t) += m``; returns the change in distinct tuples (+1, 0, -1); O(arity)."""
         delta = self.add(heavy, t[0], t[1:], m)
         for p, index in enumerate(self.hpos if heavy else self.lpos, start=1):
-            _index_add(index, t[:p] + t[p + 1 :], t[p], m)
+            index_row_add(index, t[:p] + t[p + 1 :], t[p], m)
         return delta
 
     def get_row(self, t: Tuple) -> int:
@@ -186,7 +172,7 @@ class LWPartition(HeavyLightPartition):
             indexes = self.hpos if heavy else self.lpos
             for t, m in self.rows(heavy):
                 for p, index in enumerate(indexes, start=1):
-                    _index_add(index, t[:p] + t[p + 1 :], t[p], m)
+                    index_row_add(index, t[:p] + t[p + 1 :], t[p], m)
 
 
 def lw_order(query: Query) -> tuple[tuple[str, ...], tuple[int, ...]] | str:
