@@ -183,6 +183,40 @@ class ColumnStore:
         if zero.any():
             self._delete(r[zero])
 
+    def add_row(self, key: Key, c: Any, s: np.ndarray | None, q: np.ndarray | None) -> None:
+        """:meth:`add` for one key: ``V[key] += (c, s, q)`` in place (``s``/``q`` ``None`` when ``k = 0``).
+
+        One dict probe, three in-place array updates and an O(1) zero test while the count is not 0
+        (O(k²) when it is, §9 item 1): no temporary arrays.
+        """
+        r = self.rows.get(key)
+        if r is None:
+            free = self.free
+            if free:
+                r = free.pop()
+            else:
+                r = len(self.rows)
+                if r >= len(self.C):
+                    self._grow(r + 1)
+            self.rows[key] = r
+            self.keys[r] = key
+            for positions, idx in self.indexes.items():
+                idx.setdefault(key_projection(positions)(key), {})[key] = r
+            self.C[r] = c  # a free row holds 0
+            if self.k:
+                self.S[r] = s
+                self.Q[r] = q
+        else:
+            self.C[r] += c
+            if self.k:
+                self.S[r] += s
+                self.Q[r] += q
+        C = self.C.item(r)
+        if C != 0:
+            return
+        if self.k == 0 or row_is_zero(C, self.S[r], self.Q[r], self.tolerance):
+            self._delete(np.array([r], dtype=np.intp))
+
     def _delete(self, rows: np.ndarray) -> None:
         projected = [(key_projection(p), idx) for p, idx in self.indexes.items()]
         for row in rows.tolist():
@@ -235,6 +269,9 @@ class Layout:
     lift_offset: int
     lift_size: int
     plans: list[tuple[tuple[int, int], list[tuple[int, int]]]]
+    #: per delta plan, its :class:`RowRule` when the plan is direct (``None`` otherwise); ``None`` in
+    #: snapshots taken before row rules existed (rebuilt by :func:`row_rules`)
+    rules: list[RowRule | None] | None = None
 
 
 def assign_layouts(nodes: Sequence[ViewNode], ring_index: Mapping[str, int]) -> None:
@@ -254,7 +291,9 @@ def assign_layouts(nodes: Sequence[ViewNode], ring_index: Mapping[str, int]) -> 
             plans.append(
                 (blocks[position[id(plan.child)]], [blocks[position[id(step.sibling)]] for step in plan.steps])
             )
-        node.layout = Layout(tuple(support + lifted), len(support), len(lifted), plans)  # type: ignore[attr-defined]
+        layout = Layout(tuple(support + lifted), len(support), len(lifted), plans)
+        node.layout = layout  # type: ignore[attr-defined]
+        layout.rules = _compile_rules(node, layout)
         return tuple(support + lifted)
 
     for node in nodes:
@@ -453,3 +492,175 @@ def drop_zero(block: Block) -> Block:
         return block
     keep = np.flatnonzero(~zero)
     return Block([block.keys[i] for i in keep.tolist()], block.C[keep], block.S[keep], block.Q[keep])
+
+
+# ---------------------------------------------------------------------------- small deltas, one row at a time
+#: Deltas of at most this many keys go up the path one row at a time (:func:`row_delta`) instead of
+#: through :func:`delta_rule`: a row costs a fixed handful of array calls per view, a block about
+#: 20 calls per factor block pair plus per-row work (crossover measured on the Housing star).
+SMALL_DELTA = 10
+
+
+@dataclass
+class RowRule:
+    """:func:`row_delta`'s compiled layout for one direct plan (every sibling found by primary key).
+
+    Factors in plan order: the child, the siblings, then the liftings of the view's own variables.
+    ``blocks[f]`` is factor f's ``(offset, size)`` in the view's support; ``sized`` lists the factors
+    with a non-empty support in offset order (their blocks tile the support); ``flat`` maps every
+    cell (i, j) of the ``k × k`` matrix to the cell ``(f(i), f(j))`` of the sized factors' coefficient
+    matrix (f(i): the sized factor owning support position i).
+    """
+
+    k: int
+    blocks: tuple[tuple[int, int], ...]
+    sized: tuple[int, ...]
+    sizes: tuple[int, ...]
+    flat: np.ndarray
+    lift: int  # the factor index of the liftings (-1 without lifted variables)
+
+
+def _compile_rules(node: ViewNode, layout: Layout) -> list[RowRule | None]:
+    """A :class:`RowRule` per direct delta plan of ``node``: O(#plans · k²)."""
+    rules: list[RowRule | None] = []
+    k = len(layout.support)
+    for plan, (child_block, sibling_blocks) in zip(node.plans, layout.plans, strict=True):
+        if plan.direct is None:
+            rules.append(None)
+            continue
+        blocks = [child_block, *sibling_blocks]
+        lift = -1
+        if layout.lift_size:
+            lift = len(blocks)
+            blocks.append((layout.lift_offset, layout.lift_size))
+        sized = tuple(sorted((f for f, (_, size) in enumerate(blocks) if size), key=lambda f: blocks[f][0]))
+        owner = np.empty(k, dtype=np.intp)
+        for position, f in enumerate(sized):
+            offset, size = blocks[f]
+            owner[offset : offset + size] = position
+        flat = (owner[:, None] * len(sized) + owner[None, :]).ravel()
+        rules.append(RowRule(k, tuple(blocks), sized, tuple(blocks[f][1] for f in sized), flat, lift))
+    return rules
+
+
+def row_rules(node: ViewNode) -> list[RowRule | None]:
+    """``node.layout.rules``, compiled on first use for layouts restored from older snapshots."""
+    layout: Layout = node.layout  # type: ignore[attr-defined]
+    if layout.rules is None:
+        layout.rules = _compile_rules(node, layout)
+    return layout.rules
+
+
+def row_is_zero(c: Any, s: np.ndarray | None, q: np.ndarray | None, tolerance: bool) -> bool:
+    """:func:`zero_rows` for one payload (``s``/``q`` ``None`` for an empty support): O(k²), O(1) if ``c ≠ 0``."""
+    if c != 0:
+        return False
+    if s is None or not len(s):
+        return True
+    if tolerance:
+        return bool((np.abs(s) <= FLOAT_ZERO).all() and (np.abs(q) <= FLOAT_ZERO).all())  # type: ignore[arg-type]
+    return not (s.astype(bool).any() or q.astype(bool).any())  # type: ignore[union-attr]
+
+
+Row = tuple[Key, Any, "np.ndarray | None", "np.ndarray | None"]
+
+
+def row_delta(plan: DeltaPlan, rule: RowRule, key: Key, c: Any, s: Any, q: Any, floats: bool) -> Row | None:
+    """``δV = δV_j ⊗ ⊗_{i≠j} V_i ⊗ g_X`` (Fig. 7) for a delta of one key through a direct plan.
+
+    The delta row ``(c, s, q)`` of the child (``s``, ``q`` ``None`` for an empty support) meets one
+    stored row per sibling (a primary-key lookup each) and the liftings of the view's variables,
+    all over disjoint supports, so the product is (§6.2, the block rule of :mod:`.columnar`), with
+    ``P = Π c_f``, ``w_f = Π_{g≠f} c_g`` and ``K_fg = Π_{h≠f,g} c_h``::
+
+        c = P,   s_f = w_f s_f,   Q_ff = w_f Q_f,   Q_fg = K_fg s_f s_gᵀ.
+
+    With float payloads and ``P ≠ 0`` the off-diagonal blocks are one outer product,
+    ``Q_fg = (w_f s_f)(w_g s_g)ᵀ / P`` (counts are integers, so ``w_f = P / c_f`` is exact; the rest
+    rounds like the block rule, within a few ulp); otherwise (exact payloads, or a factor with count
+    0) ``K`` is formed division-free by prefix products and expanded to ``k × k`` by one ``take``.
+    Cost: #siblings lookups, O(F²) scalar operations for F factors and O(k²) arithmetic in 2F + O(1)
+    array calls (about 15 µs for the Housing root, F = 7, k = 27), no per-call allocation besides the
+    output row.  Returns ``(key, c, s, q)`` of the view, or ``None`` if a sibling has no such key.
+    """
+    direct = plan.direct
+    assert direct is not None
+    blocks = rule.blocks
+    u = 1  # product of the counts of factors without support
+    cs: list[Any] = [None] * len(blocks)
+    ss: list[Any] = [None] * len(blocks)
+    qs: list[Any] = [None] * len(blocks)
+    if blocks[0][1]:
+        cs[0], ss[0], qs[0] = c, s, q
+    else:
+        u = c
+    f = 1
+    for step, project in zip(plan.steps, direct.siblings, strict=True):
+        store = step.sibling.store
+        r = store.rows.get(project(key))  # type: ignore[union-attr]
+        if r is None:
+            return None
+        cf = store.C.item(r)  # type: ignore[union-attr]
+        if blocks[f][1]:
+            cs[f], ss[f], qs[f] = cf, store.S[r], store.Q[r]  # type: ignore[union-attr]
+        else:
+            u *= cf
+        f += 1
+    if rule.lift >= 0:
+        cs[f], ss[f] = 1, direct.lift(key)
+    out_key = key if direct.identity else direct.key(key)
+    sized = rule.sized
+    if not sized:
+        return out_key, u, None, None
+    P = u
+    for f in sized:
+        P *= cs[f]
+    k = rule.k
+    if floats and P != 0:
+        S = np.empty(k)
+        for f in sized:
+            o, size = blocks[f]
+            np.multiply(ss[f], P / cs[f], out=S[o : o + size])
+        Q = np.multiply.outer(S, S)
+        np.divide(Q, P, out=Q)  # every block Q_fg = K_fg s_f s_gᵀ, the lifting's diagonal block included
+        for f in sized:
+            if qs[f] is not None:
+                o, size = blocks[f]
+                np.multiply(qs[f], P / cs[f], out=Q[o : o + size, o : o + size])
+        return out_key, P, S, Q
+    return out_key, P, *_row_product(rule, cs, ss, qs, u, np.float64 if floats else object)
+
+
+def _row_product(
+    rule: RowRule, cs: list[Any], ss: list[Any], qs: list[Any], u: Any, dtype: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, Q)`` of :func:`row_delta` without division: ``w`` and ``K`` from prefix and suffix products."""
+    sized, blocks = rule.sized, rule.blocks
+    counts = [cs[f] for f in sized]
+    n = len(counts)
+    pre = [u]
+    for x in counts:
+        pre.append(pre[-1] * x)
+    suf = [1] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        suf[i] = counts[i] * suf[i + 1]
+    w = [pre[i] * suf[i + 1] for i in range(n)]
+    K = [[0] * n for _ in range(n)]
+    for i in range(n):
+        m = pre[i]
+        for j in range(i + 1, n):
+            K[i][j] = K[j][i] = m * suf[j + 1]
+            m *= counts[j]
+    lift = rule.lift
+    for i, f in enumerate(sized):
+        if f == lift:
+            K[i][i] = w[i]  # g_X = (1, x, x xᵀ): its own block is w · x xᵀ
+    vectors = [np.asarray(ss[f], dtype=dtype) for f in sized]
+    s_all = np.concatenate(vectors) if n > 1 else vectors[0]
+    Q = np.array(K, dtype=dtype).ravel().take(rule.flat).reshape(rule.k, rule.k) * np.multiply.outer(s_all, s_all)
+    for i, f in enumerate(sized):
+        if f != lift:
+            o, size = blocks[f]
+            Q[o : o + size, o : o + size] = w[i] * qs[f]
+    S = np.repeat(np.array(w, dtype=dtype), rule.sizes) * s_all
+    return S, Q

@@ -100,6 +100,9 @@ class FIVM(Engine):
     nu_plan: nu.NuPlan | None = None
     _negative_tuples = 0
     factorized_updates = 0
+    #: columnar deltas of at most this many keys take the row path (:meth:`_propagate_row`); a class
+    #: default, so snapshots taken before it existed get it too
+    small_delta = columnar.SMALL_DELTA
     factorized_work = 0
 
     def __init__(
@@ -296,7 +299,11 @@ class FIVM(Engine):
                 continue
             if not rebuild and self._columnar:
                 for leaf in self.tree.leaves.get(relation, []):
-                    self._propagate_block(leaf, self._leaf_block(leaf, delta))
+                    if len(delta) <= self.small_delta:  # a few tuples: one row at a time (columnar.row_delta)
+                        for key, m in self._leaf_rows(leaf, delta):
+                            self._propagate_row(leaf, key, m, None, None)
+                    else:
+                        self._propagate_block(leaf, self._leaf_block(leaf, delta))
             elif not rebuild:
                 single = len(delta) == 1 and not self._factorized and not self._lanes
                 for leaf in self.tree.leaves.get(relation, []):
@@ -436,6 +443,19 @@ class FIVM(Engine):
         C = np.array(mults, dtype=self._dtype) if n else np.zeros(0, dtype=self._dtype)
         return columnar.Block(keys, C, np.zeros((n, 0), dtype=self._dtype), np.zeros((n, 0, 0), dtype=self._dtype))
 
+    def _leaf_rows(self, leaf: ViewNode, delta: dict[Row, int]) -> list[tuple[tuple[Any, ...], int]]:
+        """:meth:`_leaf_block` as ``(key, multiplicity)`` pairs, without arrays (for :meth:`_propagate_row`)."""
+        atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+        if not atom.constants and len(leaf.keys) == len(atom.terms):
+            return list(delta.items())
+        positions = [atom.terms.index(v) for v in leaf.keys]
+        merged: dict[tuple[Any, ...], int] = {}
+        for row, m in delta.items():
+            if atom.matches(row):
+                key = tuple(row[p] for p in positions)
+                merged[key] = merged.get(key, 0) + m
+        return list(merged.items())
+
     def _lift_values(self, rows: list[tuple[Any, ...]]) -> np.ndarray:
         return np.array(rows, dtype=self._dtype)
 
@@ -444,6 +464,9 @@ class FIVM(Engine):
 
         Each level is one :func:`.columnar.delta_rule`: grouped array operations
         over the whole delta, O(|join| · k²) array work and O(|join|) lookups.
+        A delta of at most :attr:`small_delta` keys continues one row at a time
+        (:meth:`_propagate_row`): the grouped kernel's fixed cost (about 20 array
+        calls per pair of factor blocks) exceeds a few rows' work.
         """
         while True:
             block = columnar.drop_zero(block)
@@ -461,6 +484,62 @@ class FIVM(Engine):
                     break
             block = columnar.delta_rule(plan, block, self._dtype, self._lift_values)
             node = parent
+            if 0 < len(block) <= self.small_delta:
+                k = block.S.shape[1]
+                for i, (key, c) in enumerate(zip(block.keys, block.C.tolist(), strict=True)):
+                    self._propagate_row(node, key, c, block.S[i] if k else None, block.Q[i] if k else None)
+                return
+
+    def _propagate_row(self, node: ViewNode, key: tuple[Any, ...], c: Any, s: Any, q: Any) -> None:
+        """:meth:`_propagate_block` for a delta of one key: :func:`.columnar.row_delta` per direct plan.
+
+        Same sums as the grouped kernel on the same stored arrays (one state):
+        per view one store update (:meth:`.columnar.ColumnStore.add_row`) and one
+        primary-key lookup per sibling, O(k²) arithmetic in O(#siblings) array
+        calls, the O(1)-per-level single-tuple step of Theorem 13.  A plan that
+        needs an index scan (fan-out) hands the row to :func:`.columnar.delta_rule`
+        and the result to :meth:`_propagate_block`.
+        """
+        floats = self._dtype is not object
+        while True:
+            if c == 0 and columnar.row_is_zero(c, s, q, False):
+                return
+            store = node.store
+            if store is not None:
+                store.add_row(key, c, s, q)  # type: ignore[union-attr]
+            parent = node.parent
+            if parent is None:
+                if self._tracking:
+                    self._record_row(node, key, c)
+                return
+            i = next(i for i, p in enumerate(parent.plans) if p.child is node)
+            plan = parent.plans[i]
+            rule = columnar.row_rules(parent)[i]
+            if rule is None:
+                k = len(node.layout.support)  # type: ignore[attr-defined]
+                block = columnar.Block(
+                    [key],
+                    np.array([c], dtype=self._dtype),
+                    s[None] if k else np.zeros((1, 0), dtype=self._dtype),
+                    q[None] if k else np.zeros((1, 0, 0), dtype=self._dtype),
+                )
+                self._propagate_block(parent, columnar.delta_rule(plan, block, self._dtype, self._lift_values))
+                return
+            out = columnar.row_delta(plan, rule, key, c, s, q, floats)
+            if out is None:
+                return
+            key, c, s, q = out
+            node = parent
+
+    def _record_row(self, root: ViewNode, key: tuple[Any, ...], c: Any) -> None:
+        """:meth:`_record_block` for one key."""
+        if len(self.tree.roots) > 1 or self._nu:
+            return  # diffed at drain time
+        names, free = list(root.keys), list(self.query.free)
+        if names != free:
+            binding = dict(zip(names, key, strict=True))
+            key = tuple(binding[v] for v in free)
+        self._pending[key] = self._pending.get(key, 0) + c
 
     def _record_block(self, root: ViewNode, block: columnar.Block) -> None:
         if len(self.tree.roots) > 1 or self._nu:
