@@ -20,6 +20,14 @@ Run::
 
     .venv/bin/python bench/housing.py                      # ~7e5 tuples, batches 1, 1000, 10000
     .venv/bin/python bench/housing.py --postcodes 20000 --repeats 1 --python   # smaller, with the reference path
+    # 27k tuples, batches 1..1000, auto/numpy/python and an older engine checked out beside (git worktree add)
+    .venv/bin/python bench/housing.py --postcodes 3000 --batches 1 10 100 1000 \
+        --implementations auto numpy python --old /tmp/old313
+
+``--implementations`` picks among ``auto``, ``numpy`` and ``python``
+(``FIVM(implementation=...)``); ``--old PATH`` also runs the engine of the
+checkout at PATH (imported from there, built without the ``implementation``
+option when its FIVM has none), labelled ``old@<commit>``.
 
 Saves ``bench/out/housing.json``.
 """
@@ -135,14 +143,25 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def worker(postcodes: int, batch: int, implementation: str, seed: int) -> dict[str, Any]:
+def worker(postcodes: int, batch: int, implementation: str, seed: int, root: str | None = None) -> dict[str, Any]:
+    """One configuration in this process; ``root``: import ``ivm`` from that checkout instead of this one."""
+    if root is not None:
+        sys.path.insert(0, str(Path(root).resolve()))
+    import inspect
+
+    import ivm
     from ivm.engines.fivm import FIVM
     from ivm.query import parse
 
+    if root is not None:
+        assert Path(ivm.__file__).resolve().is_relative_to(Path(root).resolve()), ivm.__file__
     data = generate(postcodes, seed)
     stream = chunks(data, batch)
     tuples = sum(len(rows) for _, rows in stream)
-    engine = FIVM(parse(query_text()), exact=False, implementation=implementation)
+    options: dict[str, Any] = {"exact": False}
+    if "implementation" in inspect.signature(FIVM.__init__).parameters:
+        options["implementation"] = implementation
+    engine = FIVM(parse(query_text()), **options)
     before = rss_mb()
     start = time.perf_counter()
     for rel, rows in stream:
@@ -163,8 +182,8 @@ def worker(postcodes: int, batch: int, implementation: str, seed: int) -> dict[s
         "peak_mb": peak,
         "rss_before_mb": before,
         "max_rel_err": err,
-        "view_bytes": stats["view_bytes"],
-        "bytes_per_payload": stats["bytes_per_payload"],
+        "view_bytes": stats.get("view_bytes", float("nan")),
+        "bytes_per_payload": stats.get("bytes_per_payload", float("nan")),
         "exact": err < 1e-9,
     }
 
@@ -175,30 +194,47 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 1000, 10000])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--python", action="store_true", help="also run implementation='python' (slow)")
+    ap.add_argument(
+        "--implementations",
+        nargs="+",
+        choices=["auto", "numpy", "python"],
+        help="FIVM(implementation=...) values to run (default: numpy, plus python with --python)",
+    )
+    ap.add_argument("--old", metavar="PATH", help="also run the engine of the checkout at PATH (e.g. a git worktree)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--worker", nargs=3, metavar=("POSTCODES", "BATCH", "IMPL"), help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         p, b, impl = args.worker
-        print(json.dumps(worker(int(p), int(b), impl, args.seed)))
+        print(json.dumps(worker(int(p), int(b), impl, args.seed, args.root)))
         return
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average before the run {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     rows = []
-    impls = ["numpy"] + (["python"] if args.python else [])
-    for impl in impls:
+    impls = args.implementations or ["numpy"] + (["python"] if args.python else [])
+    configs: list[tuple[str, str, str | None]] = [(impl, impl, None) for impl in impls]
+    if args.old:
+        commit = subprocess.run(
+            ["git", "-C", args.old, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        configs.append((f"old@{commit}", "auto", args.old))
+    for label, impl, root in configs:
         for batch in args.batches:
             runs = []
             for _ in range(args.repeats):
                 cmd = [sys.executable, __file__, "--seed", str(args.seed), "--worker", str(args.postcodes), str(batch)]
-                out = subprocess.run([*cmd, impl], check=True, capture_output=True, text=True).stdout
+                cmd += [impl, *(["--root", root] if root else [])]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 runs.append(json.loads(out.strip().splitlines()[-1]))
             mid = sorted(runs, key=lambda r: r["tuples_per_s"])[len(runs) // 2]
+            mid["implementation"] = label
             mid["repeats"] = [round(r["tuples_per_s"]) for r in runs]
             mid["load_after"] = os.getloadavg()[0]
             rows.append(mid)
             print(
-                f"{impl:7s} batch {batch:>6,}: {mid['tuples']:,} tuples, {mid['tuples_per_s']:>10,.0f} tuples/s "
+                f"{label:11s} batch {batch:>6,}: {mid['tuples']:,} tuples, {mid['tuples_per_s']:>10,.0f} tuples/s "
                 f"(median of {statistics.median(mid['repeats']):,.0f} over {mid['repeats']}), "
                 f"peak {mid['peak_mb']:,.0f} MB (before updates {mid['rss_before_mb']:,.0f} MB), "
                 f"views {mid['view_bytes'] / 2**20:,.1f} MB, {mid['bytes_per_payload']:.0f} B/payload, "
@@ -206,15 +242,19 @@ def main() -> None:
                 flush=True,
             )
     print()
-    print("| implementation | batch | tuples | tuples/s | vs F-IVM C++ | peak MB | RSS before MB | views MB | exact |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "| implementation | batch | tuples | tuples/s (median) | runs | vs F-IVM C++ | peak MB | RSS before MB "
+        "| views MB | exact | load after |"
+    )
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|")
     for r in rows:
         key = "F-IVM C++ batch 1 (tuples/s)" if r["batch"] == 1 else "F-IVM C++ batch 1000 (tuples/s)"
         native = NATIVE[key]
         print(
             f"| {r['implementation']} | {r['batch']:,} | {r['tuples']:,} | {r['tuples_per_s']:,.0f} | "
+            f"{', '.join(f'{x:,}' for x in r['repeats'])} | "
             f"1/{native / r['tuples_per_s']:,.0f} | {r['peak_mb']:,.0f} | {r['rss_before_mb']:,.0f} | "
-            f"{r['view_bytes'] / 2**20:,.1f} | {'yes' if r['exact'] else 'NO'} |"
+            f"{r['view_bytes'] / 2**20:,.1f} | {'yes' if r['exact'] else 'NO'} | {r['load_after']:.2f} |"
         )
     print(f"\nnative (issue 24, same data shape, this machine kind): {NATIVE}")
     load = os.getloadavg()
