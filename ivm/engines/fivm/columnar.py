@@ -23,6 +23,40 @@ Python-level operations does not depend on k.
 
 A view is a :class:`ColumnStore`: a dict from key to row number and arrays
 ``C (rows,)``, ``S (rows, k)``, ``Q (rows, k, k)``; deleted rows are reused.
+
+Small deltas, one row at a time (:func:`row_delta`, :meth:`ColumnStore.add_row`).
+The grouped kernel's cost has a fixed part per view and call that does not
+shrink with the delta: every factor's C, S and Q rows gathered by fancy
+indexing (three copies per factor), per pair of factor blocks a weight product,
+an outer product, two block writes and a transpose (21 pairs at the Housing
+root: 6 relations and the lifted postcode), the join's index arrays and masks,
+the grouping, and the zero tests of :func:`drop_zero` and :meth:`ColumnStore.add`,
+in all some 150 numpy calls of 0.5-2 µs.  Measured on the Housing star
+(``bench/housing.py``, one-row delta, steady state): :func:`delta_rule` 187 µs
+at the root (k = 27; ``_direct_join`` 16 µs, grouping 4 µs, :func:`drop_zero`
+7 µs, the rest the block products) and 18 µs at a relation's view (k = 10), so
+batch 1 ran at 6k tuples/s against 15.5k for the engine before this module
+(313b097, one covariance object per payload).  A delta of at most
+:data:`SMALL_DELTA` keys therefore goes up the path one row at a time over the
+*same* stores (one state): per view one primary-key lookup per sibling, the
+product as one outer product ``(w_f s_f)(w_g s_g)ᵀ / P`` plus the diagonal
+blocks ``w_f Q_f`` written in place (2F + 3 array calls for F factors), and an
+in-place ``V[key] += δ`` with an O(1) zero test while the count is not 0:
+21 µs at the Housing root, 5 µs at a relation's view, 1.6 µs for the store
+update, 35 µs for a whole single-tuple ``apply``.  A plan with fan-out (an index
+join) hands its row to :func:`delta_rule`; a grouped delta that shrinks to a
+few keys continues as rows.  Housing, 27,118 tuples (``--postcodes 3000``),
+tuples/s, median of 3 fresh processes, load average 0.4-0.9 on 2 cores (42a65d7, the
+commit before the row path, from a second run of ``--old`` on its worktree)::
+
+    .venv/bin/python bench/housing.py --postcodes 3000 --batches 1 10 100 1000 \
+        --implementations auto numpy python --old /tmp/old313      # git worktree add /tmp/old313 313b097
+
+    batch     auto    numpy   before (42a65d7, auto)   python   old 313b097
+        1   43,201   42,776                    6,048    8,537        15,528
+       10   44,769   45,832                   37,485    8,739        15,923
+      100  143,009  141,030                  135,218    8,833        16,155
+    1,000  199,003  195,635                  190,448    9,633        16,416
 """
 
 from __future__ import annotations
@@ -496,8 +530,10 @@ def drop_zero(block: Block) -> Block:
 
 # ---------------------------------------------------------------------------- small deltas, one row at a time
 #: Deltas of at most this many keys go up the path one row at a time (:func:`row_delta`) instead of
-#: through :func:`delta_rule`: a row costs a fixed handful of array calls per view, a block about
-#: 20 calls per factor block pair plus per-row work (crossover measured on the Housing star).
+#: through :func:`delta_rule`: a row costs 2F + O(1) array calls per view for F factors, a grouped
+#: delta about 5 calls per pair of factor blocks plus 6 per factor, whatever its size.  Measured
+#: crossovers (rows vs grouped, tuples/s equal): 9 keys on a 3-path (index joins), 12 on a group-by
+#: star, 13 on the Housing star, 16 on a 3-relation star.
 SMALL_DELTA = 10
 
 
