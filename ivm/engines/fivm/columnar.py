@@ -64,6 +64,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -71,7 +73,18 @@ import numpy as np
 from ivm.engines.fivm.view_tree import DeltaPlan, ViewNode, key_projection, projection
 from ivm.rings.covariance import Covariance
 
+try:  # the compiled int64 hash index (``_int_index.pyx``), present when pip install compiled it
+    from ivm.engines.fivm._int_index import Int64Index
+except ImportError:  # no compiler at install time: every view is indexed by its dict alone
+    Int64Index = None  # type: ignore[assignment,misc]
+
 Key = tuple[Any, ...]
+
+
+def _absent(n: int) -> Iterator[int]:
+    """``-1`` ``n`` times: the default of ``map(dict.get, keys, _absent(n))`` (a C-level lookup loop)."""
+    return repeat(-1, n)
+
 
 #: Float payloads whose entries are all within this of 0 are zero (the ring's zero test, §9 item 1).
 FLOAT_ZERO = 1e-7
@@ -85,9 +98,31 @@ class Block:
     C: np.ndarray
     S: np.ndarray
     Q: np.ndarray
+    #: the keys as an int64 array when every key is one Python int (:func:`int_codes`), else ``None``
+    codes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
+
+
+_first = itemgetter(0)
+
+
+def int_codes(keys: Sequence[Key]) -> np.ndarray | None:
+    """A view's keys (all of one arity) as int64 codes if each is a 1-tuple of an int64 ``int``, else ``None``.
+
+    Equal codes mean equal keys exactly as for the dict (``bool``, ``float`` and numpy scalars,
+    which compare equal to ints, give ``None``).  Two C-level passes, no Python loop.
+    """
+    if Int64Index is None or not keys or len(keys[0]) != 1:
+        return None
+    values = list(map(_first, keys))
+    if set(map(type, values)) != {int}:  # a view's keys share its arity
+        return None
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:
+        return None
 
 
 def empty_block(k: int, dtype: Any) -> Block:
@@ -114,6 +149,10 @@ class ColumnStore:
     ``index(positions)`` maps ``π_positions key`` to ``{key: row}``; rows are
     stable while a key is present, so indexes change only when keys come and go.
     Amortized O(1) dictionary work per key and O(k²) array work per payload.
+
+    While every key is one Python int, ``codes`` (an :class:`Int64Index`, when compiled) mirrors
+    the dict, so a grouped delta finds all its rows in one call (:meth:`lookup`) instead of one dict
+    probe per key; the first key of another kind drops it for good (the dict stays authoritative).
     """
 
     def __init__(self, k: int, dtype: Any, tolerance: bool) -> None:
@@ -128,8 +167,45 @@ class ColumnStore:
         self.Q = np.zeros((0, k, k), dtype=dtype)
         self.indexes: dict[tuple[int, ...], dict[Key, dict[Key, int]]] = {}
         self.support: tuple[int, ...] = ()  # ring indices in layout order (set by the engine)
+        self.codes: Any = Int64Index() if Int64Index is not None else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["codes"] = self.codes is not None  # rebuilt from the dict: snapshots need no extension
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        codes = state.pop("codes", False)
+        self.__dict__.update(state)
+        self.codes = None
+        if codes and Int64Index is not None:
+            keys = list(self.rows)
+            found = int_codes(keys) if keys else np.zeros(0, dtype=np.int64)
+            if found is not None:
+                self.codes = Int64Index(len(keys))
+                self.codes.set_many(found, np.fromiter(self.rows.values(), dtype=np.int64, count=len(keys)))
+
+    def _codes_of(self, keys: Sequence[Key], codes: np.ndarray | None) -> np.ndarray | None:
+        """``keys``' int codes if the int index is in use and they all have one, else drop the index."""
+        if self.codes is None:
+            return None
+        if codes is None:
+            codes = int_codes(keys)
+            if codes is None:
+                self.codes = None
+        return codes
 
     # -- reading
+    def lookup(self, keys: Sequence[Key], codes: np.ndarray | None = None) -> np.ndarray:
+        """The row of every key, -1 where absent (``codes``: the keys' :func:`int_codes`, if known)."""
+        if self.codes is not None and (codes is not None or keys):
+            if codes is None:
+                codes = int_codes(keys)
+            if codes is not None:
+                return self.codes.get_many(codes)
+        get = self.rows.get
+        return np.fromiter(map(get, keys, _absent(len(keys))), dtype=np.intp, count=len(keys))
+
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -191,31 +267,54 @@ class ColumnStore:
         """``V += δV`` for a block with distinct keys, deleting keys whose payload becomes 0 (§9 item 1)."""
         if not block.keys:
             return
-        rows_get = self.rows.get
-        rows = [rows_get(k, -1) for k in block.keys]
-        fresh = [i for i, r in enumerate(rows) if r < 0]
-        if fresh:
-            reuse = min(len(fresh), len(self.free))
-            taken = [self.free.pop() for _ in range(reuse)]
-            top = len(self.rows) + len(self.free) + reuse  # rows in use or free before this batch
-            tail = list(range(top, top + len(fresh) - reuse))
-            self._grow(top + len(tail))
-            projected = [(key_projection(p), idx) for p, idx in self.indexes.items()]
-            for i, r in zip(fresh, taken + tail, strict=True):
-                key = block.keys[i]
-                rows[i] = r
-                self.rows[key] = r
-                self.keys[r] = key
-                for project, idx in projected:
-                    idx.setdefault(project(key), {})[key] = r
-        r = np.asarray(rows, dtype=np.intp)
+        codes = self._codes_of(block.keys, block.codes)
+        if codes is not None:
+            r = self.codes.get_many(codes)
+            fresh = np.flatnonzero(r < 0)
+            if len(fresh):
+                new = self._take_rows(len(fresh))
+                r[fresh] = new
+                self.codes.set_many(codes[fresh], new)
+                self._index_fresh([block.keys[i] for i in fresh.tolist()], new.tolist())
+        else:
+            rows_get = self.rows.get
+            rows = list(map(rows_get, block.keys, _absent(len(block.keys))))
+            fresh_i = [i for i, row in enumerate(rows) if row < 0]
+            if fresh_i:
+                new_rows = self._take_rows(len(fresh_i)).tolist()
+                for i, row in zip(fresh_i, new_rows, strict=True):
+                    rows[i] = row
+                self._index_fresh([block.keys[i] for i in fresh_i], new_rows)
+            r = np.asarray(rows, dtype=np.intp)
         self.C[r] += block.C
         if self.k:
             self.S[r] += block.S
             self.Q[r] += block.Q
-        zero = zero_rows(self.C[r], self.S[r], self.Q[r], self.tolerance)
-        if zero.any():
-            self._delete(r[zero])
+        C = self.C[r]
+        candidates = r[C == 0]  # counts are exact, so only a row with count 0 can be 0 (§9 item 1)
+        if len(candidates):
+            zero = zero_rows(self.C[candidates], self.S[candidates], self.Q[candidates], self.tolerance)
+            if zero.any():
+                self._delete(candidates[zero])
+
+    def _take_rows(self, n: int) -> np.ndarray:
+        """``n`` unused rows (freed ones first, then new ones at the end), the arrays grown to hold them."""
+        reuse = min(n, len(self.free))
+        taken = [self.free.pop() for _ in range(reuse)]
+        top = len(self.rows) + len(self.free) + reuse  # rows in use or free before this call
+        self._grow(top + n - reuse)
+        return np.array(taken + list(range(top, top + n - reuse)), dtype=np.int64)
+
+    def _index_fresh(self, keys: list[Key], rows: list[int]) -> None:
+        """Enter new keys at their rows in the dict, the key list and the secondary indexes."""
+        self.rows.update(zip(keys, rows, strict=True))
+        slots = self.keys
+        for row, key in zip(rows, keys, strict=True):
+            slots[row] = key
+        for positions, idx in self.indexes.items():
+            project = key_projection(positions)
+            for key, row in zip(keys, rows, strict=True):
+                idx.setdefault(project(key), {})[key] = row
 
     def add_row(self, key: Key, c: Any, s: np.ndarray | None, q: np.ndarray | None) -> None:
         """:meth:`add` for one key: ``V[key] += (c, s, q)`` in place (``s``/``q`` ``None`` when ``k = 0``).
@@ -234,6 +333,11 @@ class ColumnStore:
                     self._grow(r + 1)
             self.rows[key] = r
             self.keys[r] = key
+            if self.codes is not None:
+                if len(key) == 1 and type(key[0]) is int and -(2**63) <= key[0] < 2**63:
+                    self.codes.set_many(np.array([key[0]], dtype=np.int64), np.array([r], dtype=np.int64))
+                else:
+                    self.codes = None
             for positions, idx in self.indexes.items():
                 idx.setdefault(key_projection(positions)(key), {})[key] = r
             self.C[r] = c  # a free row holds 0
@@ -253,6 +357,8 @@ class ColumnStore:
 
     def _delete(self, rows: np.ndarray) -> None:
         projected = [(key_projection(p), idx) for p, idx in self.indexes.items()]
+        if self.codes is not None:
+            self.codes.delete_many(np.fromiter((self.keys[r][0] for r in rows.tolist()), np.int64, len(rows)))  # type: ignore[index]
         for row in rows.tolist():
             key = self.keys[row]
             self.keys[row] = None
@@ -334,12 +440,21 @@ def assign_layouts(nodes: Sequence[ViewNode], ring_index: Mapping[str, int]) -> 
         visit(node)
 
 
-def _group(keys: list[Key]) -> tuple[list[Key], np.ndarray]:
-    """Distinct keys in order of first appearance and each row's group number."""
-    index: dict[Key, int] = {}
-    setdefault = index.setdefault
-    gid = np.fromiter((setdefault(k, len(index)) for k in keys), dtype=np.intp, count=len(keys))
-    return list(index), gid
+def _group(keys: list[Key]) -> tuple[list[Key], np.ndarray, np.ndarray | None]:
+    """Distinct keys, each row's group number, and the distinct keys' :func:`int_codes` (or ``None``).
+
+    Int keys are grouped by one sort of their codes (keys in code order); others by a dict (keys in
+    order of first appearance).  O(n log n) in C, or O(n) dictionary work.
+    """
+    codes = int_codes(keys)
+    if codes is not None:
+        distinct, first, gid = np.unique(codes, return_index=True, return_inverse=True)
+        if len(distinct) == len(keys):  # all distinct: the rows as they are (the identity grouping)
+            return keys, np.arange(len(keys)), codes
+        return list(map(keys.__getitem__, first.tolist())), gid, distinct
+    index = dict(zip(dict.fromkeys(keys), range(len(keys)), strict=False))
+    gid = np.fromiter(map(index.__getitem__, keys), dtype=np.intp, count=len(keys))
+    return list(index), gid, None
 
 
 class _Reducer:
@@ -388,17 +503,21 @@ def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> B
     k = len(layout.support)
     if not out_keys:
         return empty_block(k, dtype)
-    keys, gid = _group(out_keys)
+    keys, gid, codes = _group(out_keys)
     reduce = _Reducer(gid, len(keys))
     factors: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None, int]] = []  # (c, s, Q, offset)
     off, size = child_block
     factors.append((delta.C[src], delta.S[src] if size else None, delta.Q[src] if size else None, off))
     for (off, size), store, rows in zip(sibling_blocks, stores, sib_rows, strict=True):
         factors.append((store.C[rows], store.S[rows] if size else None, store.Q[rows] if size else None, off))  # type: ignore[union-attr]
-    if layout.lift_size:
-        X = lift_values(lifted)
-        factors.append((None, X, X[:, :, None] * X[:, None, :], layout.lift_offset))  # type: ignore[arg-type]
     n = len(out_keys)
+    X = lift_values(lifted) if layout.lift_size else None
+    if dtype is not object:
+        block = _float_product(factors, X, layout.lift_offset, k, reduce, n)
+        if block is not None:
+            return Block(keys, *block, codes)
+    if X is not None:
+        factors.append((None, X, X[:, :, None] * X[:, None, :], layout.lift_offset))  # type: ignore[arg-type]
     cs = [f[0] for f in factors]
 
     def c_except(*skip: int) -> np.ndarray | None:
@@ -427,7 +546,49 @@ def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> B
             cross = reduce.outer(c_except(i, j), si, sj)  # type: ignore[arg-type]
             Q[:, oi : oi + ki, oj : oj + kj] = cross
             Q[:, oj : oj + kj, oi : oi + ki] = cross.transpose(0, 2, 1)
-    return Block(keys, C, S, Q)
+    return Block(keys, C, S, Q, codes)
+
+
+def _float_product(
+    factors: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None, int]],
+    X: np.ndarray | None,
+    lift_offset: int,
+    k: int,
+    reduce: _Reducer,
+    n: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The block product of :func:`delta_rule` for float payloads in O(F + 1) array calls, not O(F²).
+
+    With ``P = Π c_f`` per row and ``w_f = P / c_f`` (exact: counts are integers), every block of
+    the product is ``Q_fg = (w_f s_f)(w_g s_g)ᵀ / P`` (f ≠ g; the lifting's own block ``P x xᵀ``
+    too), so ``Q = ⊕ Ŝᵀ Ŝ / P`` for ``Ŝ = [w_f s_f]_f``, one matrix product when the delta has one
+    output key, and the diagonal blocks of stored factors are then ``⊕ w_f Q_f`` (§6.2, the rule
+    of :func:`row_delta` for a whole batch).  ``None`` when some row has ``P = 0`` (a count 0): the
+    division-free rule of :func:`delta_rule` handles those batches.
+    """
+    P: np.ndarray | None = None
+    for c, _, _, _ in factors:
+        P = c if P is None else P * c
+    if P is None:
+        P = np.ones(n)
+    if not P.all():
+        return None
+    Shat = np.empty((n, k))
+    diagonal = []
+    for c, s, q, o in factors:
+        if s is None or not s.shape[1]:
+            continue
+        w = P / c
+        kk = s.shape[1]
+        np.multiply(s, w[:, None], out=Shat[:, o : o + kk])
+        diagonal.append((o, kk, q, w))
+    if X is not None:
+        np.multiply(X, P[:, None], out=Shat[:, lift_offset : lift_offset + X.shape[1]])
+    scaled = Shat / P[:, None]
+    Q = (scaled.T @ Shat)[None] if reduce.single else reduce(scaled[:, :, None] * Shat[:, None, :])
+    for o, kk, q, w in diagonal:
+        Q[:, o : o + kk, o : o + kk] = reduce(q * w[:, None, None])
+    return reduce(P), reduce(Shat), Q
 
 
 def _direct_join(
@@ -441,11 +602,10 @@ def _direct_join(
     mask = np.ones(n, dtype=bool)
     found: list[np.ndarray] = []
     for store, project, positions in zip(stores, direct.siblings, direct.sibling_positions, strict=True):
-        get = store.rows.get
         if keys and positions == tuple(range(len(keys[0]))):  # the sibling's key is the delta key (a star's root)
-            rows = np.array([get(k, -1) for k in keys], dtype=np.intp)
+            rows = store.lookup(keys, delta.codes)
         else:
-            rows = np.array([get(project(k), -1) for k in keys], dtype=np.intp)
+            rows = store.lookup(list(map(project, keys)))
         mask &= rows >= 0
         found.append(rows)
     if mask.all():
@@ -525,7 +685,8 @@ def drop_zero(block: Block) -> Block:
     if not zero.any():
         return block
     keep = np.flatnonzero(~zero)
-    return Block([block.keys[i] for i in keep.tolist()], block.C[keep], block.S[keep], block.Q[keep])
+    codes = None if block.codes is None else block.codes[keep]
+    return Block([block.keys[i] for i in keep.tolist()], block.C[keep], block.S[keep], block.Q[keep], codes)
 
 
 # ---------------------------------------------------------------------------- small deltas, one row at a time

@@ -43,8 +43,10 @@ products and keeps each product factorized up the path
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
-from itertools import islice, product
+from itertools import chain, islice, product, repeat
+from operator import add, itemgetter
 from typing import Any
 
 import numpy as np
@@ -75,6 +77,58 @@ RING_NAMES = ("count", "sum", "covariance", "generalized_covariance", "listing",
 TREE_NAMES = ("tau", "nu")
 
 Delta = dict[tuple[Any, ...], Any]
+
+
+_relation_of, _row_of, _mult_of = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+def by_relation(updates: Sequence[Update]) -> dict[str, dict[Row, int]]:
+    """The batch as one Z-set per relation: each tuple's multiplicities summed, tuples summing to 0 dropped.
+
+    A batch of one relation whose updates share one multiplicity (a chunk of inserts, say) is
+    counted by :class:`collections.Counter` in C; any other batch by a Python loop.  O(|batch|).
+
+    >>> by_relation([("R", (1,), 1), ("S", (2,), 1), ("R", (1,), 2), ("S", (2,), -1)])
+    {'R': {(1,): 3}}
+    """
+    if isinstance(updates, list | tuple) and updates:
+        relations = set(map(_relation_of, updates))
+        mults = set(map(_mult_of, updates))
+        if len(relations) == 1 and len(mults) == 1:
+            (m,) = mults
+            if not m:
+                return {}
+            counts = dict(Counter(map(_row_of, updates)))  # a copy keeps the stored hashes
+            if m != 1:
+                for row in counts:
+                    counts[row] *= m
+            return {relations.pop(): counts}
+    out: dict[str, dict[Row, int]] = {}
+    for relation, row, mult in updates:
+        delta = out.get(relation)
+        if delta is None:
+            delta = out[relation] = {}
+        delta[row] = delta.get(row, 0) + mult
+    for relation, delta in out.items():
+        if 0 in delta.values():
+            out[relation] = {row: m for row, m in delta.items() if m}
+    return {relation: delta for relation, delta in out.items() if delta}
+
+
+def apply_to_base(base: dict[Row, int], delta: dict[Row, int]) -> list[int]:
+    """``R += δR`` on a relation's multiplicities (zeros deleted); returns the old multiplicities (δR's order).
+
+    Three C-level passes (lookups, sums, one ``dict.update``) plus a loop over the tuples that
+    drop to 0.  O(|δR|).
+    """
+    olds = list(map(base.get, delta, repeat(0, len(delta))))
+    news = list(map(add, olds, delta.values()))
+    base.update(zip(delta, news, strict=True))
+    if 0 in news:
+        for row, new in zip(delta, news, strict=True):
+            if not new:
+                del base[row]
+    return olds
 
 
 class FIVM(Engine):
@@ -273,27 +327,11 @@ class FIVM(Engine):
     # ---------------------------------------------------------------- updates
     def apply(self, updates: Sequence[Update]) -> None:
         """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4)."""
-        per_relation: dict[str, dict[Row, int]] = {}
-        for relation, row, mult in updates:
-            delta = per_relation.get(relation)
-            if delta is None:
-                delta = per_relation[relation] = {}
-            delta[row] = delta.get(row, 0) + mult
         rebuild = False
-        for relation, consolidated in per_relation.items():
-            base = self.base[relation]
-            delta: dict[Row, int] = {}
-            olds: dict[Row, int] = {}
-            for row, m in consolidated.items():
-                if not m:
-                    continue  # the batch's updates of this tuple cancel out
-                delta[row] = m
-                old = olds[row] = base.get(row, 0)
-                new = old + m
-                if new:
-                    base[row] = new
-                else:
-                    del base[row]
+        for relation, delta in by_relation(updates).items():
+            olds = apply_to_base(self.base[relation], delta)
+            if self.indicator_leaves or self._nu:
+                olds = dict(zip(delta, olds, strict=True))
             indicator_deltas = self._indicator_deltas(relation, olds, delta) if self.indicator_leaves else []
             self.updates_applied += len(delta)
             if self._nu:
@@ -461,7 +499,11 @@ class FIVM(Engine):
         return list(merged.items())
 
     def _lift_values(self, rows: list[tuple[Any, ...]]) -> np.ndarray:
-        return np.array(rows, dtype=self._dtype)
+        """The lifted values as an ``(n, width)`` array of the payload dtype (floats: one C-level pass)."""
+        if self._dtype is object or not rows:
+            return np.array(rows, dtype=self._dtype)
+        n, width = len(rows), len(rows[0])
+        return np.fromiter(chain.from_iterable(rows), dtype=self._dtype, count=n * width).reshape(n, width)
 
     def _propagate_block(self, node: ViewNode, block: columnar.Block) -> None:
         """Maintain every materialized view on the path from ``node`` to the root, a batch at a time (§4, Fig. 7).
