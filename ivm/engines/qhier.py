@@ -51,6 +51,7 @@ afterwards O(1 + number of answers whose multiplicity changes).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
@@ -62,6 +63,11 @@ from ivm.updates import Row, Update, consolidate, duplicate_rate
 
 Semantics = Literal["bag", "set"]
 Consolidation = Literal["auto", "always", "never"]
+Implementation = Literal["auto", "compact", "python"]
+
+#: the values of ``implementation``: "python" is this module's reference code path, "compact" the typed-array
+#: state of :mod:`ivm.engines.qhier_compact` (needs the compiled kernel), "auto" the compact one when built
+IMPLEMENTATIONS: tuple[str, ...] = ("auto", "compact", "python")
 
 #: fold a batch into a Z-set first when at least this fraction of its updates repeat a tuple of the
 #: batch (measured crossover, bench/choices.py: below it the extra pass costs more than it saves)
@@ -218,8 +224,36 @@ class QHierEngine(Engine):
     """
 
     name = "qhier"
+    implementation: str = "python"
+    _fallback: str | None = None
+    _measured: tuple[int, int, int] = (0, -1, 0)
 
-    def __init__(self, query: Query, semantics: Semantics = "bag", consolidate: Consolidation = "auto") -> None:
+    def __new__(cls, *args: Any, **kwargs: Any) -> QHierEngine:
+        """Pick the implementation: ``QHierEngine(query, implementation=...)`` may build a compact engine.
+
+        ``"python"`` is this class (the reference), ``"compact"`` the typed-array
+        state of :class:`~ivm.engines.qhier_compact.QHierCompactEngine` (an
+        :class:`ImportError` when its kernel is not compiled), ``"auto"`` (the
+        default) the compact one when the kernel is built, else the reference.
+        """
+        if cls is QHierEngine and (args or "query" in kwargs):
+            implementation = args[3] if len(args) > 3 else kwargs.get("implementation", "auto")
+            if implementation not in IMPLEMENTATIONS:
+                raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+            if implementation != "python":
+                from ivm.engines import qhier_compact
+
+                if implementation == "compact" or qhier_compact.compact_available():
+                    return super().__new__(qhier_compact.QHierCompactEngine)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        query: Query,
+        semantics: Semantics = "bag",
+        consolidate: Consolidation = "auto",
+        implementation: Implementation = "auto",
+    ) -> None:
         if semantics not in ("bag", "set"):
             raise ValueError(f"semantics must be 'bag' or 'set', got {semantics!r}")
         if consolidate not in ("auto", "always", "never"):
@@ -689,6 +723,7 @@ class QHierEngine(Engine):
             else f"consolidate={mode!r} was requested"
         )
         return {
+            "implementation": self.implementation if self._fallback is None else f"python ({self._fallback})",
             "consolidate": mode,
             "rule": rule,
             "last_duplicate_rate": None if folded[2] is None else round(folded[2], 4),
@@ -696,8 +731,52 @@ class QHierEngine(Engine):
             "updates_saved": folded[1],
         }
 
+    def state_bytes(self) -> int:
+        """Bytes of the state: base relations and the item trie (``sys.getsizeof``, deep); O(N).
+
+        Every object is counted once: the row tuples, their non-shared values and
+        the multiplicities in the base relations; each item with its lists, its
+        child dicts and its local numbers (item values are the rows' objects).
+        """
+        size = sys.getsizeof
+        small = range(-5, 257)  # CPython's shared small ints cost nothing per tuple
+
+        def num(x: Any) -> int:
+            return 0 if type(x) is int and x in small else size(x)
+
+        total = size(self._base) + size(self._delta)
+        for rows in self._base.values():
+            total += size(rows)
+            for row, m in rows.items():
+                total += size(row) + num(m) + sum(num(v) for v in row)
+        stack = [comp.sentinel for comp in self._components]
+        while stack:
+            item = stack.pop()
+            total += size(item)
+            for field in (item.mults, item.sums, item.fsums, item.heads):
+                if field is not None:
+                    total += size(field) + sum(num(x) for x in field if isinstance(x, int))
+            total += num(item.support) + num(item.weight) + num(item.lw) + num(item.fw)
+            if item.kids is not None:
+                total += size(item.kids)
+                for kids in item.kids:
+                    total += size(kids)
+                    stack.extend(kids.values())
+        return total
+
+    def _bytes_per_tuple(self, tuples: int) -> tuple[int, float]:
+        """(state bytes, bytes per base tuple), re-measured once the state changed by 1/8 since the last
+        measurement (the walk is O(N), so stats() stays amortized O(1) per update)."""
+        at_updates, at_items, state = self._measured
+        if abs(self._updates - at_updates) + abs(self._items - at_items) > max(256, self._items // 8) or at_items < 0:
+            state = self.state_bytes()
+            self._measured = (self._updates, self._items, state)
+        return state, (state / tuples if tuples else 0.0)
+
     def stats(self) -> dict[str, int | float]:
         folded = self._folded
+        tuples = sum(len(r) for r in self._base.values())
+        state, per_tuple = self._bytes_per_tuple(tuples)
         return {
             "batches_folded": folded[0],
             "updates_folded": folded[1],
@@ -706,8 +785,10 @@ class QHierEngine(Engine):
             "components": len(self._components),
             "answers": self.count(),
             "bag_count": self.bag_count(),
-            "base_tuples": sum(len(r) for r in self._base.values()),
+            "base_tuples": tuples,
             "delta_pending": len(self._delta),
+            "state_bytes": state,
+            "bytes_per_tuple": per_tuple,
         }
 
     def __getstate__(self) -> dict[str, Any]:
@@ -724,7 +805,24 @@ class QHierEngine(Engine):
             "folded": list(self._folded),
         }
 
+    @classmethod
+    def restore(cls, blob: bytes, implementation: Implementation | None = None) -> Engine:
+        """Read a :meth:`snapshot` back; ``implementation`` converts it (a Python snapshot into the compact
+        state or back), otherwise it comes back as the implementation that took it.  O(N)."""
+        engine = super().restore(blob)
+        if implementation is None or (implementation == "auto" and engine.implementation == "compact"):
+            return engine
+        assert isinstance(engine, QHierEngine)
+        state = engine.__getstate__()
+        target = QHierEngine.__new__(QHierEngine, engine.query, implementation=implementation)
+        target.__setstate__(state)
+        return target
+
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "relations" in state:  # a snapshot of the compact implementation
+            from ivm.engines.qhier_compact import python_state
+
+            state = python_state(state)
         self.query = state["query"]
         self.semantics = state["semantics"]
         self.evaluated = _core(self.query) if self.semantics == "set" else self.query

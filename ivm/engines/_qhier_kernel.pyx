@@ -1,0 +1,1060 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Compiled compact state of the q-hierarchical engine (Berkholz et al., PODS'17, Thm 3.2; 002 §3, §6).
+
+The same data structure as :class:`ivm.engines.qhier.QHierEngine` (the Python
+reference), laid out as rows of typed C arrays instead of Python objects, so the
+cyclic garbage collector never walks it:
+
+- one :class:`Pool` per q-tree node holds that node's items ``[v, α, a]`` as rows
+  (item id = row number, node-local): parent id, value code, support, weight,
+  the multiplicities of the atoms represented at v, the children sums; for free
+  nodes the local factor ``lw``, the free weight ``fw`` and the fit-list links
+  ``prev``/``next``; for free nodes with children the ``fsum`` and the fit-list
+  head per child slot.  Deleted rows go to a free list and are reused.
+- the value→item maps of the trie are one open-addressing hash index per pool
+  (linear probing, backward-shift deletion) of 32-bit row ids keyed by
+  ``(parent id, value code)``; the key is read from the rows themselves, so an
+  entry costs 4 bytes.
+- the base relations are :class:`Relation` tables: the row's value codes and
+  its multiplicity per row, with the same kind of index.
+
+Values are int64 codes: an ``int`` in ``[-2^62, 2^62)`` (and a ``bool`` or an
+integral ``float``, which compare equal to it) is its own code; any other value
+is interned once (a dict and a list of the distinct values, not per tuple).
+Weights, sums and multiplicities are int64 with overflow checks: an overflow
+raises :class:`KernelOverflow` with the base relations as they were before the
+failing update, and the engine continues on the Python reference.
+
+Every operation has the reference's complexity: an update is O(|φ|²) expected
+(hash probes), count and Boolean answer O(1), enumeration O(|free|) delay.
+"""
+
+from libc.string cimport memset
+from cpython.mem cimport PyMem_Realloc, PyMem_Free
+from cpython.ref cimport PyObject
+
+import operator
+import sys
+
+ctypedef long long i64
+ctypedef int i32
+
+cdef extern from *:
+    """
+    static inline int qh_mul(long long a, long long b, long long *r) { return __builtin_mul_overflow(a, b, r); }
+    static inline int qh_add(long long a, long long b, long long *r) { return __builtin_add_overflow(a, b, r); }
+    static inline int qh_sub(long long a, long long b, long long *r) { return __builtin_sub_overflow(a, b, r); }
+    static inline unsigned long long qh_mix(unsigned long long x) {
+        x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL; x ^= x >> 27; x *= 0x94d049bb133111ebULL; x ^= x >> 31;
+        return x;
+    }
+    """
+    int qh_mul(long long a, long long b, long long *r) nogil
+    int qh_add(long long a, long long b, long long *r) nogil
+    int qh_sub(long long a, long long b, long long *r) nogil
+    unsigned long long qh_mix(unsigned long long x) nogil
+
+cdef extern from "Python.h":
+    long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
+
+#: codes of interned (non-integer or huge) values start here; ints below it are their own code
+cdef i64 TAG = (<i64>1) << 62
+cdef i64 LOW = -((<i64>1) << 62)
+#: growth factor of every table: doubling, as the brief asks
+cdef Py_ssize_t MIN_CAP = 8
+
+
+class KernelOverflow(OverflowError):
+    """An int64 weight, sum or multiplicity overflowed at update ``index`` of the batch.
+
+    The base relations are as before that update; the item state is not (the
+    engine discards it and continues on the Python reference).
+    """
+
+    def __init__(self, index):
+        super().__init__(f"int64 overflow at update {index} of the batch")
+        self.index = index
+
+
+cdef void* _grow(void* p, size_t old, size_t new) except NULL:
+    """Reallocate ``p`` from ``old`` to ``new`` bytes, zero-filling the new tail."""
+    cdef char* q = <char*>PyMem_Realloc(p, new if new else 1)
+    if q == NULL:
+        raise MemoryError()
+    if new > old:
+        memset(q + old, 0, new - old)
+    return q
+
+
+cdef inline unsigned long long _pair_hash(i64 pid, i64 v) nogil:
+    return qh_mix(<unsigned long long>v ^ (<unsigned long long>pid * 0x9E3779B97F4A7C15ULL))
+
+
+cdef class Pool:
+    """The items of one q-tree node as rows of typed arrays, with the (parent, value) → row index."""
+
+    cdef public int n_atoms, n_children, free, lists, slot, fpos
+    cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap
+    cdef i32* parent
+    cdef i64* val
+    cdef i32* support
+    cdef i64* weight
+    cdef i64* mults
+    cdef i64* sums
+    cdef i64* lw
+    cdef i64* fw
+    cdef i32* prev
+    cdef i32* next
+    cdef i64* fsums
+    cdef i32* heads
+    cdef i32* index
+    cdef i32* freed
+    cdef int n_bound, n_free
+    cdef int* bound_slots
+    cdef int* free_slots
+
+    def __cinit__(self, int n_atoms, int n_children, bint free, bint lists, int slot, int fpos,
+                  bound_slots, free_slots):
+        self.n_atoms = n_atoms
+        self.n_children = n_children
+        self.free = free
+        self.lists = lists
+        self.slot = slot
+        self.fpos = fpos
+        self.n_bound = len(bound_slots)
+        self.n_free = len(free_slots)
+        self.bound_slots = <int*>_grow(NULL, 0, sizeof(int) * (self.n_bound + 1))
+        self.free_slots = <int*>_grow(NULL, 0, sizeof(int) * (self.n_free + 1))
+        for i, b in enumerate(bound_slots):
+            self.bound_slots[i] = b
+        for i, b in enumerate(free_slots):
+            self.free_slots[i] = b
+        self.icap = 0
+        self._rehash(MIN_CAP * 2)
+
+    def __dealloc__(self):
+        PyMem_Free(self.parent)
+        PyMem_Free(self.val)
+        PyMem_Free(self.support)
+        PyMem_Free(self.weight)
+        PyMem_Free(self.mults)
+        PyMem_Free(self.sums)
+        PyMem_Free(self.lw)
+        PyMem_Free(self.fw)
+        PyMem_Free(self.prev)
+        PyMem_Free(self.next)
+        PyMem_Free(self.fsums)
+        PyMem_Free(self.heads)
+        PyMem_Free(self.index)
+        PyMem_Free(self.freed)
+        PyMem_Free(self.bound_slots)
+        PyMem_Free(self.free_slots)
+
+    cdef int _resize(self, Py_ssize_t cap) except -1:
+        cdef size_t o = self.cap, n = cap
+        cdef size_t na = self.n_atoms, nc = self.n_children
+        self.parent = <i32*>_grow(self.parent, o * 4, n * 4)
+        self.val = <i64*>_grow(self.val, o * 8, n * 8)
+        self.support = <i32*>_grow(self.support, o * 4, n * 4)
+        self.weight = <i64*>_grow(self.weight, o * 8, n * 8)
+        if na:
+            self.mults = <i64*>_grow(self.mults, o * 8 * na, n * 8 * na)
+        if nc:
+            self.sums = <i64*>_grow(self.sums, o * 8 * nc, n * 8 * nc)
+        if self.free:
+            self.lw = <i64*>_grow(self.lw, o * 8, n * 8)
+            self.fw = <i64*>_grow(self.fw, o * 8, n * 8)
+            self.prev = <i32*>_grow(self.prev, o * 4, n * 4)
+            self.next = <i32*>_grow(self.next, o * 4, n * 4)
+        if self.lists:
+            self.fsums = <i64*>_grow(self.fsums, o * 8 * nc, n * 8 * nc)
+            self.heads = <i32*>_grow(self.heads, o * 4 * nc, n * 4 * nc)
+        self.cap = cap
+        return 0
+
+    cdef int _rehash(self, Py_ssize_t icap) except -1:
+        cdef i32* old = self.index
+        cdef Py_ssize_t oldcap = self.icap, i, j
+        cdef size_t mask = icap - 1
+        cdef i32 r
+        self.index = <i32*>_grow(NULL, 0, icap * 4)
+        memset(self.index, 0xFF, icap * 4)
+        self.icap = icap
+        for i in range(oldcap):
+            r = old[i]
+            if r >= 0:
+                j = _pair_hash(self.parent[r], self.val[r]) & mask
+                while self.index[j] >= 0:
+                    j = (j + 1) & mask
+                self.index[j] = r
+        PyMem_Free(old)
+        return 0
+
+    cdef inline i32 find(self, i64 pid, i64 v) noexcept:
+        cdef size_t mask = self.icap - 1
+        cdef size_t j = _pair_hash(pid, v) & mask
+        cdef i32 r
+        while True:
+            r = self.index[j]
+            if r < 0:
+                return -1
+            if self.val[r] == v and self.parent[r] == pid:
+                return r
+            j = (j + 1) & mask
+
+    cdef i32 add(self, i64 pid, i64 v) except -1:
+        """A new item (pid, v) with every field zero (fit-list links and heads empty)."""
+        cdef i32 r
+        cdef Py_ssize_t c
+        cdef size_t j, mask
+        if self.nfreed:
+            self.nfreed -= 1
+            r = self.freed[self.nfreed]
+        else:
+            if self.top == self.cap:
+                self._resize(max(MIN_CAP, 2 * self.cap))
+            r = <i32>self.top
+            self.top += 1
+        self.parent[r] = <i32>pid
+        self.val[r] = v
+        self.support[r] = 0
+        self.weight[r] = 0
+        for c in range(self.n_atoms):
+            self.mults[r * self.n_atoms + c] = 0
+        for c in range(self.n_children):
+            self.sums[r * self.n_children + c] = 0
+        if self.free:
+            self.lw[r] = 0
+            self.fw[r] = 0
+            self.prev[r] = -1
+            self.next[r] = -1
+        if self.lists:
+            for c in range(self.n_children):
+                self.fsums[r * self.n_children + c] = 0
+                self.heads[r * self.n_children + c] = -1
+        self.live += 1
+        if self.live * 10 > self.icap * 7:
+            self._rehash(self.icap * 2)
+        mask = self.icap - 1
+        j = _pair_hash(pid, v) & mask
+        while self.index[j] >= 0:
+            j = (j + 1) & mask
+        self.index[j] = r
+        return r
+
+    cdef int remove(self, i32 r) except -1:
+        """Drop item ``r`` from the index (backward-shift deletion) and put its row on the free list."""
+        cdef size_t mask = self.icap - 1
+        cdef size_t i = _pair_hash(self.parent[r], self.val[r]) & mask
+        cdef size_t j, k
+        while self.index[i] != r:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if self.index[j] < 0:
+                break
+            k = _pair_hash(self.parent[self.index[j]], self.val[self.index[j]]) & mask
+            if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
+                continue
+            self.index[i] = self.index[j]
+            i = j
+        self.index[i] = -1
+        if self.nfreed == self.freedcap:
+            self.freed = <i32*>_grow(self.freed, self.freedcap * 4, max(MIN_CAP, 2 * self.freedcap) * 4)
+            self.freedcap = max(MIN_CAP, 2 * self.freedcap)
+        self.freed[self.nfreed] = r
+        self.nfreed += 1
+        self.live -= 1
+        return 0
+
+    def item(self, Py_ssize_t r):
+        """Row ``r`` as Python values (inspection): parent, value code, support, weight, lw, fw, prev, next,
+        mults, sums, fsums, heads (-1: none)."""
+        cdef int c
+        na, nc = self.n_atoms, self.n_children
+        return (
+            self.parent[r], self.val[r], self.support[r], self.weight[r],
+            self.lw[r] if self.free else 0, self.fw[r] if self.free else 0,
+            self.prev[r] if self.free else -1, self.next[r] if self.free else -1,
+            [self.mults[r * na + c] for c in range(na)],
+            [self.sums[r * nc + c] for c in range(nc)],
+            [self.fsums[r * nc + c] for c in range(nc)] if self.lists else None,
+            [self.heads[r * nc + c] for c in range(nc)] if self.lists else None,
+        )
+
+    def children(self, Py_ssize_t pid):
+        """The live rows whose parent is ``pid`` (inspection only: O(rows of the pool))."""
+        cdef Py_ssize_t r
+        return [r for r in range(self.top) if self.parent[r] == pid and self.support[r] > 0]
+
+    def make_root(self):
+        """The single item (row 0) of a component's sentinel pool (the paper's start list)."""
+        self.add(0, 0)
+
+    cpdef Py_ssize_t nbytes(self):
+        """Allocated bytes of the rows, the index and the free list."""
+        cdef Py_ssize_t row = 4 + 8 + 4 + 8 + 8 * self.n_atoms + 8 * self.n_children
+        if self.free:
+            row += 8 + 8 + 4 + 4
+        if self.lists:
+            row += (8 + 4) * self.n_children
+        return self.cap * row + self.icap * 4 + self.freedcap * 4
+
+
+cdef inline unsigned long long _row_hash(const i64* codes, int arity) nogil:
+    cdef unsigned long long h = 0x243F6A8885A308D3ULL
+    cdef int i
+    for i in range(arity):
+        h = qh_mix(h ^ <unsigned long long>codes[i]) + <unsigned long long>i
+    return h
+
+
+cdef class Relation:
+    """A base Z-relation: rows of value codes and their multiplicities, with a row → id index."""
+
+    cdef public int arity
+    cdef public str name
+    cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap
+    cdef i64* codes
+    cdef i64* mult
+    cdef i32* index
+    cdef i32* freed
+
+    def __cinit__(self, str name, int arity):
+        self.name = name
+        self.arity = arity
+        self.icap = 0
+        self._rehash(MIN_CAP * 2)
+
+    def __dealloc__(self):
+        PyMem_Free(self.codes)
+        PyMem_Free(self.mult)
+        PyMem_Free(self.index)
+        PyMem_Free(self.freed)
+
+    cdef int _rehash(self, Py_ssize_t icap) except -1:
+        cdef i32* old = self.index
+        cdef Py_ssize_t oldcap = self.icap, i, j
+        cdef size_t mask = icap - 1
+        cdef i32 r
+        self.index = <i32*>_grow(NULL, 0, icap * 4)
+        memset(self.index, 0xFF, icap * 4)
+        self.icap = icap
+        for i in range(oldcap):
+            r = old[i]
+            if r >= 0:
+                j = _row_hash(self.codes + r * self.arity, self.arity) & mask
+                while self.index[j] >= 0:
+                    j = (j + 1) & mask
+                self.index[j] = r
+        PyMem_Free(old)
+        return 0
+
+    cdef inline i32 find(self, const i64* key) noexcept:
+        cdef size_t mask = self.icap - 1
+        cdef size_t j = _row_hash(key, self.arity) & mask
+        cdef i32 r
+        cdef int a
+        cdef bint same
+        while True:
+            r = self.index[j]
+            if r < 0:
+                return -1
+            same = True
+            for a in range(self.arity):
+                if self.codes[r * self.arity + a] != key[a]:
+                    same = False
+                    break
+            if same:
+                return r
+            j = (j + 1) & mask
+
+    cdef inline i64 get(self, const i64* key) noexcept:
+        cdef i32 r = self.find(key)
+        return 0 if r < 0 else self.mult[r]
+
+    cdef int put(self, const i64* key, i64 m) except -1:
+        """Set the multiplicity of ``key`` (0 deletes the row); O(1) expected."""
+        cdef i32 r = self.find(key)
+        cdef int a
+        cdef size_t i, j, k, mask
+        if r >= 0 and m:
+            self.mult[r] = m
+            return 0
+        if r < 0:
+            if not m:
+                return 0
+            if self.nfreed:
+                self.nfreed -= 1
+                r = self.freed[self.nfreed]
+            else:
+                if self.top == self.cap:
+                    self.codes = <i64*>_grow(self.codes, self.cap * 8 * self.arity,
+                                             max(MIN_CAP, 2 * self.cap) * 8 * self.arity)
+                    self.mult = <i64*>_grow(self.mult, self.cap * 8, max(MIN_CAP, 2 * self.cap) * 8)
+                    self.cap = max(MIN_CAP, 2 * self.cap)
+                r = <i32>self.top
+                self.top += 1
+            for a in range(self.arity):
+                self.codes[r * self.arity + a] = key[a]
+            self.mult[r] = m
+            self.live += 1
+            if self.live * 10 > self.icap * 7:
+                self._rehash(self.icap * 2)
+            mask = self.icap - 1
+            j = _row_hash(key, self.arity) & mask
+            while self.index[j] >= 0:
+                j = (j + 1) & mask
+            self.index[j] = r
+            return 0
+        # m == 0: delete row r
+        mask = self.icap - 1
+        i = _row_hash(key, self.arity) & mask
+        while self.index[i] != r:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if self.index[j] < 0:
+                break
+            k = _row_hash(self.codes + self.index[j] * self.arity, self.arity) & mask
+            if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
+                continue
+            self.index[i] = self.index[j]
+            i = j
+        self.index[i] = -1
+        self.mult[r] = 0
+        if self.nfreed == self.freedcap:
+            self.freed = <i32*>_grow(self.freed, self.freedcap * 4, max(MIN_CAP, 2 * self.freedcap) * 4)
+            self.freedcap = max(MIN_CAP, 2 * self.freedcap)
+        self.freed[self.nfreed] = r
+        self.nfreed += 1
+        self.live -= 1
+        return 0
+
+    def __len__(self):
+        return self.live
+
+    cpdef Py_ssize_t nbytes(self):
+        return self.cap * 8 * (self.arity + 1) + self.icap * 4 + self.freedcap * 4
+
+    def export(self):
+        """The live rows as ``(codes, multiplicities)``: two bytes objects of int64 (row-major codes)."""
+        cdef bytearray codes = bytearray(self.live * 8 * self.arity)
+        cdef bytearray mults = bytearray(self.live * 8)
+        cdef i64* c = <i64*><char*>codes
+        cdef i64* m = <i64*><char*>mults
+        cdef Py_ssize_t r, n = 0
+        cdef int a
+        for r in range(self.top):
+            if self.mult[r]:
+                for a in range(self.arity):
+                    c[n * self.arity + a] = self.codes[r * self.arity + a]
+                m[n] = self.mult[r]
+                n += 1
+        return bytes(codes), bytes(mults)
+
+
+cdef class Occurrence:
+    """One atom occurrence: its root path of pools, the row positions and selections (codes)."""
+
+    cdef int rel, depth, slot, free_depth, comp, comp_free, n_equal, n_consts
+    cdef list pools
+    cdef PyObject** path
+    cdef Pool sentinel
+    cdef int* positions
+    cdef int* eq
+    cdef int* cpos
+    cdef i64* cval
+    cdef i32* ids
+
+    def __cinit__(self, int rel, list pools, Pool sentinel, positions, equal, consts, int slot, int free_depth,
+                  int comp, bint comp_free):
+        cdef int k
+        self.rel = rel
+        self.pools = pools
+        self.sentinel = sentinel
+        self.depth = len(pools)
+        self.slot = slot
+        self.free_depth = free_depth
+        self.comp = comp
+        self.comp_free = comp_free
+        self.n_equal = len(equal)
+        self.n_consts = len(consts)
+        self.path = <PyObject**>_grow(NULL, 0, sizeof(PyObject*) * (self.depth + 1))
+        self.positions = <int*>_grow(NULL, 0, sizeof(int) * (self.depth + 1))
+        self.ids = <i32*>_grow(NULL, 0, sizeof(i32) * (self.depth + 1))
+        self.eq = <int*>_grow(NULL, 0, sizeof(int) * (2 * self.n_equal + 1))
+        self.cpos = <int*>_grow(NULL, 0, sizeof(int) * (self.n_consts + 1))
+        self.cval = <i64*>_grow(NULL, 0, sizeof(i64) * (self.n_consts + 1))
+        for k in range(self.depth):
+            self.path[k] = <PyObject*>pools[k]
+            self.positions[k] = positions[k]
+        for k, (p, q) in enumerate(equal):
+            self.eq[2 * k] = p
+            self.eq[2 * k + 1] = q
+        for k, (p, c) in enumerate(consts):
+            self.cpos[k] = p
+            self.cval[k] = c
+
+    def __dealloc__(self):
+        PyMem_Free(self.path)
+        PyMem_Free(self.positions)
+        PyMem_Free(self.ids)
+        PyMem_Free(self.eq)
+        PyMem_Free(self.cpos)
+        PyMem_Free(self.cval)
+
+
+cdef class Kernel:
+    """The whole mutable state of a compact q-hierarchical engine, and its update and answer loops.
+
+    Built by :class:`ivm.engines.qhier_compact.QHierCompactEngine` from the
+    reference's plan (q-trees, occurrences, free nodes in document order).
+    """
+
+    cdef public list pools, relations, occurrences, sentinels, values
+    cdef public dict rel_index, interned
+    cdef public list comp_free, nullary
+    cdef public object delta
+    cdef public bint tracking, set_mode
+    cdef public Py_ssize_t updates, version, items
+    cdef list pending
+    cdef int m
+    cdef PyObject** fpool
+    cdef PyObject** fparentpool
+    cdef int* fparent
+    cdef int* fslot
+    cdef tuple head
+    cdef i64* buf
+    cdef int bufcap
+    cdef object stale
+
+    def __cinit__(self):
+        self.fpool = NULL
+        self.fparentpool = NULL
+        self.fparent = NULL
+        self.fslot = NULL
+        self.buf = NULL
+
+    def __init__(self, list pools, list sentinels, list comp_free, list relations, list occurrences,
+                 list free_nodes, tuple head, list nullary, bint set_mode, stale):
+        """``free_nodes``: (pool index, parent free position or -1, parent pool index) in document order."""
+        cdef int j
+        self.pools = pools
+        self.sentinels = sentinels
+        self.comp_free = comp_free
+        self.relations = relations
+        self.rel_index = {r.name: i for i, r in enumerate(relations)}
+        self.occurrences = occurrences
+        self.nullary = nullary
+        self.set_mode = set_mode
+        self.stale = stale
+        self.head = head
+        self.values = []
+        self.interned = {}
+        self.delta = {}
+        self.pending = []
+        self.tracking = False
+        self.updates = self.version = self.items = 0
+        self.m = len(free_nodes)
+        self.fpool = <PyObject**>_grow(NULL, 0, sizeof(PyObject*) * (self.m + 1))
+        self.fparentpool = <PyObject**>_grow(NULL, 0, sizeof(PyObject*) * (self.m + 1))
+        self.fparent = <int*>_grow(NULL, 0, sizeof(int) * (self.m + 1))
+        self.fslot = <int*>_grow(NULL, 0, sizeof(int) * (self.m + 1))
+        for j, (p, parent, pp) in enumerate(free_nodes):
+            self.fpool[j] = <PyObject*>pools[p]
+            self.fparentpool[j] = <PyObject*>pools[pp]
+            self.fparent[j] = parent
+            self.fslot[j] = (<Pool>pools[p]).slot
+        self.bufcap = max([r.arity for r in relations] + [1])
+        self.buf = <i64*>_grow(NULL, 0, sizeof(i64) * self.bufcap)
+
+    def __dealloc__(self):
+        PyMem_Free(self.fpool)
+        PyMem_Free(self.fparentpool)
+        PyMem_Free(self.fparent)
+        PyMem_Free(self.fslot)
+        PyMem_Free(self.buf)
+
+    # -- value codes ------------------------------------------------------------------------------
+
+    cdef int encode(self, object v, i64* out, bint insert) except -1:
+        """The code of ``v`` into ``out``: 1, or 0 if ``v`` was never seen and ``insert`` is false."""
+        cdef int ovf = 0
+        cdef i64 c
+        cdef type t = type(v)
+        if t is int or t is bool:
+            c = PyLong_AsLongLongAndOverflow(v, &ovf)
+            if not ovf and LOW <= c < TAG:
+                out[0] = c
+                return 1
+        elif t is float:
+            if v == v and v.is_integer() and -4.6e18 < v < 4.6e18:
+                out[0] = <i64>v
+                return 1
+        elif hasattr(t, "__index__"):
+            return self.encode(operator.index(v), out, insert)
+        code = self.interned.get(v)
+        if code is None:
+            if not insert:
+                return 0
+            code = TAG + len(self.values)
+            self.interned[v] = code
+            self.values.append(v)
+        out[0] = code
+        return 1
+
+    cdef inline object decode(self, i64 c):
+        if c < TAG:
+            return c
+        return self.values[c - TAG]
+
+    def decode_value(self, i64 c):
+        return self.decode(c)
+
+    def encode_value(self, v):
+        """The code of ``v`` (interning it when new)."""
+        cdef i64 c
+        self.encode(v, &c, True)
+        return c
+
+    def load_values(self, list values):
+        """Restore the interned values of a snapshot (before any update)."""
+        self.values = list(values)
+        self.interned = {v: TAG + i for i, v in enumerate(self.values)}
+
+    # -- updates (§6.4) ---------------------------------------------------------------------------
+
+    def apply(self, updates):
+        """Apply ``(relation, row, multiplicity)`` updates one by one; O(|φ|²) expected each."""
+        cdef Py_ssize_t i = 0
+        cdef int ri, a, ovf
+        cdef Relation rel
+        cdef i64 m
+        for relation, row, mult in updates:
+            if not mult:
+                i += 1
+                continue
+            index = self.rel_index.get(relation)
+            if index is None:
+                raise KeyError(f"relation {relation!r} does not occur in the query")
+            ri = index
+            rel = <Relation>self.relations[ri]
+            if type(row) is not tuple:
+                row = tuple(row)
+            if len(row) != rel.arity:
+                raise ValueError(f"{relation}{row!r} has {len(row)} values, the relation has arity {rel.arity}")
+            for a in range(rel.arity):
+                self.encode(row[a], self.buf + a, True)
+            ovf = 0
+            m = PyLong_AsLongLongAndOverflow(mult, &ovf)
+            if ovf:
+                raise KernelOverflow(i)
+            self._update(ri, self.buf, m, i)
+            i += 1
+
+    def apply_codes(self, int ri, bytes codes, bytes mults):
+        """Apply the rows of a compact snapshot (codes already interned) as inserts."""
+        cdef Relation rel = <Relation>self.relations[ri]
+        cdef const i64* c = <const i64*><const char*>codes
+        cdef const i64* m = <const i64*><const char*>mults
+        cdef Py_ssize_t n = len(mults) // 8, r
+        for r in range(n):
+            self._update(ri, c + r * rel.arity, m[r], r)
+
+    cdef int _update(self, int ri, const i64* codes, i64 m, Py_ssize_t i) except -1:
+        cdef Relation rel = <Relation>self.relations[ri]
+        cdef i64 base_old = rel.get(codes), old = base_old, new
+        cdef Occurrence occ
+        if qh_add(old, m, &new):
+            raise KernelOverflow(i)
+        nullary = self.tracking and rel.arity == 0 and self._nullary_count(ri)
+        if nullary:
+            factor_before = self.global_factor(-1)
+        rel.put(codes, new)
+        self.updates += 1
+        if self.set_mode:
+            old = old > 0
+            new = new > 0
+            if old == new:
+                return 0
+        self.version += 1
+        try:
+            for o in self.occurrences[ri]:
+                occ = <Occurrence>o
+                self._update_occurrence(occ, codes, old, new)
+        except OverflowError:
+            rel.put(codes, base_old)
+            self.updates -= 1
+            self.pending = []
+            raise KernelOverflow(i)
+        if nullary:
+            self._emit(None, -1, 1, 1, factor_before, self.global_factor(-1))
+        if self.pending:
+            delta = self.delta
+            for row, d in self.pending:
+                total = delta.get(row, 0) + d
+                if total:
+                    delta[row] = total
+                else:
+                    delta.pop(row, None)
+            self.pending = []
+        return 0
+
+    cdef int _nullary_count(self, int ri):
+        for r, count in self.nullary:
+            if r == ri:
+                return count
+        return 0
+
+    cdef int _update_occurrence(self, Occurrence occ, const i64* codes, i64 old, i64 new) except -1:
+        cdef int k, c, b, slot, depth = occ.depth, watch
+        cdef Pool pool, ppool
+        cdef i64 pid = 0, v, local, weight, fw, old_fw, diff, lw0 = 0, lw1 = 0, bool_before
+        cdef i32 r, support, pr, nx
+        cdef i32* hp
+        cdef bint changed, have_change = False
+        for k in range(occ.n_equal):
+            if codes[occ.eq[2 * k]] != codes[occ.eq[2 * k + 1]]:
+                return 0
+        for k in range(occ.n_consts):
+            if codes[occ.cpos[k]] != occ.cval[k]:
+                return 0
+        support = 1 if old == 0 else (-1 if new == 0 else 0)
+        for k in range(depth):
+            pool = <Pool>occ.path[k]
+            v = codes[occ.positions[k]]
+            r = pool.find(pid, v)
+            if r < 0:
+                r = pool.add(pid, v)
+                self.items += 1
+            pool.support[r] += support
+            occ.ids[k] = r
+            pid = r
+        pool.mults[r * pool.n_atoms + occ.slot] = new
+
+        watch = occ.free_depth if (self.tracking and occ.comp_free) else -2
+        bool_before = occ.sentinel.sums[0]
+        for k in range(depth - 1, -1, -1):
+            pool = <Pool>occ.path[k]
+            r = occ.ids[k]
+            if k:
+                ppool = <Pool>occ.path[k - 1]
+                pid = occ.ids[k - 1]
+            else:
+                ppool = occ.sentinel
+                pid = 0
+            slot = pool.slot
+            local = 1
+            for c in range(pool.n_atoms):
+                if qh_mul(local, pool.mults[r * pool.n_atoms + c], &local):
+                    raise OverflowError()
+            weight = local
+            for c in range(pool.n_children):
+                if qh_mul(weight, pool.sums[r * pool.n_children + c], &weight):
+                    raise OverflowError()
+            changed = weight != pool.weight[r]
+            if changed:
+                if qh_sub(weight, pool.weight[r], &diff) or qh_add(
+                    ppool.sums[pid * ppool.n_children + slot], diff, &ppool.sums[pid * ppool.n_children + slot]
+                ):
+                    raise OverflowError()
+                pool.weight[r] = weight
+            if pool.free:
+                for c in range(pool.n_bound):
+                    if qh_mul(local, pool.sums[r * pool.n_children + pool.bound_slots[c]], &local):
+                        raise OverflowError()
+                fw = 0
+                if local:
+                    fw = 1
+                    for c in range(pool.n_free):
+                        if qh_mul(fw, pool.fsums[r * pool.n_children + pool.free_slots[c]], &fw):
+                            raise OverflowError()
+                old_fw = pool.fw[r]
+                if k == watch and local != pool.lw[r]:
+                    have_change = True
+                    lw0 = pool.lw[r]
+                    lw1 = local
+                if local != pool.lw[r]:
+                    pool.lw[r] = local
+                    changed = True
+                if fw != old_fw:
+                    changed = True
+                    pool.fw[r] = fw
+                    hp = &ppool.heads[pid * ppool.n_children + slot]
+                    if old_fw == 0:  # link at the head of the parent's fit-list
+                        pool.prev[r] = -1
+                        pool.next[r] = hp[0]
+                        if hp[0] >= 0:
+                            pool.prev[hp[0]] = r
+                        hp[0] = r
+                    elif fw == 0:  # unlink
+                        pr = pool.prev[r]
+                        nx = pool.next[r]
+                        if pr >= 0:
+                            pool.next[pr] = nx
+                        else:
+                            hp[0] = nx
+                        if nx >= 0:
+                            pool.prev[nx] = pr
+                        pool.prev[r] = pool.next[r] = -1
+                    if qh_add(ppool.fsums[pid * ppool.n_children + slot], fw - old_fw,
+                              &ppool.fsums[pid * ppool.n_children + slot]):
+                        raise OverflowError()
+            if not changed:
+                break  # nothing above depends on an unchanged item
+        for k in range(depth - 1, -1, -1):  # garbage-collect unsupported items bottom-up
+            pool = <Pool>occ.path[k]
+            r = occ.ids[k]
+            if pool.support[r]:
+                break
+            pool.remove(r)
+            self.items -= 1
+
+        if have_change:
+            factor = self.global_factor(-1)
+            if factor:
+                self._emit(occ, (<Pool>occ.path[occ.free_depth]).fpos, lw0, lw1, factor, factor)
+        elif self.tracking and not occ.comp_free:
+            bool_after = occ.sentinel.sums[0]
+            if bool_after != bool_before:
+                others = self.global_factor(occ.comp)
+                if others:
+                    self._emit(None, -1, 1, 1, others * bool_before, others * bool_after)
+        return 0
+
+    # -- answers (§6.5, Algorithm 1) ----------------------------------------------------------------
+
+    cpdef object global_factor(self, int skip):
+        """Π of the Boolean components' weights and the nullary atoms' multiplicities (Python ints)."""
+        factor = 1
+        cdef int c
+        cdef i64 code = 0
+        for c in range(len(self.sentinels)):
+            if not self.comp_free[c] and c != skip:
+                factor *= (<Pool>self.sentinels[c]).sums[0]
+        for ri, count in self.nullary:
+            m = (<Relation>self.relations[ri]).get(&code)
+            if self.set_mode:
+                m = int(m > 0)
+            factor *= m ** count
+        return factor
+
+    def bag_count(self):
+        total = self.global_factor(-1)
+        for c in range(len(self.sentinels)):
+            if self.comp_free[c]:
+                total *= (<Pool>self.sentinels[c]).sums[0]
+        return total
+
+    def count(self):
+        if not self.global_factor(-1):
+            return 0
+        total = 1
+        for c in range(len(self.sentinels)):
+            if self.comp_free[c]:
+                total *= (<Pool>self.sentinels[c]).fsums[0]
+        return total
+
+    def multiplicity_of(self, tuple row):
+        """``G · Π lw`` of the free items on the answer's path, 0 if any is missing; O(|free|)."""
+        cdef int n = len(self.head), j
+        cdef i64 code
+        cdef i32 r
+        cdef Pool pool, ppool
+        if len(row) != n:
+            return 0
+        codes = [0] * self.m
+        for j in range(n):
+            if not self.encode(row[j], &code, False):
+                return 0
+            codes[self.head[j]] = code
+        found = [0] * self.m
+        mult = self.global_factor(-1)
+        for j in range(self.m):
+            if not mult:
+                return 0
+            pool = <Pool>self.fpool[j]
+            r = pool.find(0 if self.fparent[j] < 0 else found[self.fparent[j]], codes[j])
+            if r < 0:
+                return 0
+            found[j] = r
+            mult *= pool.lw[r]
+        if self.set_mode:
+            return int(mult != 0)
+        return mult
+
+    def cursor(self):
+        """Algorithm 1 over the free nodes, as an iterator of ``(answer, multiplicity)``."""
+        return Cursor(self, None, self.global_factor(-1), self.version)
+
+    def multiplicity(self, str relation, row):
+        cdef Relation rel = <Relation>self.relations[self.rel_index[relation]]
+        cdef int a
+        if type(row) is not tuple:
+            row = tuple(row)
+        if len(row) != rel.arity:
+            return 0
+        for a in range(rel.arity):
+            if not self.encode(row[a], self.buf + a, False):
+                return 0
+        return rel.get(self.buf)
+
+    def export_relation(self, int ri):
+        return (<Relation>self.relations[ri]).export()
+
+    def decode_rows(self, int ri):
+        """The live rows of relation ``ri`` as a ``{row: multiplicity}`` dict (Python values)."""
+        cdef Relation rel = <Relation>self.relations[ri]
+        cdef Py_ssize_t r
+        cdef int a
+        out = {}
+        for r in range(rel.top):
+            if rel.mult[r]:
+                out[tuple([self.decode(rel.codes[r * rel.arity + a]) for a in range(rel.arity)])] = rel.mult[r]
+        return out
+
+    def nbytes(self):
+        """Allocated bytes of every table, plus the interned values (dict, list and the objects)."""
+        total = sum((<Pool>p).nbytes() for p in self.pools) + sum((<Relation>r).nbytes() for r in self.relations)
+        if self.values:
+            total += sys.getsizeof(self.interned) + sys.getsizeof(self.values)
+            total += sum(sys.getsizeof(v) for v in self.values)
+        return total
+
+    cdef int _emit(self, Occurrence occ, int changed, i64 l0, i64 l1, object g0, object g1) except -1:
+        """Record the delta of the answers through the occurrence's free items (all answers if ``occ`` is None).
+
+        An answer's multiplicity is ``G · Π_j lw(item_j)``; the update moved the
+        local factor at free position ``changed`` from ``l0`` to ``l1`` and ``G``
+        from ``g0`` to ``g1`` (see :meth:`QHierEngine._emit`).
+        """
+        cdef Cursor cur = Cursor(self, occ, 1, self.version)
+        cdef int j
+        cdef Pool pool
+        if occ is not None:
+            for j in range(self.m):
+                if cur.fixed[j] and j != changed and not (<Pool>self.fpool[j]).lw[cur.cur[j]]:
+                    return 0
+        while cur.advance():
+            rest = 1
+            for j in range(self.m):
+                if j != changed:
+                    rest *= (<Pool>self.fpool[j]).lw[cur.cur[j]]
+            before = g0 * rest * l0
+            after = g1 * rest * l1
+            d = int(after != 0) - int(before != 0) if self.set_mode else after - before
+            if d:
+                self.pending.append((cur.row(), d))
+        return 0
+
+
+cdef class Cursor:
+    """Algorithm 1 (002 §6.5): the current free item per free node, advanced like an odometer.
+
+    O(|free|) per answer: the last free node that has a fit successor moves on,
+    every later one restarts at the head of its parent's fit-list.
+    """
+
+    cdef Kernel k
+    cdef int m, started, done
+    cdef i32* cur
+    cdef char* fixed
+    cdef object factor
+    cdef Py_ssize_t version
+
+    def __cinit__(self, Kernel k, Occurrence occ, factor, Py_ssize_t version):
+        cdef int j, d
+        self.k = k
+        self.m = k.m
+        self.factor = factor
+        self.version = version
+        self.cur = <i32*>_grow(NULL, 0, sizeof(i32) * (self.m + 1))
+        self.fixed = <char*>_grow(NULL, 0, self.m + 1)
+        if occ is not None:
+            for d in range(occ.free_depth + 1):
+                j = (<Pool>occ.path[d]).fpos
+                self.fixed[j] = 1
+                self.cur[j] = occ.ids[d]
+        if not factor:
+            self.done = 1
+
+    def __dealloc__(self):
+        PyMem_Free(self.cur)
+        PyMem_Free(self.fixed)
+
+    cdef inline i32 first(self, int j) noexcept:
+        cdef Pool ppool
+        cdef i64 pid
+        if self.fixed[j]:
+            return self.cur[j]
+        ppool = <Pool>self.k.fparentpool[j]
+        pid = 0 if self.k.fparent[j] < 0 else self.cur[self.k.fparent[j]]
+        return ppool.heads[pid * ppool.n_children + self.k.fslot[j]]
+
+    cdef int advance(self) except -1:
+        """Move to the next answer: 1, or 0 when there is none."""
+        cdef int j, i
+        cdef i32 r
+        if self.done:
+            return 0
+        if not self.started:
+            self.started = 1
+            for j in range(self.m):
+                r = self.first(j)
+                if r < 0:
+                    self.done = 1
+                    return 0
+                self.cur[j] = r
+            return 1
+        j = self.m - 1
+        while j >= 0 and (self.fixed[j] or (<Pool>self.k.fpool[j]).next[self.cur[j]] < 0):
+            j -= 1
+        if j < 0:
+            self.done = 1
+            return 0
+        self.cur[j] = (<Pool>self.k.fpool[j]).next[self.cur[j]]
+        for i in range(j + 1, self.m):
+            r = self.first(i)
+            if r < 0:
+                self.done = 1
+                return 0
+            self.cur[i] = r
+        return 1
+
+    cdef tuple row(self):
+        cdef tuple head = self.k.head
+        cdef Py_ssize_t n = len(head), i
+        out = [None] * n
+        for i in range(n):
+            j = head[i]
+            out[i] = self.k.decode((<Pool>self.k.fpool[j]).val[self.cur[j]])
+        return tuple(out)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef int j
+        cdef i64 mult = 1
+        cdef bint big = False
+        if self.done:
+            raise StopIteration
+        if self.k.version != self.version:
+            raise self.k.stale("the view was updated since this enumeration started; restart it")
+        if not self.advance():
+            raise StopIteration
+        if self.k.set_mode:
+            return self.row(), 1
+        for j in range(self.m):
+            if qh_mul(mult, (<Pool>self.k.fpool[j]).lw[self.cur[j]], &mult):
+                big = True
+                break
+        if big:
+            total = self.factor
+            for j in range(self.m):
+                total *= (<Pool>self.k.fpool[j]).lw[self.cur[j]]
+            return self.row(), total
+        return self.row(), self.factor * mult
