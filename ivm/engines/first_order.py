@@ -23,6 +23,19 @@ runs over the same dicts and sets without per-update interpretation;
 :func:`first_order_kernel` picks one by name (``"auto"``: the compiled loop when
 it is built, else the Python one) and :func:`apply_first_order` is the ``"auto"``
 choice.
+
+The compact state (``ivm/engines/_triangle_kernel.pyx``,
+:class:`TriangleFirstOrder`) goes further: the three slots live in C tables
+of dense integer ids (no Python set or int object per stored tuple) and a
+batch is applied by one compiled call, still O(min(deg)) per update.
+:func:`compact_slots` builds it and :class:`CompactSlot` exposes each of its
+slots with the read interface of :class:`AllLightPartition`, so the adaptive
+engine's switches, ``stats()``, the invariant checker and snapshots read it
+like the key-set slots.  ``implementation="compiled"`` (and ``"auto"`` when it
+is built) stores the slots compactly; ``"python"`` keeps the dicts of sets and
+the reference loop.  An update the compact state cannot represent (a
+multiplicity beyond ``LIMIT`` in magnitude, or not an int) moves the state to
+Python slots, where the loop of :func:`first_order_kernel` continues exactly.
 """
 
 from __future__ import annotations
@@ -32,7 +45,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivm.engines.base import Engine
-from ivm.engines.ivm_eps.partition import AllLightPartition
+from ivm.engines.ivm_eps.partition import AllLightPartition, HeavyLightPartition
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape, triangle_shape
 from ivm.updates import Row, Update
@@ -218,6 +231,157 @@ def first_order_kernel(implementation: str = "auto") -> Kernel:
 #: the first-order loop ``implementation="auto"`` runs
 apply_first_order: Kernel = first_order_kernel("auto")
 
+try:  # the compact C state of the three slots (IVM^eps App. A.1), present when pip install compiled it
+    from ivm.engines._triangle_kernel import LIMIT, TriangleFirstOrder
+except ImportError:  # no compiler at install time: the slots stay Python dicts of sets
+    TriangleFirstOrder = None  # type: ignore[assignment,misc]
+    LIMIT = 0
+
+
+def uses_compact(implementation: str) -> bool:
+    """Whether ``implementation`` stores the slots in the compact C state (:class:`TriangleFirstOrder`).
+
+    ``"python"``: never; ``"compiled"``: always (an ImportError when it is not
+    built); ``"auto"``: when it is built.  O(1).
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    if implementation == "python":
+        return False
+    if TriangleFirstOrder is None:
+        if implementation == "compiled":
+            raise ImportError("ivm.engines._triangle_kernel is not built (pip install -e . compiles it)")
+        return False
+    return True
+
+
+class KeySets(Mapping[object, set[object]]):
+    """Read-only ``{key: set of neighbours}`` of one direction of a compact slot (``lf``/``lb``).
+
+    ``len`` is O(1); a lookup builds the key's set, O(degree); iteration is
+    O(ids).  For introspection (``stats()``, the invariant checker, tests), not
+    for the update path.
+    """
+
+    __slots__ = ("forward", "slot", "state")
+
+    def __init__(self, state: Any, slot: int, forward: bool) -> None:
+        self.state, self.slot, self.forward = state, slot, forward
+
+    def __getitem__(self, key: object) -> set[object]:
+        row = self.state.row(self.slot, self.forward, key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return bool(self.state.degree(self.slot, self.forward, key))
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.state.keys(self.slot, self.forward))
+
+    def __len__(self) -> int:
+        return self.state.nkeys(self.slot, self.forward)
+
+
+class CompactSlot(AllLightPartition):
+    """Slot ``i`` of a :class:`TriangleFirstOrder`, with the read interface of :class:`AllLightPartition`.
+
+    The partition at eps = 1 (IVM^eps App. A.1): every key light, no heavy
+    part.  ``get`` is O(1); ``lf``/``lb`` are :class:`KeySets` views; ``other``
+    and ``items()`` are built on demand, O(|K|); :meth:`to_heavy_light` is O(|K|)
+    (the adaptive engine's promotion).  Writes go through the state.
+    """
+
+    __slots__ = ("slot", "state")
+
+    def __init__(self, state: Any, slot: int) -> None:  # no super().__init__: the slots live in the state
+        self.state = state
+        self.slot = slot
+        self.eps = 1.0
+        self.hf = {}
+        self.hb = {}
+        self.hsize = 0
+
+    @property  # type: ignore[override]
+    def lsize(self) -> int:
+        return self.state.size(self.slot)
+
+    @property  # type: ignore[override]
+    def lf(self) -> KeySets:  # type: ignore[override]
+        return KeySets(self.state, self.slot, True)
+
+    @property  # type: ignore[override]
+    def lb(self) -> KeySets:  # type: ignore[override]
+        return KeySets(self.state, self.slot, False)
+
+    @property  # type: ignore[override]
+    def other(self) -> dict[tuple[object, object], int]:  # type: ignore[override]
+        return self.state.other(self.slot)
+
+    @property
+    def nonunit(self) -> int:
+        return self.state.nonunit(self.slot)
+
+    def add(self, x: object, y: object, m: int) -> int:
+        return self.state.add(self.slot, x, y, m)
+
+    def get(self, x: object, y: object) -> int:
+        return self.state.get(self.slot, x, y)
+
+    def items(self) -> Iterator[tuple[object, object, int]]:
+        return iter(self.state.items(self.slot))
+
+    def max_degree(self) -> int:
+        """The largest forward degree, O(ids) in C."""
+        return self.state.max_degree(self.slot)
+
+    def to_heavy_light(self) -> HeavyLightPartition:
+        part = HeavyLightPartition(1.0)
+        for x, y, m in self.state.items(self.slot):
+            part.lf.setdefault(x, {})[y] = m
+            part.lb.setdefault(y, {})[x] = m
+        part.lsize = self.lsize
+        part.nonunit = self.nonunit
+        return part
+
+    def to_key_sets(self) -> AllLightPartition:
+        """The same relation as Python key sets (:class:`AllLightPartition`), O(|K|)."""
+        out = AllLightPartition()
+        for x, y, m in self.state.items(self.slot):
+            out.add(x, y, m)
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return CompactSlot, (self.state, self.slot)
+
+
+def compact_slots(
+    occurrences: Mapping[str, Sequence[tuple[int, bool]]],
+    parts: Sequence[AllLightPartition | HeavyLightPartition] | None = None,
+) -> tuple[CompactSlot, CompactSlot, CompactSlot] | None:
+    """Three :class:`CompactSlot` over a new :class:`TriangleFirstOrder`, loaded from ``parts`` if given.
+
+    O(|D|).  None when the state is not built or a multiplicity of ``parts``
+    exceeds its ``LIMIT`` (the caller keeps Python slots).
+    """
+    if TriangleFirstOrder is None:
+        return None
+    state = TriangleFirstOrder(occurrences)
+    try:
+        for i, part in enumerate(parts or ()):
+            for x, y, m in part.items():
+                state.add(i, x, y, m)
+    except OverflowError:
+        return None
+    return CompactSlot(state, 0), CompactSlot(state, 1), CompactSlot(state, 2)
+
+
+def key_set_slots(parts: Sequence[AllLightPartition]) -> tuple[AllLightPartition, AllLightPartition, AllLightPartition]:
+    """The slots as Python key sets (compact slots converted, O(|D|)); others returned as they are."""
+    a, b, c = (p.to_key_sets() if isinstance(p, CompactSlot) else p for p in parts)
+    return a, b, c
+
 
 class FirstOrderIVM(Engine):
     """First-order delta queries for the triangle count (IVM^eps §1.1): O(min degree) per update.
@@ -232,20 +396,26 @@ class FirstOrderIVM(Engine):
     name = "first_order"
 
     def __init__(self, query: Query, implementation: str = "python") -> None:
-        """``implementation`` picks the loop (:func:`first_order_kernel`); the default stays the
-        Python reference, the plain-Python baseline that the benchmarks measure ``auto`` against."""
+        """``implementation`` picks the state and loop (:func:`uses_compact`): ``"compiled"`` the
+        compact C state, ``"auto"`` it when built; the default stays the Python reference, the
+        plain-Python baseline that the benchmarks measure ``auto`` against."""
         super().__init__(query)
-        first_order_kernel(implementation)  # validates the name; "compiled" needs the extension
+        compact = uses_compact(implementation)  # validates the name; "compiled" needs the extension
         self.implementation = implementation
         shape = triangle_shape(query)
         assert isinstance(shape, TriangleShape)
         self.shape = shape
-        self._slots = (AllLightPartition(), AllLightPartition(), AllLightPartition())
         # relation -> [(slot index, flipped)] in cycle order
         self._occurrences: dict[str, list[tuple[int, bool]]] = {}
         for i, edge in enumerate(shape.edges):
             self._occurrences.setdefault(edge.relation, []).append((i, edge.flipped))
-        self._plan = first_order_plan(self._slots, self._occurrences)
+        slots = compact_slots(self._occurrences) if compact else None
+        self._slots: tuple[AllLightPartition, ...] = slots or (
+            AllLightPartition(),
+            AllLightPartition(),
+            AllLightPartition(),
+        )
+        self._plan = None if slots else first_order_plan(self._slots, self._occurrences)
         self._count = 0
         self._updates = 0
 
@@ -255,12 +425,30 @@ class FirstOrderIVM(Engine):
         return shape if isinstance(shape, str) else None
 
     def apply(self, updates: Sequence[Update]) -> None:
-        """Apply the updates in order (one call of :func:`apply_first_order`, no stops)."""
+        """Apply the updates in order: one compiled call over the compact state, else one call of
+        the Python-slot loop (:func:`first_order_kernel`); O(min(deg)) per update either way."""
         if not isinstance(updates, list | tuple):
             updates = list(updates)
-        kernel = first_order_kernel(getattr(self, "implementation", "python"))  # older snapshots: none set
-        _, self._count, applied, _ = kernel(self._slots, self._plan, updates, 0, self._count)
+        implementation = getattr(self, "implementation", "python")  # older snapshots: none set
+        slot = self._slots[0]
+        start = 0
+        if isinstance(slot, CompactSlot):
+            if implementation == "python":  # the choice was changed on a compact engine
+                self._to_key_sets()
+            else:
+                start, self._count, applied, _, blocked = slot.state.apply(updates, 0, self._count)
+                self._updates += applied
+                if not blocked:
+                    return
+                self._to_key_sets()  # a multiplicity the compact state does not store
+        kernel = first_order_kernel("python" if implementation == "python" else "auto")
+        _, self._count, applied, _ = kernel(self._slots, self._plan, updates, start, self._count)
         self._updates += applied
+
+    def _to_key_sets(self) -> None:
+        """Move the compact slots to Python key sets (O(|D|)); the loop over them continues."""
+        self._slots = key_set_slots(self._slots)
+        self._plan = first_order_plan(self._slots, self._occurrences)
 
     def result(self) -> int:
         return self._count

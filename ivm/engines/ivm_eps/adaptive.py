@@ -40,11 +40,15 @@ partition at eps = 1 stored as key sets, the multiplicities other than 1
 aside) and updates run the first-order loop of
 :func:`~ivm.engines.first_order.apply_first_order`, which counts
 ``Σ_z K_j(β,z)·K_k(z,α)`` as ``|K_j(β,·) ∩ K_k(·,α)|`` when neither slot
-stores another multiplicity.  ``implementation`` picks that loop
-(:func:`~ivm.engines.first_order.first_order_kernel`): ``"compiled"`` is its
-Cython build over the same dicts and sets (no per-update interpretation),
-``"python"`` the reference loop, ``"auto"`` (the default) the compiled one when
-it was built; all three cost O(min(deg)) per update and leave the same state.  A promotion
+stores another multiplicity.  ``implementation`` picks the state and loop:
+``"compiled"`` keeps the three slots in the compact C state
+(:class:`~ivm.engines.first_order.CompactSlot` over ``TriangleFirstOrder``,
+``ivm/engines/_triangle_kernel.pyx``: dense integer ids, open-addressing
+tables, one compiled call per batch), ``"python"`` the key sets and the
+reference loop, ``"auto"`` (the default) the compact state when it was built;
+all cost O(min(deg)) per update and hold the same relations.  A multiplicity the
+compact state does not store moves the slots to key sets (O(|D|), once), where
+the loop of :func:`~ivm.engines.first_order.first_order_kernel` continues.  A promotion
 turns the key sets into heavy/light partitions before its major rebalancing,
 and the return of the last partitioned relation turns them back, each O(|D|),
 within the O(N^{1+min}) of the rebalancing itself.
@@ -56,7 +60,15 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ivm.engines.first_order import IMPLEMENTATIONS, first_order_kernel, first_order_plan
+from ivm.engines.first_order import (
+    IMPLEMENTATIONS,
+    CompactSlot,
+    compact_slots,
+    first_order_kernel,
+    first_order_plan,
+    key_set_slots,
+    uses_compact,
+)
 from ivm.engines.ivm_eps.engine import IVMEps
 from ivm.engines.ivm_eps.partition import AllLightPartition
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
@@ -98,7 +110,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
     ) -> None:
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-        first_order_kernel(implementation)  # "compiled" fails here when the extension is not built
+        uses_compact(implementation)  # "compiled" fails here when the extension is not built
         self.implementation = implementation
         #: int value -> the one object of it the key sets store (identity hits in the probes); not
         #: part of the state: dropped from snapshots, cleared when it outgrows 2|D| (see _bound_interned)
@@ -114,9 +126,11 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.dwell = float(dwell)
         self.hot_cutoff = 1
         self._set_cutoffs()
-        # first-order mode (no relation partitioned): the slots are key-set partitions at eps = 1
-        self.parts = (AllLightPartition(), AllLightPartition(), AllLightPartition())  # type: ignore[assignment]
-        self.plan = first_order_plan(self.parts, self.occurrences)  # type: ignore[arg-type]
+        # first-order mode (no relation partitioned): the slots are key-set partitions at eps = 1,
+        # compact (C tables) or Python dicts of sets
+        compact = compact_slots(self.occurrences) if uses_compact(implementation) else None
+        self.parts = compact or (AllLightPartition(), AllLightPartition(), AllLightPartition())  # type: ignore[assignment]
+        self.plan = None if compact else first_order_plan(self.parts, self.occurrences)  # type: ignore[arg-type]
         self.promotions = 0
         self.demotions = 0
         self.reason_code = 0
@@ -221,12 +235,32 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.next_check = self.updates_applied + self._check_every()
 
     def _to_first_order(self) -> None:
-        """Store every slot as key sets (all relations at eps = 1, no views); O(|D|)."""
-        convert = AllLightPartition.from_heavy_light
-        parts = tuple(p if isinstance(p, AllLightPartition) else convert(p) for p in self.parts)
-        self.parts = parts  # type: ignore[assignment]
+        """Store every slot as key sets (all relations at eps = 1, no views); O(|D|).
+
+        Compact slots (:class:`~ivm.engines.first_order.CompactSlot`) when the
+        implementation uses them and every multiplicity fits, else Python key sets.
+        """
         self.views = ({}, {}, {})
-        self.plan = first_order_plan(parts, self.occurrences)
+        parts = self.parts
+        if uses_compact(self.implementation):
+            if not all(isinstance(p, CompactSlot) for p in parts):
+                compact = compact_slots(self.occurrences, parts)
+                if compact is not None:
+                    self.parts = compact  # type: ignore[assignment]
+                    self.plan = None
+                    return
+            else:
+                self.plan = None
+                return
+        convert = AllLightPartition.from_heavy_light
+        keysets = key_set_slots([p if isinstance(p, AllLightPartition) else convert(p) for p in parts])
+        self.parts = keysets  # type: ignore[assignment]
+        self.plan = first_order_plan(keysets, self.occurrences)
+
+    def _to_key_sets(self) -> None:
+        """Compact slots to Python key sets (a multiplicity they do not store); O(|D|)."""
+        self.parts = key_set_slots(self.parts)  # type: ignore[assignment,arg-type]
+        self.plan = first_order_plan(self.parts, self.occurrences)  # type: ignore[arg-type]
 
     def __getstate__(self) -> dict[str, Any]:
         """The snapshot: the engine's state without the table of shared int objects."""
@@ -240,7 +274,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self._interned = {}
         self.__dict__.pop("nonunit", None)
         self.__dict__.setdefault("implementation", "auto")  # a snapshot from before the choice existed
-        if not self.partitioned:
+        if not self.partitioned and not isinstance(self.parts[0], CompactSlot):
             self._to_first_order()
 
     def _check_every(self) -> int:
@@ -251,7 +285,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         for i, part in enumerate(self.parts):
             if part.eps != 1.0:
                 continue
-            deg = max((len(r) for r in part.lf.values()), default=0)
+            deg = light_max_degree(part)
             self.max_degree = max(self.max_degree, deg)
             if deg >= self.hot_cutoff:
                 self._promote(i, None, deg)  # also takes every other slot over the cutoff
@@ -264,7 +298,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         slots = [i]
         for other, part in enumerate(self.parts):  # one repartition for every slot over the cutoff
             hot = other != i and part.eps == 1.0
-            if hot and max((len(r) for r in part.lf.values()), default=0) >= self.hot_cutoff:
+            if hot and light_max_degree(part) >= self.hot_cutoff:
                 slots.append(other)
         self._switch(
             slots,
@@ -307,10 +341,18 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if self.size or self.partitioned:
             self.apply(batch)
             return
-        kernel = first_order_kernel(self.implementation)
-        _, self.count, applied, _ = kernel(self.parts, self.plan, batch, 0, self.count, intern=self._interned)
+        start = 0
+        if isinstance(self.parts[0], CompactSlot):
+            start, self.count, applied, _, blocked = self.parts[0].state.apply(batch, 0, self.count)
+            self.updates_applied += applied
+            if blocked:
+                self._to_key_sets()
+        if not isinstance(self.parts[0], CompactSlot):
+            kernel = self._key_set_loop()
+            plan = self.plan
+            _, self.count, applied, _ = kernel(self.parts, plan, batch, start, self.count, intern=self._interned)
+            self.updates_applied += applied
         self.size = sum(p.lsize for p in self.parts)
-        self.updates_applied += applied
         self.N = 2 * self.size + 1
         self.strict = True
         self._set_cutoffs()
@@ -365,6 +407,11 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if self.hot_cutoff < lower:
             self._promote_hot_slots()
 
+    def _key_set_loop(self) -> Any:
+        """The first-order loop over Python key sets (:func:`~ivm.engines.first_order.first_order_kernel`):
+        the reference for ``"python"``, else the Cython loop over the same sets when built."""
+        return first_order_kernel("python" if self.implementation == "python" else "auto")
+
     def _apply_first_order(self, updates: Sequence[Any], start: int) -> int:
         """First-order IVM (IVM^eps §1.1, eps = 1 everywhere) from ``updates[start]`` on.
 
@@ -377,21 +424,32 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         key reached the cutoff.  Returns the index of the next update to apply.
         """
         n = self.N
-        nxt, self.count, applied, hit = first_order_kernel(self.implementation)(
-            self.parts,
-            self.plan,
-            updates,
-            start,
-            self.count,
-            n // 4,
-            n,
-            self.hot_cutoff,
-            self._interned,
-        )
-        a, b, c = self.parts
-        self.size = size = a.lsize + b.lsize + c.lsize
-        if len(self._interned) > 2 * size + 4096:  # values no longer stored: at most 2|D| are, O(1) amortized
-            self._interned.clear()
+        a = self.parts[0]
+        if isinstance(a, CompactSlot) and self.implementation == "python":
+            self._to_key_sets()  # the choice was changed on a compact engine
+            a = self.parts[0]
+        if isinstance(a, CompactSlot):
+            state = a.state
+            nxt, self.count, applied, hit, blocked = state.apply(updates, start, self.count, n // 4, n, self.hot_cutoff)
+            self.size = size = state.total()
+            if blocked:  # updates[nxt] has a multiplicity the compact state does not store
+                self._to_key_sets()
+        else:
+            nxt, self.count, applied, hit = self._key_set_loop()(
+                self.parts,
+                self.plan,
+                updates,
+                start,
+                self.count,
+                n // 4,
+                n,
+                self.hot_cutoff,
+                self._interned,
+            )
+            a, b, c = self.parts
+            self.size = size = a.lsize + b.lsize + c.lsize
+            if len(self._interned) > 2 * size + 4096:  # values no longer stored: at most 2|D| are, O(1) amortized
+                self._interned.clear()
         self.updates_applied += applied
         while size >= n:
             n *= 2
@@ -409,6 +467,13 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if hit is not None and hit[2] >= self.hot_cutoff:
             self._promote(*hit)
         return nxt
+
+
+def light_max_degree(part: AllLightPartition) -> int:
+    """The largest key degree of a first-order slot: O(ids) in C for a compact slot, else O(keys)."""
+    if isinstance(part, CompactSlot):
+        return part.max_degree()
+    return max((len(r) for r in part.lf.values()), default=0)
 
 
 __all__ = ["IVMEps", "IVMEpsAdaptive"]

@@ -1,0 +1,777 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Compact first-order state for the triangle count (IVM^eps App. A.1, §1.1), compiled.
+
+The three slots ``K_0(u0,u1), K_1(u1,u2), K_2(u2,u0)`` of the triangle (the
+partition at eps = 1: every key light) are kept in C, not as Python dicts of
+sets:
+
+- every value of the stream gets a dense ``uint32`` id (a Python dict
+  value -> id and a list id -> value, one entry per distinct value);
+- per slot and direction, an array indexed by id of adjacency tables: for a
+  key ``x`` the set ``{y : K(x,y) ≠ 0}`` as an open-addressing table of
+  ``uint32`` ids (linear probing, load at most 1/2, backward-shift deletion, no
+  tombstones; 4 bytes per slot instead of the 16 of a Python set entry plus
+  the int object it points to);
+- the multiplicities other than 1 aside, per slot, in an open-addressing map
+  ``(x, y) -> int64`` (empty under set semantics).
+
+A single-tuple update ``δK_i = {(x, y) ↦ m}`` changes the count by
+``m · Σ_z K_j(y,z)·K_k(z,x)`` (``j = i+1``, ``k = i+2``): the smaller of the two
+tables ``K_j(y,·)`` and ``K_k(·,x)`` is scanned and each id probed in the
+other, **O(min(deg_j(y), deg_k(x)))** per update (the first-order bound of
+§1.1), with no Python object touched except two dict lookups for the ids;
+then ``K_i`` changes in O(1) amortized (table growth and shrinking are
+amortized by doubling/halving).  A batch is processed in one call, in order,
+so ``apply(batch)`` equals applying its updates one by one.
+
+Counts are exact: a delta is summed in a 128-bit accumulator, flushed into the
+Python int count before it could overflow.  Multiplicities are stored as
+int64; an update whose multiplicity, or a stored multiplicity, exceeds
+``LIMIT`` in absolute value is not applied here: :meth:`TriangleFirstOrder.apply`
+stops before it and reports it *blocked*, and the engine continues with the
+Python reference loop on Python slots (:mod:`ivm.engines.first_order`).
+"""
+
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.list cimport PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.ref cimport PyObject
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+
+from array import array
+import sys
+
+cdef extern from "Python.h":
+    bint PyLong_Check(object o)
+    bint PyTuple_Check(object o)
+    long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
+    long long PyLong_AsLongLong(object o) except? -1
+
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <stdlib.h>
+    #include <string.h>
+
+    #define TK_EMPTY 0xFFFFFFFFu
+    #define TK_MEMPTY 0xFFFFFFFFFFFFFFFFull
+
+    /* one key's neighbours: an open-addressing table of ids, capacity 1 << bits (tab NULL when empty) */
+    typedef struct { uint32_t *tab; uint32_t n; uint8_t bits; } tk_adj;
+    /* one direction of one slot: tables indexed by id; keys = number of ids with a non-empty table */
+    typedef struct { tk_adj *v; uint32_t len; int64_t keys; } tk_index;
+    /* the multiplicities other than 1: (x << 32 | y) -> m, linear probing */
+    typedef struct { uint64_t *keys; int64_t *vals; uint64_t mask; uint64_t n; } tk_mmap;
+    typedef struct { tk_index f, b; tk_mmap o; int64_t size; } tk_slot;
+    typedef struct { __int128 v; } tk_acc;
+
+    static inline uint32_t tk_home(uint32_t z, uint8_t bits) {
+        return (uint32_t)(((uint64_t)z * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+    }
+
+    static inline int tk_has(const tk_adj *a, uint32_t z) {
+        if (a->n == 0) return 0;
+        uint32_t mask = (1u << a->bits) - 1, i = tk_home(z, a->bits);
+        for (;;) {
+            uint32_t k = a->tab[i];
+            if (k == z) return 1;
+            if (k == TK_EMPTY) return 0;
+            i = (i + 1) & mask;
+        }
+    }
+
+    static int tk_rehash(tk_adj *a, uint8_t bits) {
+        uint32_t cap = 1u << bits, mask = cap - 1, j;
+        uint32_t *t = (uint32_t *)malloc((size_t)cap * 4);
+        if (t == NULL) return -1;
+        memset(t, 0xFF, (size_t)cap * 4);
+        if (a->tab != NULL) {
+            uint32_t old = 1u << a->bits;
+            for (j = 0; j < old; j++) {
+                uint32_t k = a->tab[j];
+                if (k != TK_EMPTY) {
+                    uint32_t i = tk_home(k, bits);
+                    while (t[i] != TK_EMPTY) i = (i + 1) & mask;
+                    t[i] = k;
+                }
+            }
+            free(a->tab);
+        }
+        a->tab = t;
+        a->bits = bits;
+        return 0;
+    }
+
+    /* z must be absent; load at most 1/2 */
+    static int tk_add(tk_adj *a, uint32_t z) {
+        if (a->tab == NULL) {
+            if (tk_rehash(a, 2) < 0) return -1;
+        } else if (2 * ((uint64_t)a->n + 1) > (1ull << a->bits)) {
+            if (tk_rehash(a, a->bits + 1) < 0) return -1;
+        }
+        uint32_t mask = (1u << a->bits) - 1, i = tk_home(z, a->bits);
+        while (a->tab[i] != TK_EMPTY) i = (i + 1) & mask;
+        a->tab[i] = z;
+        a->n++;
+        return 0;
+    }
+
+    /* z must be present: backward-shift deletion; the table halves below load 1/8, is freed at 0 */
+    static void tk_remove(tk_adj *a, uint32_t z) {
+        uint32_t mask = (1u << a->bits) - 1, i = tk_home(z, a->bits), j;
+        while (a->tab[i] != z) i = (i + 1) & mask;
+        for (j = (i + 1) & mask; a->tab[j] != TK_EMPTY; j = (j + 1) & mask) {
+            uint32_t h = tk_home(a->tab[j], a->bits);
+            if (((j - h) & mask) >= ((j - i) & mask)) { a->tab[i] = a->tab[j]; i = j; }
+        }
+        a->tab[i] = TK_EMPTY;
+        a->n--;
+        if (a->n == 0) {
+            free(a->tab);
+            a->tab = NULL;
+            a->bits = 0;
+        } else if (a->bits > 2 && 8 * (uint64_t)a->n < (1ull << a->bits)) {
+            tk_rehash(a, a->bits - 1);  /* on failure the larger table stays: still correct */
+        }
+    }
+
+    static int tk_reserve(tk_index *ix, uint32_t id) {
+        if (id < ix->len) return 0;
+        uint64_t len = ix->len ? 2 * (uint64_t)ix->len : 16;
+        if (len <= id) len = (uint64_t)id + 1;
+        if (len > 0xFFFFFFFFull) len = 0xFFFFFFFFull;
+        tk_adj *v = (tk_adj *)realloc(ix->v, len * sizeof(tk_adj));
+        if (v == NULL) return -1;
+        memset(v + ix->len, 0, (len - ix->len) * sizeof(tk_adj));
+        ix->v = v;
+        ix->len = (uint32_t)len;
+        return 0;
+    }
+
+    static inline const tk_adj *tk_row(const tk_index *ix, int64_t id) {
+        return (id >= 0 && (uint64_t)id < ix->len && ix->v[id].n) ? &ix->v[id] : NULL;
+    }
+
+    static void tk_index_free(tk_index *ix) {
+        uint32_t j;
+        for (j = 0; j < ix->len; j++) free(ix->v[j].tab);
+        free(ix->v);
+        ix->v = NULL;
+        ix->len = 0;
+        ix->keys = 0;
+    }
+
+    static inline uint64_t tk_mix(uint64_t x) {  /* murmur3 finalizer */
+        x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+        return x;
+    }
+
+    static inline int tk_mget(const tk_mmap *o, uint64_t key, int64_t *out) {
+        if (o->n == 0) return 0;
+        uint64_t i = tk_mix(key) & o->mask;
+        for (;;) {
+            if (o->keys[i] == key) { *out = o->vals[i]; return 1; }
+            if (o->keys[i] == TK_MEMPTY) return 0;
+            i = (i + 1) & o->mask;
+        }
+    }
+
+    static int tk_mgrow(tk_mmap *o, uint64_t cap) {
+        uint64_t *keys = (uint64_t *)malloc(cap * 8), j;
+        int64_t *vals = (int64_t *)malloc(cap * 8);
+        if (keys == NULL || vals == NULL) { free(keys); free(vals); return -1; }
+        memset(keys, 0xFF, cap * 8);
+        if (o->keys != NULL) {
+            for (j = 0; j <= o->mask; j++) {
+                if (o->keys[j] != TK_MEMPTY) {
+                    uint64_t i = tk_mix(o->keys[j]) & (cap - 1);
+                    while (keys[i] != TK_MEMPTY) i = (i + 1) & (cap - 1);
+                    keys[i] = o->keys[j];
+                    vals[i] = o->vals[j];
+                }
+            }
+            free(o->keys);
+            free(o->vals);
+        }
+        o->keys = keys;
+        o->vals = vals;
+        o->mask = cap - 1;
+        return 0;
+    }
+
+    static int tk_mset(tk_mmap *o, uint64_t key, int64_t m) {
+        if (o->keys == NULL) {
+            if (tk_mgrow(o, 16) < 0) return -1;
+        } else if (2 * (o->n + 1) > o->mask + 1) {
+            if (tk_mgrow(o, 2 * (o->mask + 1)) < 0) return -1;
+        }
+        uint64_t i = tk_mix(key) & o->mask;
+        while (o->keys[i] != TK_MEMPTY) {
+            if (o->keys[i] == key) { o->vals[i] = m; return 0; }
+            i = (i + 1) & o->mask;
+        }
+        o->keys[i] = key;
+        o->vals[i] = m;
+        o->n++;
+        return 0;
+    }
+
+    static void tk_mdel(tk_mmap *o, uint64_t key) {  /* key must be present */
+        uint64_t i = tk_mix(key) & o->mask, j;
+        while (o->keys[i] != key) i = (i + 1) & o->mask;
+        for (j = (i + 1) & o->mask; o->keys[j] != TK_MEMPTY; j = (j + 1) & o->mask) {
+            uint64_t h = tk_mix(o->keys[j]) & o->mask;
+            if (((j - h) & o->mask) >= ((j - i) & o->mask)) {
+                o->keys[i] = o->keys[j];
+                o->vals[i] = o->vals[j];
+                i = j;
+            }
+        }
+        o->keys[i] = TK_MEMPTY;
+        o->n--;
+    }
+
+    static void tk_mfree(tk_mmap *o) {
+        free(o->keys);
+        free(o->vals);
+        o->keys = NULL;
+        o->vals = NULL;
+        o->mask = 0;
+        o->n = 0;
+    }
+
+    static inline uint64_t tk_pair(uint32_t x, uint32_t y) { return ((uint64_t)x << 32) | y; }
+
+    /* |a ∩ b| scanning a's table (the caller passes the smaller) and probing b */
+    static int64_t tk_common(const tk_adj *a, const tk_adj *b) {
+        uint32_t cap = 1u << a->bits, j;
+        int64_t n = 0;
+        const uint32_t *t = a->tab;
+        for (j = 0; j < cap; j++) {
+            uint32_t z = t[j];
+            if (z != TK_EMPTY) n += tk_has(b, z);
+        }
+        return n;
+    }
+
+    /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value) */
+    static void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc) {
+        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1;
+        const tk_adj *out = tk_row(&S[j].f, y), *into = tk_row(&S[k].b, x);
+        if (out == NULL || into == NULL) return;
+        const tk_mmap *oj = &S[j].o, *ok = &S[k].o;
+        if (oj->n == 0 && ok->n == 0) {
+            int64_t n = out->n <= into->n ? tk_common(out, into) : tk_common(into, out);
+            acc->v += (__int128)m * n;
+            return;
+        }
+        /* weighted: iterate the smaller, multiplicities from the maps (default 1) */
+        int out_small = out->n <= into->n;
+        const tk_adj *small = out_small ? out : into, *big = out_small ? into : out;
+        uint32_t cap = 1u << small->bits, s;
+        __int128 d = 0;
+        for (s = 0; s < cap; s++) {
+            uint32_t z = small->tab[s];
+            if (z == TK_EMPTY || !tk_has(big, z)) continue;
+            int64_t a = 1, b = 1;
+            tk_mget(oj, tk_pair((uint32_t)y, z), &a);
+            tk_mget(ok, tk_pair(z, (uint32_t)x), &b);
+            d += (__int128)a * b;
+        }
+        acc->v += (__int128)m * d;
+    }
+
+    /* K(x,y) += m on one slot (ids exist); +1 new tuple, 0, -1 removed, -9 out of memory.
+       *absmax grows to the largest |multiplicity| stored. */
+    static int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax) {
+        if (tk_reserve(&s->f, x) < 0 || tk_reserve(&s->b, y) < 0) return -9;
+        tk_adj *r = &s->f.v[x];
+        if (tk_has(r, y)) {
+            int64_t old = 1, nw;
+            uint64_t key = tk_pair(x, y);
+            tk_mget(&s->o, key, &old);
+            nw = old + m;
+            if (nw == 0) {
+                tk_adj *c = &s->b.v[y];
+                tk_remove(r, y);
+                if (r->n == 0) s->f.keys--;
+                tk_remove(c, x);
+                if (c->n == 0) s->b.keys--;
+                if (old != 1) tk_mdel(&s->o, key);
+                s->size--;
+                return -1;
+            }
+            if (nw == 1) {
+                tk_mdel(&s->o, key);  /* old != 1 since m != 0 */
+            } else {
+                if (tk_mset(&s->o, key, nw) < 0) return -9;
+                if (nw > *absmax) *absmax = nw;
+                if (-nw > *absmax) *absmax = -nw;
+            }
+            return 0;
+        }
+        tk_adj *c = &s->b.v[y];
+        if (m != 1 && tk_mset(&s->o, tk_pair(x, y), m) < 0) return -9;
+        if (tk_add(r, y) < 0) return -9;
+        if (tk_add(c, x) < 0) { tk_remove(r, y); return -9; }
+        if (r->n == 1) s->f.keys++;
+        if (c->n == 1) s->b.keys++;
+        if (m > *absmax) *absmax = m;
+        if (-m > *absmax) *absmax = -m;
+        s->size++;
+        return 1;
+    }
+
+    static inline void tk_acc_zero(tk_acc *a) { a->v = 0; }
+    static inline int tk_acc_nonzero(const tk_acc *a) { return a->v != 0; }
+    /* flush before |acc| could overflow: one delta is below 2^120 in magnitude (LIMIT = 2^28) */
+    static inline int tk_acc_big(const tk_acc *a) {
+        __int128 lim = (__int128)1 << 125;
+        return a->v > lim || a->v < -lim;
+    }
+    static inline int64_t tk_acc_hi(const tk_acc *a) { return (int64_t)(a->v >> 64); }
+    static inline uint64_t tk_acc_lo(const tk_acc *a) { return (uint64_t)a->v; }
+
+    static size_t tk_index_bytes(const tk_index *ix) {
+        size_t n = (size_t)ix->len * sizeof(tk_adj);
+        uint32_t j;
+        for (j = 0; j < ix->len; j++) if (ix->v[j].tab) n += (size_t)4 << ix->v[j].bits;
+        return n;
+    }
+    static size_t tk_mmap_bytes(const tk_mmap *o) { return o->keys ? (size_t)16 * (o->mask + 1) : 0; }
+    """
+    ctypedef struct tk_adj:
+        uint32_t *tab
+        uint32_t n
+        uint8_t bits
+    ctypedef struct tk_index:
+        tk_adj *v
+        uint32_t len
+        int64_t keys
+    ctypedef struct tk_mmap:
+        uint64_t *keys
+        int64_t *vals
+        uint64_t mask
+        uint64_t n
+    ctypedef struct tk_slot:
+        tk_index f
+        tk_index b
+        tk_mmap o
+        int64_t size
+    ctypedef struct tk_acc:
+        pass
+    uint32_t TK_EMPTY
+    uint64_t TK_MEMPTY
+    const tk_adj *tk_row(const tk_index *ix, int64_t id)
+    int tk_has(const tk_adj *a, uint32_t z)
+    void tk_index_free(tk_index *ix)
+    void tk_mfree(tk_mmap *o)
+    int tk_mget(const tk_mmap *o, uint64_t key, int64_t *out)
+    uint64_t tk_pair(uint32_t x, uint32_t y)
+    void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc)
+    int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax)
+    void tk_acc_zero(tk_acc *a)
+    int tk_acc_nonzero(const tk_acc *a)
+    int tk_acc_big(const tk_acc *a)
+    int64_t tk_acc_hi(const tk_acc *a)
+    uint64_t tk_acc_lo(const tk_acc *a)
+    size_t tk_index_bytes(const tk_index *ix)
+    size_t tk_mmap_bytes(const tk_mmap *o)
+
+
+#: the largest |multiplicity| the compiled state applies or stores (products and sums stay exact in 128 bits)
+LIMIT = 1 << 28
+cdef int64_t C_LIMIT = 1 << 28
+#: the most distinct values one state numbers (ids are uint32, one reserved as the empty mark)
+MAX_IDS = 0xFFFFFFFE
+
+
+cdef object _flush(object count, tk_acc *acc):
+    """``count + acc`` as a Python int, and ``acc`` reset to 0."""
+    cdef int64_t hi
+    cdef uint64_t lo
+    if not tk_acc_nonzero(acc):
+        return count
+    hi = tk_acc_hi(acc)
+    lo = tk_acc_lo(acc)
+    tk_acc_zero(acc)
+    if hi == 0:
+        return count + lo
+    if hi == -1 and lo >= (<uint64_t>1 << 63):
+        return count + <int64_t>lo
+    return count + (hi << 64) + lo
+
+
+def _rebuild(occurrences, values, slots):
+    """Unpickle a :class:`TriangleFirstOrder` (see its ``__reduce__``); O(|D|)."""
+    state = TriangleFirstOrder(occurrences)
+    state._load(values, slots)
+    return state
+
+
+cdef class TriangleFirstOrder:
+    """The three key-set slots of first-order triangle IVM in compact C tables (module docstring).
+
+    ``occurrences`` maps each relation to its ``[(slot, flipped)]`` in cycle
+    order (a relation of a self-join feeds several slots, in turn: the
+    telescoping delta rule of :mod:`ivm.engines.first_order`).  Space is
+    O(|D| + distinct values): about 2·(4..16) bytes per stored tuple and slot
+    plus 16 bytes per id and direction.
+    """
+
+    cdef tk_slot s[3]
+    cdef dict ids
+    cdef list values
+    cdef dict plan
+    cdef object occurrences
+    cdef int64_t absmax
+
+    def __cinit__(self, occurrences):
+        cdef int i
+        for i in range(3):
+            self.s[i].f.v = NULL
+            self.s[i].f.len = 0
+            self.s[i].f.keys = 0
+            self.s[i].b.v = NULL
+            self.s[i].b.len = 0
+            self.s[i].b.keys = 0
+            self.s[i].o.keys = NULL
+            self.s[i].o.vals = NULL
+            self.s[i].o.mask = 0
+            self.s[i].o.n = 0
+            self.s[i].size = 0
+        self.ids = {}
+        self.values = []
+        self.absmax = 1
+        self.occurrences = {r: [(int(i), bool(f)) for i, f in occs] for r, occs in occurrences.items()}
+        self.plan = {r: tuple(2 * int(i) + bool(f) for i, f in occs) for r, occs in occurrences.items()}
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(3):
+            tk_index_free(&self.s[i].f)
+            tk_index_free(&self.s[i].b)
+            tk_mfree(&self.s[i].o)
+
+    # -- ids ---------------------------------------------------------------------------
+
+    cdef inline int64_t _find(self, object v) except -2:
+        cdef PyObject *p = PyDict_GetItem(self.ids, v)
+        if p is NULL:
+            return -1
+        return PyLong_AsLongLong(<object> p)
+
+    cdef int64_t _intern(self, object v) except -1:
+        cdef int64_t i = PyList_GET_SIZE(self.values)
+        if i >= MAX_IDS:
+            raise OverflowError("more distinct values than the compiled state numbers")
+        PyDict_SetItem(self.ids, v, i)
+        self.values.append(v)
+        return i
+
+    # -- updates -----------------------------------------------------------------------
+
+    def apply(
+        self,
+        updates,
+        Py_ssize_t start,
+        count,
+        Py_ssize_t lo=-1,
+        Py_ssize_t hi=sys.maxsize,
+        Py_ssize_t hot=sys.maxsize,
+    ):
+        """First-order IVM (IVM^eps §1.1) of ``updates[start:]`` in order; O(min(deg)) per update.
+
+        The same contract as :func:`ivm.engines.first_order.apply_first_order_python`
+        (stops after the update that makes |D| reach ``hi`` or fall below ``lo``
+        or a key reach degree ``hot``), returning ``(index of the next update,
+        count, non-zero updates applied, (slot, key, degree) or None,
+        blocked)``; ``blocked`` is True when ``updates[next]`` was not applied
+        because a multiplicity is not an int of magnitude at most ``LIMIT``
+        (nothing of it was applied: the caller continues on Python slots).
+        """
+        cdef Py_ssize_t stop = len(updates), k, nxt, applied = 0, size = 0, ne, e
+        cdef tk_acc acc
+        cdef object update, relation, row, mo, a, b, hit = None
+        cdef PyObject *p
+        cdef tuple entries
+        cdef int64_t m = 0, aid, bid, xid, yid
+        cdef int ovf = 0, code, slot, res
+        cdef bint halt = False, blocked = False
+        cdef tk_slot *S = self.s
+        cdef dict plan = self.plan
+        tk_acc_zero(&acc)
+        size = S[0].size + S[1].size + S[2].size
+        nxt = stop
+        for k in range(start, stop):
+            update = updates[k]
+            if PyTuple_Check(update) and PyTuple_GET_SIZE(update) == 3:
+                relation = <object> PyTuple_GET_ITEM(update, 0)
+                row = <object> PyTuple_GET_ITEM(update, 1)
+                mo = <object> PyTuple_GET_ITEM(update, 2)
+            else:
+                relation, row, mo = update
+            if not mo:
+                continue  # m = 0 is a no-op (digest §8 item 3)
+            p = PyDict_GetItem(plan, relation)
+            if p is NULL:
+                raise KeyError(relation)
+            entries = <tuple> p
+            if PyLong_Check(mo):
+                m = PyLong_AsLongLongAndOverflow(mo, &ovf)
+            if not PyLong_Check(mo) or ovf or m > C_LIMIT or m < -C_LIMIT or self.absmax > C_LIMIT:
+                blocked = True
+                nxt = k
+                break
+            if PyTuple_Check(row) and PyTuple_GET_SIZE(row) == 2:
+                a = <object> PyTuple_GET_ITEM(row, 0)
+                b = <object> PyTuple_GET_ITEM(row, 1)
+            else:
+                a, b = row
+            aid = self._find(a)
+            bid = self._find(b)
+            ne = PyTuple_GET_SIZE(entries)
+            for e in range(ne):
+                code = <int> (<object> PyTuple_GET_ITEM(entries, e))
+                slot = code >> 1
+                if code & 1:
+                    xid, yid = bid, aid
+                else:
+                    xid, yid = aid, bid
+                # δQ = m · Σ_z K_j(y, z) · K_k(z, x)
+                tk_delta(S, slot, xid, yid, m, &acc)
+                # K_i(x, y) += m
+                if aid < 0:
+                    aid = self._intern(a)
+                if bid < 0:
+                    bid = self._find(b)  # a == b by value: the id just made
+                    if bid < 0:
+                        bid = self._intern(b)
+                if code & 1:
+                    xid, yid = bid, aid
+                else:
+                    xid, yid = aid, bid
+                res = tk_change(&S[slot], <uint32_t> xid, <uint32_t> yid, m, &self.absmax)
+                if res == 1:
+                    size += 1
+                    if size >= hi:
+                        halt = True
+                    if <Py_ssize_t> S[slot].f.v[xid].n >= hot:
+                        hit = (slot, self.values[xid], <Py_ssize_t> S[slot].f.v[xid].n)
+                        halt = True
+                elif res == -1:
+                    size -= 1
+                    if size < lo:
+                        halt = True
+                elif res == -9:
+                    count = _flush(count, &acc)
+                    raise MemoryError()
+            applied += 1
+            if tk_acc_big(&acc):
+                count = _flush(count, &acc)
+            if halt:
+                nxt = k + 1
+                break
+        count = _flush(count, &acc)
+        if PyList_GET_SIZE(self.values) > 4 * (S[0].size + S[1].size + S[2].size) + 4096:
+            self.compact()
+        return (nxt if stop > start else start), count, applied, hit, blocked
+
+    def compact(self):
+        """Renumber the ids over the values still stored (at most 2|D|), O(|D| + ids).
+
+        :meth:`apply` calls it when more than ``4|D| + 4096`` values are
+        numbered: at least |D|/2 updates lie between two calls, so it costs O(1)
+        amortized per update and the space stays O(|D|).
+        """
+        cdef TriangleFirstOrder other = _rebuild(*self.__reduce__()[1])
+        cdef tk_slot tmp
+        cdef int i
+        for i in range(3):
+            tmp = self.s[i]
+            self.s[i] = other.s[i]
+            other.s[i] = tmp
+        self.ids, other.ids = other.ids, self.ids
+        self.values, other.values = other.values, self.values
+        self.absmax = other.absmax
+
+    def add(self, Py_ssize_t slot, x, y, m):
+        """``K_slot(x, y) += m`` without counting (loading a state); O(1) amortized.
+
+        Returns the change in distinct tuples (+1, 0 or -1); an OverflowError when
+        ``|m|`` or the stored multiplicity would exceed ``LIMIT``.
+        """
+        cdef int64_t xid, yid, mm
+        cdef int res
+        if not 0 <= slot < 3:
+            raise IndexError(slot)
+        if not m:
+            return 0
+        mm = int(m)
+        if mm > C_LIMIT or mm < -C_LIMIT or self.absmax > C_LIMIT:
+            raise OverflowError(f"multiplicity beyond {LIMIT} in the compiled state")
+        xid = self._find(x)
+        if xid < 0:
+            xid = self._intern(x)
+        yid = self._find(y)
+        if yid < 0:
+            yid = self._intern(y)
+        res = tk_change(&self.s[slot], <uint32_t> xid, <uint32_t> yid, mm, &self.absmax)
+        if res == -9:
+            raise MemoryError()
+        return res
+
+    # -- reading -----------------------------------------------------------------------
+
+    def get(self, Py_ssize_t slot, x, y):
+        """``K_slot(x, y)`` in O(1) expected."""
+        cdef int64_t xid = self._find(x), yid, m = 1
+        cdef const tk_adj *r
+        if xid < 0:
+            return 0
+        yid = self._find(y)
+        r = tk_row(&self.s[slot].f, xid)
+        if yid < 0 or r is NULL or not tk_has(r, <uint32_t> yid):
+            return 0
+        tk_mget(&self.s[slot].o, tk_pair(<uint32_t> xid, <uint32_t> yid), &m)
+        return m
+
+    def size(self, Py_ssize_t slot):
+        """Distinct tuples of the slot, O(1)."""
+        return self.s[slot].size
+
+    def total(self):
+        """|D| over the three slots, O(1)."""
+        return self.s[0].size + self.s[1].size + self.s[2].size
+
+    def nkeys(self, Py_ssize_t slot, bint forward):
+        """Keys with a non-empty key set in one direction, O(1)."""
+        return self.s[slot].f.keys if forward else self.s[slot].b.keys
+
+    def nonunit(self, Py_ssize_t slot):
+        """Stored tuples of multiplicity other than 1, O(1)."""
+        return self.s[slot].o.n
+
+    def max_degree(self, Py_ssize_t slot):
+        """The largest forward degree ``max_x |K(x,·)|`` of the slot, O(ids)."""
+        cdef uint32_t j, best = 0
+        cdef tk_index *ix = &self.s[slot].f
+        for j in range(ix.len):
+            if ix.v[j].n > best:
+                best = ix.v[j].n
+        return best
+
+    def degree(self, Py_ssize_t slot, bint forward, key):
+        """``|K(key,·)|`` (forward) or ``|K(·,key)|``, O(1)."""
+        cdef int64_t i = self._find(key)
+        cdef const tk_adj *r = tk_row(&self.s[slot].f if forward else &self.s[slot].b, i)
+        return 0 if r is NULL else r.n
+
+    def row(self, Py_ssize_t slot, bint forward, key):
+        """The key set of ``key`` in one direction as a new Python set (None when empty); O(degree)."""
+        cdef int64_t i = self._find(key)
+        cdef const tk_adj *r = tk_row(&self.s[slot].f if forward else &self.s[slot].b, i)
+        cdef uint32_t j
+        cdef list values = self.values
+        if r is NULL:
+            return None
+        out = set()
+        for j in range(<uint32_t> 1 << r.bits):
+            if r.tab[j] != TK_EMPTY:
+                out.add(values[r.tab[j]])
+        return out
+
+    def keys(self, Py_ssize_t slot, bint forward):
+        """The keys with a non-empty key set in one direction, in id order; O(ids)."""
+        cdef tk_index *ix = &self.s[slot].f if forward else &self.s[slot].b
+        cdef uint32_t j
+        return [self.values[j] for j in range(ix.len) if ix.v[j].n]
+
+    def items(self, Py_ssize_t slot):
+        """All ``(x, y, m)`` of the slot, by x in id order; O(|K|)."""
+        cdef tk_index *ix = &self.s[slot].f
+        cdef tk_mmap *o = &self.s[slot].o
+        cdef uint32_t x, j, y
+        cdef int64_t m
+        cdef list values = self.values, out = []
+        for x in range(ix.len):
+            if not ix.v[x].n:
+                continue
+            for j in range(<uint32_t> 1 << ix.v[x].bits):
+                y = ix.v[x].tab[j]
+                if y != TK_EMPTY:
+                    m = 1
+                    tk_mget(o, tk_pair(x, y), &m)
+                    out.append((values[x], values[y], m))
+        return out
+
+    def other(self, Py_ssize_t slot):
+        """``{(x, y): m}`` for the stored multiplicities other than 1; O(|K|) when any, else O(1)."""
+        if not self.s[slot].o.n:
+            return {}
+        return {(x, y): m for x, y, m in self.items(slot) if m != 1}
+
+    def nbytes(self):
+        """Bytes of the C tables (tables, per-id headers, multiplicity maps), O(ids)."""
+        cdef size_t n = 0
+        cdef int i
+        for i in range(3):
+            n += tk_index_bytes(&self.s[i].f) + tk_index_bytes(&self.s[i].b) + tk_mmap_bytes(&self.s[i].o)
+        return n
+
+    def nvalues(self):
+        """Distinct values numbered so far (ids are not reused before a snapshot compacts them)."""
+        return PyList_GET_SIZE(self.values)
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def __reduce__(self):
+        """Pickle as the used values and, per slot, its ``(x, y)`` ids and multiplicities (O(|D|))."""
+        cdef int i
+        cdef tk_index *ix
+        cdef tk_mmap *o
+        cdef uint32_t x, j, y
+        cdef int64_t m
+        remap = {}
+        values = []
+        slots = []
+        for i in range(3):
+            ix = &self.s[i].f
+            o = &self.s[i].o
+            pairs = array("I")
+            mults = array("q")
+            for x in range(ix.len):
+                if not ix.v[x].n:
+                    continue
+                for j in range(<uint32_t> 1 << ix.v[x].bits):
+                    y = ix.v[x].tab[j]
+                    if y == TK_EMPTY:
+                        continue
+                    m = 1
+                    tk_mget(o, tk_pair(x, y), &m)
+                    for v in (x, y):
+                        if v not in remap:
+                            remap[v] = len(values)
+                            values.append(self.values[v])
+                    pairs.append(remap[x])
+                    pairs.append(remap[y])
+                    mults.append(m)
+            slots.append((pairs, mults))
+        return _rebuild, (self.occurrences, values, slots)
+
+    def _load(self, values, slots):
+        cdef int i
+        cdef Py_ssize_t t
+        cdef int res
+        cdef int64_t m
+        if PyList_GET_SIZE(self.values):
+            raise ValueError("_load needs an empty state")
+        for v in values:
+            self._intern(v)
+        for i, (pairs, mults) in enumerate(slots):
+            for t in range(len(mults)):
+                m = mults[t]
+                res = tk_change(&self.s[i], pairs[2 * t], pairs[2 * t + 1], m, &self.absmax)
+                if res == -9:
+                    raise MemoryError()

@@ -1,0 +1,280 @@
+"""The compact first-order state (``_triangle_kernel.pyx``) against the Python reference loop.
+
+First-order IVM (IVM^eps §1.1, App. A.1) costs O(min(deg)) per update in the
+compact C tables as in the Python dicts of sets; here both must agree exactly:
+the count, every relation, the sizes, the stops (lo/hi/hot) after each batch,
+on random insert/delete streams with multiplicities other than 1, deletes of
+absent tuples, inserts and deletes of one tuple in one batch, self-joins,
+hubs, batches of 1 to 1000, snapshots in the middle of a stream, the fallback
+to Python slots for multiplicities the C state does not store, and the
+renumbering of ids.  Without the built extension the compiled tests are
+skipped (except under ``CI=true``) and the Python fallbacks are tested.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import sys
+from typing import Any
+
+import pytest
+
+from ivm.engines import first_order
+from ivm.engines.first_order import (
+    CompactSlot,
+    FirstOrderIVM,
+    TriangleFirstOrder,
+    apply_first_order_python,
+    compact_slots,
+    first_order_plan,
+    uses_compact,
+)
+from ivm.engines.ivm_eps import check_invariants
+from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
+from ivm.engines.ivm_eps.invariants import brute_force_triangles
+from ivm.engines.ivm_eps.partition import AllLightPartition
+from ivm.query import parse
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+BUILT = TriangleFirstOrder is not None
+needs_state = pytest.mark.skipif(not BUILT and not CI, reason="the compact state is not built (pip install -e .)")
+
+TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
+SELF_JOIN = "Q() :- E(a,b), E(b,c), E(c,a)"
+QUERIES = [TRIANGLE, "Q() :- R(a,b), S(c,b), T(c,a)", "Q() :- E(a,b), E(b,c), F(c,a)", SELF_JOIN]
+Stream = list[tuple[str, tuple, int]]
+
+
+def mixed_stream(rng: random.Random, relations: list[str], n: int, domain: int = 25, hub: float = 0.0) -> Stream:
+    """Inserts, deletes of live and of absent tuples, multiplicities -3..3 and 0, and with
+    probability ``hub`` a tuple at the hub value 0; one tuple often inserted and deleted close by."""
+    live: dict[tuple[str, tuple], int] = {}
+    out: Stream = []
+    for _ in range(n):
+        r = rng.random()
+        if live and r < 0.3:  # delete (part of) a live tuple
+            key = rng.choice(list(live))
+            m = -live[key] if rng.random() < 0.7 else -1
+        elif out and r < 0.4:  # the same tuple again, opposite sign: cancels inside a batch
+            rel, row, m = out[-1 - rng.randrange(min(len(out), 5))]
+            key, m = (rel, row), -m if m else 1
+        else:
+            if rng.random() < hub:
+                v = rng.randrange(domain)
+                row = (0, v) if rng.random() < 0.5 else (v, 0)
+            else:
+                row = (rng.randrange(domain), rng.randrange(domain))
+            key = (rng.choice(relations), row)
+            m = rng.choice([1, 1, 1, 1, 2, 3, -1, -2, -3, 0])  # -m on an absent tuple: a negative one
+        live[key] = live.get(key, 0) + m
+        if not live[key]:
+            del live[key]
+        out.append((key[0], key[1], m))
+    return out
+
+
+def slots_state(slots: Any) -> list[tuple]:
+    """Each slot's tuples with multiplicities, sizes and key counts."""
+    out = []
+    for p in slots:
+        assert isinstance(p, AllLightPartition)
+        rel = {(x, y): m for x, y, m in p.items()}
+        assert rel == {(x, y): p.get(x, y) for x, y in rel}
+        out.append((rel, p.lsize, len(p.lf), len(p.lb), dict(p.other)))
+    return out
+
+
+def brute_count(engine: FirstOrderIVM) -> int:
+    slots = [{(x, y): m for x, y, m in p.items()} for p in engine._slots]
+    return sum(brute_force_triangles(slots).values())
+
+
+def test_uses_compact_names() -> None:
+    assert uses_compact("python") is False
+    assert uses_compact("auto") is BUILT
+    with pytest.raises(ValueError, match="implementation"):
+        uses_compact("fast")
+
+
+@needs_state
+@pytest.mark.parametrize("text", QUERIES)
+@pytest.mark.parametrize("batch", [1, 7, 100, 1000])
+def test_first_order_engine_matches_python(text: str, batch: int) -> None:
+    """FirstOrderIVM compiled vs python: count, every slot, multiplicity() and stats after each batch."""
+    query = parse(text)
+    for seed in range(3):
+        rng = random.Random(100 * batch + seed)
+        stream = mixed_stream(rng, sorted(query.relations), 2500, hub=0.3 if seed == 2 else 0.0)
+        compiled = FirstOrderIVM(query, implementation="compiled")
+        python = FirstOrderIVM(query, implementation="python")
+        assert isinstance(compiled._slots[0], CompactSlot)
+        for i in range(0, len(stream), batch):
+            compiled.apply(stream[i : i + batch])
+            python.apply(stream[i : i + batch])
+            assert compiled.result() == python.result(), i
+            if i % (10 * batch) == 0:
+                assert slots_state(compiled._slots) == slots_state(python._slots)
+        assert compiled.result() == brute_count(python)
+        assert slots_state(compiled._slots) == slots_state(python._slots)
+        assert compiled.stats() == python.stats()
+        for rel, row, _ in stream[:200]:
+            assert compiled.multiplicity(rel, row) == python.multiplicity(rel, row)
+
+
+@needs_state
+@pytest.mark.parametrize("text", [TRIANGLE, SELF_JOIN])
+def test_batch_equals_one_by_one(text: str) -> None:
+    """apply(batch) = the updates one at a time, for one batch that mixes everything."""
+    query = parse(text)
+    rng = random.Random(4)
+    stream = mixed_stream(rng, sorted(query.relations), 3000, domain=15, hub=0.2)
+    whole, single = (FirstOrderIVM(query, implementation="compiled") for _ in range(2))
+    whole.apply(stream)
+    for u in stream:
+        single.apply([u])
+    assert whole.result() == single.result()
+    assert slots_state(whole._slots) == slots_state(single._slots)
+
+
+@needs_state
+@pytest.mark.parametrize("text", QUERIES)
+def test_kernel_stops_match_the_reference(text: str) -> None:
+    """The size and degree stops (lo, hi, hot) return the same (next, count, applied, hit)."""
+    query = parse(text)
+    relations = sorted(query.relations)
+    occurrences = FirstOrderIVM(query, implementation="python")._occurrences
+    rng = random.Random(3)
+    for _ in range(120):
+        stream = mixed_stream(rng, relations, 300, domain=12, hub=0.3)
+        keysets = [AllLightPartition() for _ in range(3)]
+        plan = first_order_plan(keysets, occurrences)
+        compact = compact_slots(occurrences)
+        assert compact is not None
+        state = compact[0].state
+        apply_first_order_python(keysets, plan, stream[:150], 0, 0)
+        state.apply(stream[:150], 0, 0)
+        start, count = rng.randrange(150, 300), rng.randrange(-5, 5)
+        size = state.total()
+        lo = rng.choice([-1, size - rng.randrange(1, 5)])
+        hi = rng.choice([sys.maxsize, size + rng.randrange(1, 5)])
+        hot = rng.choice([sys.maxsize, rng.randrange(2, 8)])
+        want = apply_first_order_python(keysets, plan, stream, start, count, lo, hi, hot)
+        got = state.apply(stream, start, count, lo, hi, hot)
+        assert got == (*want, False)
+        assert slots_state(compact) == slots_state(keysets)
+    assert state.apply([], 0, 5) == (0, 5, 0, None, False)
+
+
+@needs_state
+def test_snapshot_round_trip_mid_stream() -> None:
+    """pickle (snapshot/restore) in the middle of a stream, then both copies go on identically."""
+    for text in (TRIANGLE, SELF_JOIN):
+        query = parse(text)
+        rng = random.Random(8)
+        stream = mixed_stream(rng, sorted(query.relations), 3000, hub=0.2)
+        engine = FirstOrderIVM(query, implementation="compiled")
+        python = FirstOrderIVM(query, implementation="python")
+        engine.apply(stream[:1500])
+        python.apply(stream[:1500])
+        restored = FirstOrderIVM.restore(engine.snapshot())
+        assert isinstance(restored, FirstOrderIVM)
+        assert restored.result() == engine.result()
+        assert slots_state(restored._slots) == slots_state(engine._slots)
+        for i in range(1500, 3000, 100):
+            for e in (engine, restored, python):
+                e.apply(stream[i : i + 100])
+            assert restored.result() == engine.result() == python.result()
+        assert slots_state(restored._slots) == slots_state(python._slots)
+        adaptive = IVMEpsAdaptive(query if text == TRIANGLE else parse(TRIANGLE), implementation="compiled")
+        if text == TRIANGLE:
+            adaptive.apply(stream[:1500])
+            back = IVMEpsAdaptive.restore(adaptive.snapshot())
+            assert isinstance(back.parts[0], CompactSlot)
+            assert back.parts[0].state is back.parts[2].state
+            back.apply(stream[1500:])
+            adaptive.apply(stream[1500:])
+            assert back.result() == adaptive.result() == python.result()
+            assert slots_state(back.parts) == slots_state(adaptive.parts)
+
+
+@needs_state
+@pytest.mark.parametrize("big", [2**40, -(2**40), 2**28 + 1, 3.0])
+def test_multiplicities_beyond_the_state_fall_back(big: Any) -> None:
+    """A multiplicity the C state does not store: the slots move to key sets, nothing is lost."""
+    query = parse(TRIANGLE)
+    rng = random.Random(6)
+    stream = mixed_stream(rng, ["R", "S", "T"], 1500, domain=10)
+    stream[700:700] = [("R", (1, 2), big), ("S", (2, 3), 5), ("T", (3, 1), 2), ("R", (1, 2), 1)]
+    for batch in (1, 100, 5000):
+        compiled = FirstOrderIVM(query, implementation="compiled")
+        python = FirstOrderIVM(query, implementation="python")
+        adaptive = IVMEpsAdaptive(query, implementation="compiled", skew=100.0)
+        reference = IVMEpsAdaptive(query, implementation="python", skew=100.0)
+        for i in range(0, len(stream), batch):
+            for e in (compiled, python, adaptive, reference):
+                e.apply(stream[i : i + batch])
+            assert compiled.result() == python.result() == adaptive.result() == reference.result()
+        assert not isinstance(compiled._slots[0], CompactSlot)
+        assert not isinstance(adaptive.parts[0], CompactSlot)
+        assert slots_state(compiled._slots) == slots_state(python._slots)
+        assert slots_state(adaptive.parts) == slots_state(reference.parts)
+
+
+@needs_state
+def test_adaptive_invariants_with_compact_slots() -> None:
+    """The §7.3 checker reads compact slots like key sets, across promotions and demotions."""
+    query = parse(TRIANGLE)
+    rng = random.Random(12)
+    engine = IVMEpsAdaptive(query, implementation="compiled", skew=1.0, dwell=0.05)
+    engine.min_check = 8
+    python = IVMEpsAdaptive(query, implementation="python", skew=1.0, dwell=0.05)
+    python.min_check = 8
+    stream = mixed_stream(rng, ["R", "S", "T"], 1200, domain=20, hub=0.6)
+    stream += [(r, row, -m) for r, row, m in reversed(stream)]
+    seen_compact = False
+    for i in range(0, len(stream), 40):
+        engine.apply(stream[i : i + 40])
+        python.apply(stream[i : i + 40])
+        check_invariants(engine)
+        assert engine.result() == python.result()
+        assert engine.stats() == python.stats()
+        seen_compact |= isinstance(engine.parts[0], CompactSlot) and engine.size > 0
+    assert engine.promotions > 0 and engine.demotions > 0
+    assert seen_compact and isinstance(engine.parts[0], CompactSlot)
+
+
+@needs_state
+def test_ids_are_renumbered_and_stay_bounded() -> None:
+    """Streams of ever new values: the numbered values stay within 4|D| + 4096, the state exact."""
+    query = parse(TRIANGLE)
+    engine = FirstOrderIVM(query, implementation="compiled")
+    python = FirstOrderIVM(query, implementation="python")
+    base = [(r, (k % 7, (k + 1) % 7), 1) for k in range(7) for r in "RST"]
+    engine.apply(base)
+    python.apply(base)
+    state = engine._slots[0].state
+    for k in range(12000):
+        batch = [("R", (10**6 + k, 3), 1), ("S", (3, 10**6 + k), 1), ("T", (10**6 + k, 10**6 + k), 1)]
+        batch += [(r, row, -1) for r, row, _ in batch]
+        engine.apply(batch)
+        python.apply(batch)
+        assert state.nvalues() <= 4 * state.total() + 4096 + 6
+    assert engine.result() == python.result() == brute_count(python)
+    assert slots_state(engine._slots) == slots_state(python._slots)
+    assert pickle.loads(pickle.dumps(state)).nvalues() <= 2 * state.total()
+
+
+def test_without_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No compact state built: ``auto`` keeps Python key sets, ``compiled`` refuses, results exact."""
+    monkeypatch.setattr(first_order, "TriangleFirstOrder", None)
+    with pytest.raises(ImportError, match="_triangle_kernel"):
+        FirstOrderIVM(parse(TRIANGLE), implementation="compiled")
+    engine = IVMEpsAdaptive(parse(TRIANGLE))
+    assert not isinstance(engine.parts[0], CompactSlot)
+    fo = FirstOrderIVM(parse(TRIANGLE), implementation="auto")
+    stream = mixed_stream(random.Random(1), ["R", "S", "T"], 800)
+    engine.apply(stream)
+    fo.apply(stream)
+    assert engine.result() == fo.result() == brute_count(fo)
