@@ -76,37 +76,43 @@ class KernelOverflow(OverflowError):
         self.index = index
 
 
-cdef void* _grow(void* p, size_t old, size_t new) except NULL:
-    """Reallocate ``p`` from ``old`` to ``new`` bytes, zero-filling the new tail."""
+cdef void* _grow(void* p, size_t old, size_t new, bint zero=True) except NULL:
+    """Reallocate ``p`` from ``old`` to ``new`` bytes, zero-filling the new tail when asked."""
     cdef char* q = <char*>PyMem_Realloc(p, new if new else 1)
     if q == NULL:
         raise MemoryError()
-    if new > old:
+    if zero and new > old:
         memset(q + old, 0, new - old)
     return q
 
 
-cdef inline unsigned long long _pair_hash(i64 pid, i64 v) nogil:
+cdef inline Py_ssize_t _more(Py_ssize_t cap) noexcept:
+    """The next row capacity: x1.5 (at most a third of the rows idle, for the bytes-per-tuple bound)."""
+    return max(MIN_CAP, cap + cap // 2)
+
+
+cdef inline unsigned long long _pair_hash(i64 pid, i64 v) noexcept nogil:
     return qh_mix(<unsigned long long>v ^ (<unsigned long long>pid * 0x9E3779B97F4A7C15ULL))
 
 
 cdef class Pool:
-    """The items of one q-tree node as rows of typed arrays, with the (parent, value) → row index."""
+    """The items of one q-tree node as rows of one byte array, with the (parent, value) → row index.
 
-    cdef public int n_atoms, n_children, free, lists, slot, fpos
-    cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap
-    cdef i32* parent
-    cdef i64* val
-    cdef i32* support
-    cdef i64* weight
-    cdef i64* mults
-    cdef i64* sums
-    cdef i64* lw
-    cdef i64* fw
-    cdef i32* prev
-    cdef i32* next
-    cdef i64* fsums
-    cdef i32* heads
+    A row is ``parent:i32 support:i32 value:i64`` then, for an inner node,
+    ``weight:i64`` and, if free, ``lw:i64 fw:i64``; for a free node the fit-list
+    links ``prev:i32 next:i32``; the atoms' multiplicities and the children's
+    sums (``i64`` each); for a free inner node the children's ``fsum:i64`` and
+    fit-list heads ``i32``.  A leaf's weight and ``lw`` are the product of its
+    multiplicities and its ``fw`` is ``[lw ≠ 0]`` (Lemma 6.3/6.4 with no
+    children), so leaves do not store them: a leaf of a free node takes 32
+    bytes, of a bound node 24.  One row is one or two cache lines, whatever
+    the field.
+    """
+
+    cdef public int n_atoms, n_children, free, lists, slot, fpos, leaf
+    cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap, stride
+    cdef Py_ssize_t o_weight, o_lw, o_fw, o_prev, o_mults, o_sums, o_fsums, o_heads
+    cdef char* data
     cdef i32* index
     cdef i32* freed
     cdef int n_bound, n_free
@@ -115,12 +121,14 @@ cdef class Pool:
 
     def __cinit__(self, int n_atoms, int n_children, bint free, bint lists, int slot, int fpos,
                   bound_slots, free_slots):
+        cdef Py_ssize_t o = 16
         self.n_atoms = n_atoms
         self.n_children = n_children
         self.free = free
         self.lists = lists
         self.slot = slot
         self.fpos = fpos
+        self.leaf = n_children == 0
         self.n_bound = len(bound_slots)
         self.n_free = len(free_slots)
         self.bound_slots = <int*>_grow(NULL, 0, sizeof(int) * (self.n_bound + 1))
@@ -129,61 +137,107 @@ cdef class Pool:
             self.bound_slots[i] = b
         for i, b in enumerate(free_slots):
             self.free_slots[i] = b
+        self.o_weight = self.o_lw = self.o_fw = self.o_prev = self.o_fsums = self.o_heads = -1
+        if not self.leaf:
+            self.o_weight = o
+            o += 8
+            if free:
+                self.o_lw = o
+                self.o_fw = o + 8
+                o += 16
+        if free:
+            self.o_prev = o
+            o += 8
+        self.o_mults = o
+        o += 8 * n_atoms
+        self.o_sums = o
+        o += 8 * n_children
+        if lists:
+            self.o_fsums = o
+            o += 8 * n_children
+            self.o_heads = o
+            o += 4 * n_children
+        self.stride = (o + 7) // 8 * 8
         self.icap = 0
         self._rehash(MIN_CAP * 2)
 
     def __dealloc__(self):
-        PyMem_Free(self.parent)
-        PyMem_Free(self.val)
-        PyMem_Free(self.support)
-        PyMem_Free(self.weight)
-        PyMem_Free(self.mults)
-        PyMem_Free(self.sums)
-        PyMem_Free(self.lw)
-        PyMem_Free(self.fw)
-        PyMem_Free(self.prev)
-        PyMem_Free(self.next)
-        PyMem_Free(self.fsums)
-        PyMem_Free(self.heads)
+        PyMem_Free(self.data)
         PyMem_Free(self.index)
         PyMem_Free(self.freed)
         PyMem_Free(self.bound_slots)
         PyMem_Free(self.free_slots)
 
-    cdef int _resize(self, Py_ssize_t cap) except -1:
-        cdef size_t o = self.cap, n = cap
-        cdef size_t na = self.n_atoms, nc = self.n_children
-        self.parent = <i32*>_grow(self.parent, o * 4, n * 4)
-        self.val = <i64*>_grow(self.val, o * 8, n * 8)
-        self.support = <i32*>_grow(self.support, o * 4, n * 4)
-        self.weight = <i64*>_grow(self.weight, o * 8, n * 8)
-        if na:
-            self.mults = <i64*>_grow(self.mults, o * 8 * na, n * 8 * na)
-        if nc:
-            self.sums = <i64*>_grow(self.sums, o * 8 * nc, n * 8 * nc)
-        if self.free:
-            self.lw = <i64*>_grow(self.lw, o * 8, n * 8)
-            self.fw = <i64*>_grow(self.fw, o * 8, n * 8)
-            self.prev = <i32*>_grow(self.prev, o * 4, n * 4)
-            self.next = <i32*>_grow(self.next, o * 4, n * 4)
-        if self.lists:
-            self.fsums = <i64*>_grow(self.fsums, o * 8 * nc, n * 8 * nc)
-            self.heads = <i32*>_grow(self.heads, o * 4 * nc, n * 4 * nc)
-        self.cap = cap
-        return 0
+    # -- fields of row r -------------------------------------------------------------------------
+
+    cdef inline char* row(self, i64 r) noexcept:
+        return self.data + r * self.stride
+
+    cdef inline i32* parent(self, i64 r) noexcept:
+        return <i32*>(self.data + r * self.stride)
+
+    cdef inline i32* support(self, i64 r) noexcept:
+        return <i32*>(self.data + r * self.stride + 4)
+
+    cdef inline i64 val(self, i64 r) noexcept:
+        return (<i64*>(self.data + r * self.stride + 8))[0]
+
+    cdef inline i64* mults(self, i64 r) noexcept:
+        return <i64*>(self.data + r * self.stride + self.o_mults)
+
+    cdef inline i64* sums(self, i64 r) noexcept:
+        return <i64*>(self.data + r * self.stride + self.o_sums)
+
+    cdef inline i64* fsums(self, i64 r) noexcept:
+        return <i64*>(self.data + r * self.stride + self.o_fsums)
+
+    cdef inline i32* heads(self, i64 r) noexcept:
+        return <i32*>(self.data + r * self.stride + self.o_heads)
+
+    cdef inline i32* prev(self, i64 r) noexcept:
+        return <i32*>(self.data + r * self.stride + self.o_prev)
+
+    cdef inline i32* next(self, i64 r) noexcept:
+        return <i32*>(self.data + r * self.stride + self.o_prev + 4)
+
+    cdef inline i64 leaf_local(self, i64 r) noexcept:
+        """Π of a leaf row's multiplicities: its weight and its ``lw`` (no children)."""
+        cdef i64* m = <i64*>(self.data + r * self.stride + self.o_mults)
+        cdef i64 x = 1
+        cdef int c
+        for c in range(self.n_atoms):
+            x *= m[c]
+        return x
+
+    cdef inline i64 weight(self, i64 r) noexcept:
+        if self.leaf:
+            return self.leaf_local(r)
+        return (<i64*>(self.data + r * self.stride + self.o_weight))[0]
+
+    cdef inline i64 lw(self, i64 r) noexcept:
+        if self.leaf:
+            return self.leaf_local(r)
+        return (<i64*>(self.data + r * self.stride + self.o_lw))[0]
+
+    cdef inline i64 fw(self, i64 r) noexcept:
+        if self.leaf:
+            return self.leaf_local(r) != 0
+        return (<i64*>(self.data + r * self.stride + self.o_fw))[0]
+
+    # -- rows and index --------------------------------------------------------------------------
 
     cdef int _rehash(self, Py_ssize_t icap) except -1:
         cdef i32* old = self.index
         cdef Py_ssize_t oldcap = self.icap, i, j
         cdef size_t mask = icap - 1
         cdef i32 r
-        self.index = <i32*>_grow(NULL, 0, icap * 4)
+        self.index = <i32*>_grow(NULL, 0, icap * 4, False)
         memset(self.index, 0xFF, icap * 4)
         self.icap = icap
         for i in range(oldcap):
             r = old[i]
             if r >= 0:
-                j = _pair_hash(self.parent[r], self.val[r]) & mask
+                j = _pair_hash(self.parent(r)[0], self.val(r)) & mask
                 while self.index[j] >= 0:
                     j = (j + 1) & mask
                 self.index[j] = r
@@ -194,44 +248,44 @@ cdef class Pool:
         cdef size_t mask = self.icap - 1
         cdef size_t j = _pair_hash(pid, v) & mask
         cdef i32 r
+        cdef char* row
         while True:
             r = self.index[j]
             if r < 0:
                 return -1
-            if self.val[r] == v and self.parent[r] == pid:
+            row = self.data + r * self.stride
+            if (<i64*>(row + 8))[0] == v and (<i32*>row)[0] == pid:
                 return r
             j = (j + 1) & mask
 
     cdef i32 add(self, i64 pid, i64 v) except -1:
-        """A new item (pid, v) with every field zero (fit-list links and heads empty)."""
+        """A new item (pid, v) with every field zero and empty fit-list links and heads; O(1) amortized."""
         cdef i32 r
-        cdef Py_ssize_t c
+        cdef Py_ssize_t c, cap
         cdef size_t j, mask
+        cdef char* row
         if self.nfreed:
             self.nfreed -= 1
             r = self.freed[self.nfreed]
         else:
             if self.top == self.cap:
-                self._resize(max(MIN_CAP, 2 * self.cap))
+                cap = _more(self.cap)
+                if cap > 0x7FFFFFFF:
+                    raise MemoryError("more than 2^31 items at one q-tree node")
+                self.data = <char*>_grow(self.data, self.cap * self.stride, cap * self.stride, False)
+                self.cap = cap
             r = <i32>self.top
             self.top += 1
-        self.parent[r] = <i32>pid
-        self.val[r] = v
-        self.support[r] = 0
-        self.weight[r] = 0
-        for c in range(self.n_atoms):
-            self.mults[r * self.n_atoms + c] = 0
-        for c in range(self.n_children):
-            self.sums[r * self.n_children + c] = 0
+        row = self.data + r * self.stride
+        memset(row, 0, self.stride)
+        (<i32*>row)[0] = <i32>pid
+        (<i64*>(row + 8))[0] = v
         if self.free:
-            self.lw[r] = 0
-            self.fw[r] = 0
-            self.prev[r] = -1
-            self.next[r] = -1
+            self.prev(r)[0] = -1
+            self.next(r)[0] = -1
         if self.lists:
             for c in range(self.n_children):
-                self.fsums[r * self.n_children + c] = 0
-                self.heads[r * self.n_children + c] = -1
+                self.heads(r)[c] = -1
         self.live += 1
         if self.live * 10 > self.icap * 7:
             self._rehash(self.icap * 2)
@@ -245,24 +299,27 @@ cdef class Pool:
     cdef int remove(self, i32 r) except -1:
         """Drop item ``r`` from the index (backward-shift deletion) and put its row on the free list."""
         cdef size_t mask = self.icap - 1
-        cdef size_t i = _pair_hash(self.parent[r], self.val[r]) & mask
+        cdef size_t i = _pair_hash(self.parent(r)[0], self.val(r)) & mask
         cdef size_t j, k
+        cdef i32 s
         while self.index[i] != r:
             i = (i + 1) & mask
         j = i
         while True:
             j = (j + 1) & mask
-            if self.index[j] < 0:
+            s = self.index[j]
+            if s < 0:
                 break
-            k = _pair_hash(self.parent[self.index[j]], self.val[self.index[j]]) & mask
+            k = _pair_hash(self.parent(s)[0], self.val(s)) & mask
             if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
                 continue
-            self.index[i] = self.index[j]
+            self.index[i] = s
             i = j
         self.index[i] = -1
+        self.support(r)[0] = 0
         if self.nfreed == self.freedcap:
-            self.freed = <i32*>_grow(self.freed, self.freedcap * 4, max(MIN_CAP, 2 * self.freedcap) * 4)
-            self.freedcap = max(MIN_CAP, 2 * self.freedcap)
+            self.freed = <i32*>_grow(self.freed, self.freedcap * 4, _more(self.freedcap) * 4, False)
+            self.freedcap = _more(self.freedcap)
         self.freed[self.nfreed] = r
         self.nfreed += 1
         self.live -= 1
@@ -274,19 +331,19 @@ cdef class Pool:
         cdef int c
         na, nc = self.n_atoms, self.n_children
         return (
-            self.parent[r], self.val[r], self.support[r], self.weight[r],
-            self.lw[r] if self.free else 0, self.fw[r] if self.free else 0,
-            self.prev[r] if self.free else -1, self.next[r] if self.free else -1,
-            [self.mults[r * na + c] for c in range(na)],
-            [self.sums[r * nc + c] for c in range(nc)],
-            [self.fsums[r * nc + c] for c in range(nc)] if self.lists else None,
-            [self.heads[r * nc + c] for c in range(nc)] if self.lists else None,
+            self.parent(r)[0], self.val(r), self.support(r)[0], self.weight(r),
+            self.lw(r) if self.free else 0, self.fw(r) if self.free else 0,
+            self.prev(r)[0] if self.free else -1, self.next(r)[0] if self.free else -1,
+            [self.mults(r)[c] for c in range(na)],
+            [self.sums(r)[c] for c in range(nc)],
+            [self.fsums(r)[c] for c in range(nc)] if self.lists else None,
+            [self.heads(r)[c] for c in range(nc)] if self.lists else None,
         )
 
     def children(self, Py_ssize_t pid):
         """The live rows whose parent is ``pid`` (inspection only: O(rows of the pool))."""
         cdef Py_ssize_t r
-        return [r for r in range(self.top) if self.parent[r] == pid and self.support[r] > 0]
+        return [r for r in range(self.top) if self.parent(r)[0] == pid and self.support(r)[0] > 0]
 
     def make_root(self):
         """The single item (row 0) of a component's sentinel pool (the paper's start list)."""
@@ -294,15 +351,10 @@ cdef class Pool:
 
     cpdef Py_ssize_t nbytes(self):
         """Allocated bytes of the rows, the index and the free list."""
-        cdef Py_ssize_t row = 4 + 8 + 4 + 8 + 8 * self.n_atoms + 8 * self.n_children
-        if self.free:
-            row += 8 + 8 + 4 + 4
-        if self.lists:
-            row += (8 + 4) * self.n_children
-        return self.cap * row + self.icap * 4 + self.freedcap * 4
+        return self.cap * self.stride + self.icap * 4 + self.freedcap * 4
 
 
-cdef inline unsigned long long _row_hash(const i64* codes, int arity) nogil:
+cdef inline unsigned long long _row_hash(const i64* codes, int arity) noexcept nogil:
     cdef unsigned long long h = 0x243F6A8885A308D3ULL
     cdef int i
     for i in range(arity):
@@ -311,40 +363,45 @@ cdef inline unsigned long long _row_hash(const i64* codes, int arity) nogil:
 
 
 cdef class Relation:
-    """A base Z-relation: rows of value codes and their multiplicities, with a row → id index."""
+    """A base Z-relation: rows ``codes:i64[arity] multiplicity:i64`` with a row → id index."""
 
     cdef public int arity
     cdef public str name
-    cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap
-    cdef i64* codes
-    cdef i64* mult
+    cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap, width
+    cdef i64* data
     cdef i32* index
     cdef i32* freed
 
     def __cinit__(self, str name, int arity):
         self.name = name
         self.arity = arity
+        self.width = arity + 1
         self.icap = 0
         self._rehash(MIN_CAP * 2)
 
     def __dealloc__(self):
-        PyMem_Free(self.codes)
-        PyMem_Free(self.mult)
+        PyMem_Free(self.data)
         PyMem_Free(self.index)
         PyMem_Free(self.freed)
+
+    cdef inline i64* codes(self, i64 r) noexcept:
+        return self.data + r * self.width
+
+    cdef inline i64 mult(self, i64 r) noexcept:
+        return self.data[r * self.width + self.arity]
 
     cdef int _rehash(self, Py_ssize_t icap) except -1:
         cdef i32* old = self.index
         cdef Py_ssize_t oldcap = self.icap, i, j
         cdef size_t mask = icap - 1
         cdef i32 r
-        self.index = <i32*>_grow(NULL, 0, icap * 4)
+        self.index = <i32*>_grow(NULL, 0, icap * 4, False)
         memset(self.index, 0xFF, icap * 4)
         self.icap = icap
         for i in range(oldcap):
             r = old[i]
             if r >= 0:
-                j = _row_hash(self.codes + r * self.arity, self.arity) & mask
+                j = _row_hash(self.codes(r), self.arity) & mask
                 while self.index[j] >= 0:
                     j = (j + 1) & mask
                 self.index[j] = r
@@ -357,13 +414,15 @@ cdef class Relation:
         cdef i32 r
         cdef int a
         cdef bint same
+        cdef i64* row
         while True:
             r = self.index[j]
             if r < 0:
                 return -1
+            row = self.data + r * self.width
             same = True
             for a in range(self.arity):
-                if self.codes[r * self.arity + a] != key[a]:
+                if row[a] != key[a]:
                     same = False
                     break
             if same:
@@ -372,15 +431,17 @@ cdef class Relation:
 
     cdef inline i64 get(self, const i64* key) noexcept:
         cdef i32 r = self.find(key)
-        return 0 if r < 0 else self.mult[r]
+        return 0 if r < 0 else self.mult(r)
 
     cdef int put(self, const i64* key, i64 m) except -1:
         """Set the multiplicity of ``key`` (0 deletes the row); O(1) expected."""
         cdef i32 r = self.find(key)
         cdef int a
         cdef size_t i, j, k, mask
+        cdef Py_ssize_t cap
+        cdef i32 s
         if r >= 0 and m:
-            self.mult[r] = m
+            self.data[r * self.width + self.arity] = m
             return 0
         if r < 0:
             if not m:
@@ -390,15 +451,16 @@ cdef class Relation:
                 r = self.freed[self.nfreed]
             else:
                 if self.top == self.cap:
-                    self.codes = <i64*>_grow(self.codes, self.cap * 8 * self.arity,
-                                             max(MIN_CAP, 2 * self.cap) * 8 * self.arity)
-                    self.mult = <i64*>_grow(self.mult, self.cap * 8, max(MIN_CAP, 2 * self.cap) * 8)
-                    self.cap = max(MIN_CAP, 2 * self.cap)
+                    cap = _more(self.cap)
+                    if cap > 0x7FFFFFFF:
+                        raise MemoryError("more than 2^31 rows in one relation")
+                    self.data = <i64*>_grow(self.data, self.cap * 8 * self.width, cap * 8 * self.width, False)
+                    self.cap = cap
                 r = <i32>self.top
                 self.top += 1
             for a in range(self.arity):
-                self.codes[r * self.arity + a] = key[a]
-            self.mult[r] = m
+                self.data[r * self.width + a] = key[a]
+            self.data[r * self.width + self.arity] = m
             self.live += 1
             if self.live * 10 > self.icap * 7:
                 self._rehash(self.icap * 2)
@@ -416,18 +478,19 @@ cdef class Relation:
         j = i
         while True:
             j = (j + 1) & mask
-            if self.index[j] < 0:
+            s = self.index[j]
+            if s < 0:
                 break
-            k = _row_hash(self.codes + self.index[j] * self.arity, self.arity) & mask
+            k = _row_hash(self.codes(s), self.arity) & mask
             if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
                 continue
-            self.index[i] = self.index[j]
+            self.index[i] = s
             i = j
         self.index[i] = -1
-        self.mult[r] = 0
+        self.data[r * self.width + self.arity] = 0
         if self.nfreed == self.freedcap:
-            self.freed = <i32*>_grow(self.freed, self.freedcap * 4, max(MIN_CAP, 2 * self.freedcap) * 4)
-            self.freedcap = max(MIN_CAP, 2 * self.freedcap)
+            self.freed = <i32*>_grow(self.freed, self.freedcap * 4, _more(self.freedcap) * 4, False)
+            self.freedcap = _more(self.freedcap)
         self.freed[self.nfreed] = r
         self.nfreed += 1
         self.live -= 1
@@ -437,7 +500,7 @@ cdef class Relation:
         return self.live
 
     cpdef Py_ssize_t nbytes(self):
-        return self.cap * 8 * (self.arity + 1) + self.icap * 4 + self.freedcap * 4
+        return self.cap * 8 * self.width + self.icap * 4 + self.freedcap * 4
 
     def export(self):
         """The live rows as ``(codes, multiplicities)``: two bytes objects of int64 (row-major codes)."""
@@ -448,10 +511,10 @@ cdef class Relation:
         cdef Py_ssize_t r, n = 0
         cdef int a
         for r in range(self.top):
-            if self.mult[r]:
+            if self.mult(r):
                 for a in range(self.arity):
-                    c[n * self.arity + a] = self.codes[r * self.arity + a]
-                m[n] = self.mult[r]
+                    c[n * self.arity + a] = self.data[r * self.width + a]
+                m[n] = self.mult(r)
                 n += 1
         return bytes(codes), bytes(mults)
 
@@ -710,11 +773,17 @@ cdef class Kernel:
         return 0
 
     cdef int _update_occurrence(self, Occurrence occ, const i64* codes, i64 old, i64 new) except -1:
-        cdef int k, c, b, slot, depth = occ.depth, watch
+        """002 §6.4: find or create the items on the tuple's root path, set its multiplicity at the deepest
+        one, then recompute weight, ``lw``, ``fw`` and the fit-lists bottom-up while anything changes and
+        drop the unsupported items; O(|φ|) expected per occurrence, whatever the database."""
+        cdef int k, c, slot, depth = occ.depth, watch
         cdef Pool pool, ppool
-        cdef i64 pid = 0, v, local, weight, fw, old_fw, diff, lw0 = 0, lw1 = 0, bool_before
+        cdef i64 pid = 0, v, local, weight, fw, old_weight, old_lw, old_fw, diff, lw0 = 0, lw1 = 0
+        cdef i64 bool_before, old_leaf = 0
         cdef i32 r, support, pr, nx
         cdef i32* hp
+        cdef i64* sums
+        cdef i64* ps
         cdef bint changed, have_change = False
         for k in range(occ.n_equal):
             if codes[occ.eq[2 * k]] != codes[occ.eq[2 * k + 1]]:
@@ -730,13 +799,15 @@ cdef class Kernel:
             if r < 0:
                 r = pool.add(pid, v)
                 self.items += 1
-            pool.support[r] += support
+            pool.support(r)[0] += support
             occ.ids[k] = r
             pid = r
-        pool.mults[r * pool.n_atoms + occ.slot] = new
+        if pool.leaf:  # the leaf's weight, lw and fw before the update (derived, not stored)
+            old_leaf = pool.leaf_local(r)
+        pool.mults(r)[occ.slot] = new
 
         watch = occ.free_depth if (self.tracking and occ.comp_free) else -2
-        bool_before = occ.sentinel.sums[0]
+        bool_before = occ.sentinel.sums(0)[0]
         for k in range(depth - 1, -1, -1):
             pool = <Pool>occ.path[k]
             r = occ.ids[k]
@@ -749,66 +820,77 @@ cdef class Kernel:
             slot = pool.slot
             local = 1
             for c in range(pool.n_atoms):
-                if qh_mul(local, pool.mults[r * pool.n_atoms + c], &local):
+                if qh_mul(local, pool.mults(r)[c], &local):
                     raise OverflowError()
             weight = local
+            sums = pool.sums(r)
             for c in range(pool.n_children):
-                if qh_mul(weight, pool.sums[r * pool.n_children + c], &weight):
+                if qh_mul(weight, sums[c], &weight):
                     raise OverflowError()
-            changed = weight != pool.weight[r]
+            if pool.leaf:
+                old_weight = old_lw = old_leaf
+                old_fw = old_leaf != 0
+            else:
+                old_weight = (<i64*>(pool.row(r) + pool.o_weight))[0]
+                if pool.free:
+                    old_lw = (<i64*>(pool.row(r) + pool.o_lw))[0]
+                    old_fw = (<i64*>(pool.row(r) + pool.o_fw))[0]
+            changed = weight != old_weight
             if changed:
-                if qh_sub(weight, pool.weight[r], &diff) or qh_add(
-                    ppool.sums[pid * ppool.n_children + slot], diff, &ppool.sums[pid * ppool.n_children + slot]
-                ):
+                ps = &ppool.sums(pid)[slot]
+                if qh_sub(weight, old_weight, &diff) or qh_add(ps[0], diff, ps):
                     raise OverflowError()
-                pool.weight[r] = weight
+                if not pool.leaf:
+                    (<i64*>(pool.row(r) + pool.o_weight))[0] = weight
             if pool.free:
                 for c in range(pool.n_bound):
-                    if qh_mul(local, pool.sums[r * pool.n_children + pool.bound_slots[c]], &local):
+                    if qh_mul(local, sums[pool.bound_slots[c]], &local):
                         raise OverflowError()
                 fw = 0
                 if local:
                     fw = 1
                     for c in range(pool.n_free):
-                        if qh_mul(fw, pool.fsums[r * pool.n_children + pool.free_slots[c]], &fw):
+                        if qh_mul(fw, pool.fsums(r)[pool.free_slots[c]], &fw):
                             raise OverflowError()
-                old_fw = pool.fw[r]
-                if k == watch and local != pool.lw[r]:
+                if k == watch and local != old_lw:
                     have_change = True
-                    lw0 = pool.lw[r]
+                    lw0 = old_lw
                     lw1 = local
-                if local != pool.lw[r]:
-                    pool.lw[r] = local
+                if local != old_lw:
+                    if not pool.leaf:
+                        (<i64*>(pool.row(r) + pool.o_lw))[0] = local
                     changed = True
                 if fw != old_fw:
                     changed = True
-                    pool.fw[r] = fw
-                    hp = &ppool.heads[pid * ppool.n_children + slot]
+                    if not pool.leaf:
+                        (<i64*>(pool.row(r) + pool.o_fw))[0] = fw
+                    hp = &ppool.heads(pid)[slot]
                     if old_fw == 0:  # link at the head of the parent's fit-list
-                        pool.prev[r] = -1
-                        pool.next[r] = hp[0]
+                        pool.prev(r)[0] = -1
+                        pool.next(r)[0] = hp[0]
                         if hp[0] >= 0:
-                            pool.prev[hp[0]] = r
+                            pool.prev(hp[0])[0] = r
                         hp[0] = r
                     elif fw == 0:  # unlink
-                        pr = pool.prev[r]
-                        nx = pool.next[r]
+                        pr = pool.prev(r)[0]
+                        nx = pool.next(r)[0]
                         if pr >= 0:
-                            pool.next[pr] = nx
+                            pool.next(pr)[0] = nx
                         else:
                             hp[0] = nx
                         if nx >= 0:
-                            pool.prev[nx] = pr
-                        pool.prev[r] = pool.next[r] = -1
-                    if qh_add(ppool.fsums[pid * ppool.n_children + slot], fw - old_fw,
-                              &ppool.fsums[pid * ppool.n_children + slot]):
+                            pool.prev(nx)[0] = pr
+                        pool.prev(r)[0] = -1
+                        pool.next(r)[0] = -1
+                    ps = &ppool.fsums(pid)[slot]
+                    if qh_add(ps[0], fw - old_fw, ps):
                         raise OverflowError()
             if not changed:
                 break  # nothing above depends on an unchanged item
         for k in range(depth - 1, -1, -1):  # garbage-collect unsupported items bottom-up
             pool = <Pool>occ.path[k]
             r = occ.ids[k]
-            if pool.support[r]:
+            if pool.support(r)[0]:
                 break
             pool.remove(r)
             self.items -= 1
@@ -818,7 +900,7 @@ cdef class Kernel:
             if factor:
                 self._emit(occ, (<Pool>occ.path[occ.free_depth]).fpos, lw0, lw1, factor, factor)
         elif self.tracking and not occ.comp_free:
-            bool_after = occ.sentinel.sums[0]
+            bool_after = occ.sentinel.sums(0)[0]
             if bool_after != bool_before:
                 others = self.global_factor(occ.comp)
                 if others:
@@ -834,7 +916,7 @@ cdef class Kernel:
         cdef i64 code = 0
         for c in range(len(self.sentinels)):
             if not self.comp_free[c] and c != skip:
-                factor *= (<Pool>self.sentinels[c]).sums[0]
+                factor *= (<Pool>self.sentinels[c]).sums(0)[0]
         for ri, count in self.nullary:
             m = (<Relation>self.relations[ri]).get(&code)
             if self.set_mode:
@@ -846,7 +928,7 @@ cdef class Kernel:
         total = self.global_factor(-1)
         for c in range(len(self.sentinels)):
             if self.comp_free[c]:
-                total *= (<Pool>self.sentinels[c]).sums[0]
+                total *= (<Pool>self.sentinels[c]).sums(0)[0]
         return total
 
     def count(self):
@@ -855,7 +937,7 @@ cdef class Kernel:
         total = 1
         for c in range(len(self.sentinels)):
             if self.comp_free[c]:
-                total *= (<Pool>self.sentinels[c]).fsums[0]
+                total *= (<Pool>self.sentinels[c]).fsums(0)[0]
         return total
 
     def multiplicity_of(self, tuple row):
@@ -881,7 +963,7 @@ cdef class Kernel:
             if r < 0:
                 return 0
             found[j] = r
-            mult *= pool.lw[r]
+            mult *= pool.lw(r)
         if self.set_mode:
             return int(mult != 0)
         return mult
@@ -912,8 +994,8 @@ cdef class Kernel:
         cdef int a
         out = {}
         for r in range(rel.top):
-            if rel.mult[r]:
-                out[tuple([self.decode(rel.codes[r * rel.arity + a]) for a in range(rel.arity)])] = rel.mult[r]
+            if rel.mult(r):
+                out[tuple([self.decode(rel.codes(r)[a]) for a in range(rel.arity)])] = rel.mult(r)
         return out
 
     def nbytes(self):
@@ -936,13 +1018,13 @@ cdef class Kernel:
         cdef Pool pool
         if occ is not None:
             for j in range(self.m):
-                if cur.fixed[j] and j != changed and not (<Pool>self.fpool[j]).lw[cur.cur[j]]:
+                if cur.fixed[j] and j != changed and not (<Pool>self.fpool[j]).lw(cur.cur[j]):
                     return 0
         while cur.advance():
             rest = 1
             for j in range(self.m):
                 if j != changed:
-                    rest *= (<Pool>self.fpool[j]).lw[cur.cur[j]]
+                    rest *= (<Pool>self.fpool[j]).lw(cur.cur[j])
             before = g0 * rest * l0
             after = g1 * rest * l1
             d = int(after != 0) - int(before != 0) if self.set_mode else after - before
@@ -992,7 +1074,7 @@ cdef class Cursor:
             return self.cur[j]
         ppool = <Pool>self.k.fparentpool[j]
         pid = 0 if self.k.fparent[j] < 0 else self.cur[self.k.fparent[j]]
-        return ppool.heads[pid * ppool.n_children + self.k.fslot[j]]
+        return ppool.heads(pid)[self.k.fslot[j]]
 
     cdef int advance(self) except -1:
         """Move to the next answer: 1, or 0 when there is none."""
@@ -1010,12 +1092,12 @@ cdef class Cursor:
                 self.cur[j] = r
             return 1
         j = self.m - 1
-        while j >= 0 and (self.fixed[j] or (<Pool>self.k.fpool[j]).next[self.cur[j]] < 0):
+        while j >= 0 and (self.fixed[j] or (<Pool>self.k.fpool[j]).next(self.cur[j])[0] < 0):
             j -= 1
         if j < 0:
             self.done = 1
             return 0
-        self.cur[j] = (<Pool>self.k.fpool[j]).next[self.cur[j]]
+        self.cur[j] = (<Pool>self.k.fpool[j]).next(self.cur[j])[0]
         for i in range(j + 1, self.m):
             r = self.first(i)
             if r < 0:
@@ -1030,7 +1112,7 @@ cdef class Cursor:
         out = [None] * n
         for i in range(n):
             j = head[i]
-            out[i] = self.k.decode((<Pool>self.k.fpool[j]).val[self.cur[j]])
+            out[i] = self.k.decode((<Pool>self.k.fpool[j]).val(self.cur[j]))
         return tuple(out)
 
     def __iter__(self):
@@ -1049,12 +1131,12 @@ cdef class Cursor:
         if self.k.set_mode:
             return self.row(), 1
         for j in range(self.m):
-            if qh_mul(mult, (<Pool>self.k.fpool[j]).lw[self.cur[j]], &mult):
+            if qh_mul(mult, (<Pool>self.k.fpool[j]).lw(self.cur[j]), &mult):
                 big = True
                 break
         if big:
             total = self.factor
             for j in range(self.m):
-                total *= (<Pool>self.k.fpool[j]).lw[self.cur[j]]
+                total *= (<Pool>self.k.fpool[j]).lw(self.cur[j])
             return self.row(), total
         return self.row(), self.factor * mult
