@@ -56,9 +56,15 @@ cdef extern from *:
 
     #define TK_EMPTY 0xFFFFFFFFu
     #define TK_MEMPTY 0xFFFFFFFFFFFFFFFFull
+    #define TK_SMALL 8   /* a key of degree <= 8 is a plain array of ids, scanned */
+    #define TK_DENSE 64  /* a key of degree >= 64 and >= (number of ids)/64 also gets a bitset over the ids */
 
-    /* one key's neighbours: an open-addressing table of ids, capacity 1 << bits (tab NULL when empty) */
-    typedef struct { uint32_t *tab; uint32_t n; uint8_t bits; } tk_adj;
+    /* One key's neighbours.  mem[0, n) holds the ids, dense (scans have no empty slots).
+       bits == 0: mem has room for `small` ids and membership scans it; bits > 0: one block,
+       mem (room for 2^(bits-1) ids) then tab, 2^bits positions into mem (open addressing,
+       linear probing, load at most 1/2, backward-shift deletion: the layout of a CPython dict).
+       bs: a bitset of the ids below 64*nw (NULL unless the key is dense), probed branch-free. */
+    typedef struct { uint32_t *mem; uint64_t *bs; uint32_t n; uint32_t nw; uint8_t bits; uint8_t small; } tk_adj;
     /* one direction of one slot: tables indexed by id; keys = number of ids with a non-empty table */
     typedef struct { tk_adj *v; uint32_t len; int64_t keys; } tk_index;
     /* the multiplicities other than 1: (x << 32 | y) -> m, linear probing */
@@ -69,70 +75,146 @@ cdef extern from *:
     static inline uint32_t tk_home(uint32_t z, uint8_t bits) {
         return (uint32_t)(((uint64_t)z * 0x9E3779B97F4A7C15ull) >> (64 - bits));
     }
+    static inline uint32_t *tk_tab(const tk_adj *a) { return a->mem + (1u << (a->bits - 1)); }
 
-    static inline int tk_has(const tk_adj *a, uint32_t z) {
-        if (a->n == 0) return 0;
-        uint32_t mask = (1u << a->bits) - 1, i = tk_home(z, a->bits);
-        for (;;) {
-            uint32_t k = a->tab[i];
-            if (k == z) return 1;
-            if (k == TK_EMPTY) return 0;
-            i = (i + 1) & mask;
-        }
+    static inline int tk_bit(const tk_adj *a, uint32_t z) {
+        return (uint64_t)z < 64ull * a->nw ? (int)((a->bs[z >> 6] >> (z & 63)) & 1) : 0;
     }
 
-    static int tk_rehash(tk_adj *a, uint8_t bits) {
-        uint32_t cap = 1u << bits, mask = cap - 1, j;
-        uint32_t *t = (uint32_t *)malloc((size_t)cap * 4);
-        if (t == NULL) return -1;
-        memset(t, 0xFF, (size_t)cap * 4);
-        if (a->tab != NULL) {
-            uint32_t old = 1u << a->bits;
-            for (j = 0; j < old; j++) {
-                uint32_t k = a->tab[j];
-                if (k != TK_EMPTY) {
-                    uint32_t i = tk_home(k, bits);
-                    while (t[i] != TK_EMPTY) i = (i + 1) & mask;
-                    t[i] = k;
-                }
-            }
-            free(a->tab);
+    static inline int tk_probe(const tk_adj *a, uint32_t z) {  /* table mode */
+        const uint32_t *tab = tk_tab(a), *mem = a->mem;
+        uint32_t mask = (1u << a->bits) - 1, i = tk_home(z, a->bits), p = tab[i];
+        while (p != TK_EMPTY && mem[p] != z) {
+            i = (i + 1) & mask;
+            p = tab[i];
         }
-        a->tab = t;
+        return p != TK_EMPTY;
+    }
+
+    static inline int tk_has(const tk_adj *a, uint32_t z) {
+        if (a->bs != NULL) return tk_bit(a, z);
+        if (a->bits == 0) {
+            int f = 0;
+            uint32_t t;
+            for (t = 0; t < a->n; t++) f |= a->mem[t] == z;
+            return f;
+        }
+        return tk_probe(a, z);
+    }
+
+    /* rebuild the block: bits == 0 a plain array of room `small`, else mem + tab of 2^bits */
+    static int tk_build(tk_adj *a, uint8_t bits) {
+        uint32_t *blk, t;
+        if (bits == 0) {
+            blk = (uint32_t *)malloc((size_t)a->small * 4);
+            if (blk == NULL) return -1;
+            if (a->n) memcpy(blk, a->mem, (size_t)a->n * 4);
+        } else {
+            uint32_t cap = 1u << bits, half = cap >> 1, mask = cap - 1, *tab;
+            blk = (uint32_t *)malloc(((size_t)half + cap) * 4);
+            if (blk == NULL) return -1;
+            if (a->n) memcpy(blk, a->mem, (size_t)a->n * 4);
+            tab = blk + half;
+            memset(tab, 0xFF, (size_t)cap * 4);
+            for (t = 0; t < a->n; t++) {
+                uint32_t i = tk_home(blk[t], bits);
+                while (tab[i] != TK_EMPTY) i = (i + 1) & mask;
+                tab[i] = t;
+            }
+        }
+        free(a->mem);
+        a->mem = blk;
         a->bits = bits;
         return 0;
     }
 
-    /* z must be absent; load at most 1/2 */
-    static int tk_add(tk_adj *a, uint32_t z) {
-        if (a->tab == NULL) {
-            if (tk_rehash(a, 2) < 0) return -1;
-        } else if (2 * ((uint64_t)a->n + 1) > (1ull << a->bits)) {
-            if (tk_rehash(a, a->bits + 1) < 0) return -1;
-        }
-        uint32_t mask = (1u << a->bits) - 1, i = tk_home(z, a->bits);
-        while (a->tab[i] != TK_EMPTY) i = (i + 1) & mask;
-        a->tab[i] = z;
-        a->n++;
+    static int tk_bits_cover(tk_adj *a, uint64_t words) {  /* the bitset covers ids < 64*words */
+        if (words <= a->nw) return 0;
+        if (words < 2 * (uint64_t)a->nw) words = 2 * (uint64_t)a->nw;
+        uint64_t *bs = (uint64_t *)realloc(a->bs, words * 8);
+        if (bs == NULL) return -1;
+        memset(bs + a->nw, 0, (words - a->nw) * 8);
+        a->bs = bs;
+        a->nw = (uint32_t)words;
         return 0;
     }
 
-    /* z must be present: backward-shift deletion; the table halves below load 1/8, is freed at 0 */
-    static void tk_remove(tk_adj *a, uint32_t z) {
-        uint32_t mask = (1u << a->bits) - 1, i = tk_home(z, a->bits), j;
-        while (a->tab[i] != z) i = (i + 1) & mask;
-        for (j = (i + 1) & mask; a->tab[j] != TK_EMPTY; j = (j + 1) & mask) {
-            uint32_t h = tk_home(a->tab[j], a->bits);
-            if (((j - h) & mask) >= ((j - i) & mask)) { a->tab[i] = a->tab[j]; i = j; }
+    /* z must be absent; nids: ids numbered so far (the bitset's range) */
+    static int tk_add(tk_adj *a, uint32_t z, uint32_t nids) {
+        if (a->bits == 0 && a->n >= TK_SMALL) {
+            if (tk_build(a, 5) < 0) return -1;
         }
-        a->tab[i] = TK_EMPTY;
-        a->n--;
+        if (a->bits == 0) {
+            if (a->n == a->small) {
+                uint8_t old = a->small;
+                a->small = old ? 2 * old : 2;
+                if (tk_build(a, 0) < 0) { a->small = old; return -1; }
+            }
+            a->mem[a->n++] = z;
+        } else {
+            if (2 * ((uint64_t)a->n + 1) > (1ull << a->bits)) {
+                if (tk_build(a, a->bits + 1) < 0) return -1;
+            }
+            uint32_t *tab = tk_tab(a), mask = (1u << a->bits) - 1, i = tk_home(z, a->bits);
+            while (tab[i] != TK_EMPTY) i = (i + 1) & mask;
+            tab[i] = a->n;
+            a->mem[a->n++] = z;
+        }
+        if (a->bs != NULL) {
+            if (tk_bits_cover(a, (uint64_t)z / 64 + 1) < 0) return -1;
+            a->bs[z >> 6] |= 1ull << (z & 63);
+        } else if (a->n >= TK_DENSE && 64 * (uint64_t)a->n >= nids) {
+            uint64_t need = ((uint64_t)nids + 63) / 64, t;
+            if (tk_bits_cover(a, need) == 0) {  /* no memory: the key just stays without a bitset */
+                for (t = 0; t < a->n; t++) a->bs[a->mem[t] >> 6] |= 1ull << (a->mem[t] & 63);
+            }
+        }
+        return 0;
+    }
+
+    /* z must be present: the last id moves into its place; tables shrink below load 1/8 */
+    static void tk_remove(tk_adj *a, uint32_t z) {
+        uint32_t p, last = a->mem[a->n - 1];
+        if (a->bits == 0) {
+            for (p = 0; a->mem[p] != z; p++) {}
+            a->mem[p] = last;
+            a->n--;
+        } else {
+            uint32_t *tab = tk_tab(a), mask = (1u << a->bits) - 1, i = tk_home(z, a->bits), j;
+            while (a->mem[tab[i]] != z) i = (i + 1) & mask;
+            p = tab[i];
+            if (p != a->n - 1) {
+                uint32_t k = tk_home(last, a->bits);
+                while (tab[k] != a->n - 1) k = (k + 1) & mask;
+                tab[k] = p;
+                a->mem[p] = last;
+            }
+            a->n--;
+            for (j = (i + 1) & mask; tab[j] != TK_EMPTY; j = (j + 1) & mask) {
+                uint32_t h = tk_home(a->mem[tab[j]], a->bits);
+                if (((j - h) & mask) >= ((j - i) & mask)) { tab[i] = tab[j]; i = j; }
+            }
+            tab[i] = TK_EMPTY;
+        }
+        if (a->bs != NULL) {
+            a->bs[z >> 6] &= ~(1ull << (z & 63));
+            if (a->n < TK_DENSE / 2 || 4 * (uint64_t)a->n < a->nw) {
+                free(a->bs);
+                a->bs = NULL;
+                a->nw = 0;
+            }
+        }
         if (a->n == 0) {
-            free(a->tab);
-            a->tab = NULL;
+            free(a->mem);
+            a->mem = NULL;
             a->bits = 0;
-        } else if (a->bits > 2 && 8 * (uint64_t)a->n < (1ull << a->bits)) {
-            tk_rehash(a, a->bits - 1);  /* on failure the larger table stays: still correct */
+            a->small = 0;
+        } else if (a->bits > 0 && a->n <= TK_SMALL / 2) {
+            uint8_t old = a->small;
+            a->small = TK_SMALL;
+            if (tk_build(a, 0) < 0) a->small = old;  /* on failure the table stays: still correct */
+        } else if (a->bits > 5 && 8 * (uint64_t)a->n < (1ull << a->bits)) {
+            tk_build(a, a->bits - 1);
         }
     }
 
@@ -155,7 +237,10 @@ cdef extern from *:
 
     static void tk_index_free(tk_index *ix) {
         uint32_t j;
-        for (j = 0; j < ix->len; j++) free(ix->v[j].tab);
+        for (j = 0; j < ix->len; j++) {
+            free(ix->v[j].mem);
+            free(ix->v[j].bs);
+        }
         free(ix->v);
         ix->v = NULL;
         ix->len = 0;
@@ -243,16 +328,27 @@ cdef extern from *:
 
     static inline uint64_t tk_pair(uint32_t x, uint32_t y) { return ((uint64_t)x << 32) | y; }
 
-    /* |a ∩ b| scanning a's table (the caller passes the smaller) and probing b */
-    static int64_t tk_common(const tk_adj *a, const tk_adj *b) {
-        uint32_t cap = 1u << a->bits, j;
-        int64_t n = 0;
-        const uint32_t *t = a->tab;
-        for (j = 0; j < cap; j++) {
-            uint32_t z = t[j];
-            if (z != TK_EMPTY) n += tk_has(b, z);
+    /* |s ∩ b| scanning s's ids (the caller passes the smaller) and probing b: bit tests when b
+       has a bitset, else a scan of b's few ids or a probe of its table; no branch on the outcome */
+    static int64_t tk_common(const tk_adj *s, const tk_adj *b) {
+        const uint32_t *mem = s->mem;
+        uint32_t t, n = s->n;
+        int64_t c = 0;
+        if (b->bs != NULL) {
+            const uint64_t *bs = b->bs;
+            uint64_t lim = 64ull * b->nw;
+            for (t = 0; t < n; t++) {
+                uint32_t z = mem[t];
+                c += z < lim ? (int64_t)((bs[z >> 6] >> (z & 63)) & 1) : 0;
+            }
+        } else if (b->bits == 0) {
+            uint32_t u;
+            for (t = 0; t < n; t++)
+                for (u = 0; u < b->n; u++) c += mem[t] == b->mem[u];
+        } else {
+            for (t = 0; t < n; t++) c += tk_probe(b, mem[t]);
         }
-        return n;
+        return c;
     }
 
     /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value) */
@@ -261,19 +357,18 @@ cdef extern from *:
         const tk_adj *out = tk_row(&S[j].f, y), *into = tk_row(&S[k].b, x);
         if (out == NULL || into == NULL) return;
         const tk_mmap *oj = &S[j].o, *ok = &S[k].o;
-        if (oj->n == 0 && ok->n == 0) {
-            int64_t n = out->n <= into->n ? tk_common(out, into) : tk_common(into, out);
-            acc->v += (__int128)m * n;
-            return;
-        }
-        /* weighted: iterate the smaller, multiplicities from the maps (default 1) */
         int out_small = out->n <= into->n;
         const tk_adj *small = out_small ? out : into, *big = out_small ? into : out;
-        uint32_t cap = 1u << small->bits, s;
+        if (oj->n == 0 && ok->n == 0) {
+            acc->v += (__int128)m * tk_common(small, big);
+            return;
+        }
+        /* weighted: the smaller's ids, multiplicities from the maps (default 1) */
         __int128 d = 0;
-        for (s = 0; s < cap; s++) {
-            uint32_t z = small->tab[s];
-            if (z == TK_EMPTY || !tk_has(big, z)) continue;
+        uint32_t t;
+        for (t = 0; t < small->n; t++) {
+            uint32_t z = small->mem[t];
+            if (!tk_has(big, z)) continue;
             int64_t a = 1, b = 1;
             tk_mget(oj, tk_pair((uint32_t)y, z), &a);
             tk_mget(ok, tk_pair(z, (uint32_t)x), &b);
@@ -282,12 +377,12 @@ cdef extern from *:
         acc->v += (__int128)m * d;
     }
 
-    /* K(x,y) += m on one slot (ids exist); +1 new tuple, 0, -1 removed, -9 out of memory.
-       *absmax grows to the largest |multiplicity| stored. */
-    static int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax) {
+    /* K(x,y) += m on one slot (ids exist, nids numbered); +1 new tuple, 0, -1 removed,
+       -9 out of memory.  *absmax grows to the largest |multiplicity| stored. */
+    static int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax, uint32_t nids) {
         if (tk_reserve(&s->f, x) < 0 || tk_reserve(&s->b, y) < 0) return -9;
         tk_adj *r = &s->f.v[x];
-        if (tk_has(r, y)) {
+        if (r->n && tk_has(r, y)) {
             int64_t old = 1, nw;
             uint64_t key = tk_pair(x, y);
             tk_mget(&s->o, key, &old);
@@ -313,8 +408,8 @@ cdef extern from *:
         }
         tk_adj *c = &s->b.v[y];
         if (m != 1 && tk_mset(&s->o, tk_pair(x, y), m) < 0) return -9;
-        if (tk_add(r, y) < 0) return -9;
-        if (tk_add(c, x) < 0) { tk_remove(r, y); return -9; }
+        if (tk_add(r, y, nids) < 0) return -9;
+        if (tk_add(c, x, nids) < 0) { tk_remove(r, y); return -9; }
         if (r->n == 1) s->f.keys++;
         if (c->n == 1) s->b.keys++;
         if (m > *absmax) *absmax = m;
@@ -336,15 +431,18 @@ cdef extern from *:
     static size_t tk_index_bytes(const tk_index *ix) {
         size_t n = (size_t)ix->len * sizeof(tk_adj);
         uint32_t j;
-        for (j = 0; j < ix->len; j++) if (ix->v[j].tab) n += (size_t)4 << ix->v[j].bits;
+        for (j = 0; j < ix->len; j++) {
+            const tk_adj *a = &ix->v[j];
+            if (a->mem) n += a->bits ? (size_t)6 << a->bits : (size_t)4 * a->small;
+            n += (size_t)8 * a->nw;
+        }
         return n;
     }
     static size_t tk_mmap_bytes(const tk_mmap *o) { return o->keys ? (size_t)16 * (o->mask + 1) : 0; }
     """
     ctypedef struct tk_adj:
-        uint32_t *tab
+        uint32_t *mem
         uint32_t n
-        uint8_t bits
     ctypedef struct tk_index:
         tk_adj *v
         uint32_t len
@@ -361,7 +459,6 @@ cdef extern from *:
         int64_t size
     ctypedef struct tk_acc:
         pass
-    uint32_t TK_EMPTY
     uint64_t TK_MEMPTY
     const tk_adj *tk_row(const tk_index *ix, int64_t id)
     int tk_has(const tk_adj *a, uint32_t z)
@@ -370,7 +467,7 @@ cdef extern from *:
     int tk_mget(const tk_mmap *o, uint64_t key, int64_t *out)
     uint64_t tk_pair(uint32_t x, uint32_t y)
     void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc)
-    int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax)
+    int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax, uint32_t nids)
     void tk_acc_zero(tk_acc *a)
     int tk_acc_nonzero(const tk_acc *a)
     int tk_acc_big(const tk_acc *a)
@@ -498,6 +595,7 @@ cdef class TriangleFirstOrder:
         cdef tuple entries
         cdef int64_t m = 0, aid, bid, xid, yid
         cdef int ovf = 0, code, slot, res
+        cdef uint32_t nids
         cdef bint halt = False, blocked = False
         cdef tk_slot *S = self.s
         cdef dict plan = self.plan
@@ -552,7 +650,8 @@ cdef class TriangleFirstOrder:
                     xid, yid = bid, aid
                 else:
                     xid, yid = aid, bid
-                res = tk_change(&S[slot], <uint32_t> xid, <uint32_t> yid, m, &self.absmax)
+                nids = <uint32_t> PyList_GET_SIZE(self.values)
+                res = tk_change(&S[slot], <uint32_t> xid, <uint32_t> yid, m, &self.absmax, nids)
                 if res == 1:
                     size += 1
                     if size >= hi:
@@ -617,7 +716,7 @@ cdef class TriangleFirstOrder:
         yid = self._find(y)
         if yid < 0:
             yid = self._intern(y)
-        res = tk_change(&self.s[slot], <uint32_t> xid, <uint32_t> yid, mm, &self.absmax)
+        res = tk_change(&self.s[slot], <uint32_t> xid, <uint32_t> yid, mm, &self.absmax, PyList_GET_SIZE(self.values))
         if res == -9:
             raise MemoryError()
         return res
@@ -677,9 +776,8 @@ cdef class TriangleFirstOrder:
         if r is NULL:
             return None
         out = set()
-        for j in range(<uint32_t> 1 << r.bits):
-            if r.tab[j] != TK_EMPTY:
-                out.add(values[r.tab[j]])
+        for j in range(r.n):
+            out.add(values[r.mem[j]])
         return out
 
     def keys(self, Py_ssize_t slot, bint forward):
@@ -698,12 +796,11 @@ cdef class TriangleFirstOrder:
         for x in range(ix.len):
             if not ix.v[x].n:
                 continue
-            for j in range(<uint32_t> 1 << ix.v[x].bits):
-                y = ix.v[x].tab[j]
-                if y != TK_EMPTY:
-                    m = 1
-                    tk_mget(o, tk_pair(x, y), &m)
-                    out.append((values[x], values[y], m))
+            for j in range(ix.v[x].n):
+                y = ix.v[x].mem[j]
+                m = 1
+                tk_mget(o, tk_pair(x, y), &m)
+                out.append((values[x], values[y], m))
         return out
 
     def other(self, Py_ssize_t slot):
@@ -744,10 +841,8 @@ cdef class TriangleFirstOrder:
             for x in range(ix.len):
                 if not ix.v[x].n:
                     continue
-                for j in range(<uint32_t> 1 << ix.v[x].bits):
-                    y = ix.v[x].tab[j]
-                    if y == TK_EMPTY:
-                        continue
+                for j in range(ix.v[x].n):
+                    y = ix.v[x].mem[j]
                     m = 1
                     tk_mget(o, tk_pair(x, y), &m)
                     for v in (x, y):
@@ -772,6 +867,6 @@ cdef class TriangleFirstOrder:
         for i, (pairs, mults) in enumerate(slots):
             for t in range(len(mults)):
                 m = mults[t]
-                res = tk_change(&self.s[i], pairs[2 * t], pairs[2 * t + 1], m, &self.absmax)
+                res = tk_change(&self.s[i], pairs[2 * t], pairs[2 * t + 1], m, &self.absmax, len(values))
                 if res == -9:
                     raise MemoryError()
