@@ -1,32 +1,52 @@
-"""Benchmark: the compiled first-order loop against the Python one on the facebook triangle stream.
+"""Benchmark: first-order triangle IVM, compact compiled state vs Python, facebook and skewed streams.
 
-First-order IVM (IVM^eps App. A.1) costs O(min(deg_j(β), deg_k(α))) per update
-whichever loop runs it; this script measures the constant.  Systems:
+First-order IVM (IVM^eps §1.1, App. A.1) costs O(min(deg_j(β), deg_k(α))) per
+update whatever the implementation; this script measures the constants of
+``Q() :- R(a,b), S(b,c), T(c,a)``.  Systems (each cell a fresh process):
 
-- ``auto``: ``IVMEpsAdaptive`` (what ``engine="auto"`` builds) with the
-  Cython kernel (``implementation="compiled"``),
-- ``auto_python``: the same engine with the Python reference loop,
-- ``first_order``: ``FirstOrderIVM`` with the Python loop (the plain-Python
-  first-order baseline of ``bench/compare.py`` and ``bench/triangles.py``).
+- ``auto``: ``ivm.maintain(query)`` (``engine="auto"``: the adaptive IVM^eps
+  engine ``ivm_eps_auto``, compact compiled state while no relation is
+  partitioned; the table says when it partitioned, its hot path then being
+  Figure 4's OnUpdate in Python),
+- ``compiled``: ``FirstOrderIVM(implementation="compiled")`` (the compact state alone),
+- ``auto_python``: the adaptive engine with ``implementation="python"`` (the reference),
+- ``fo_python``: ``FirstOrderIVM(implementation="python")`` (``engine="first_order"``,
+  the baseline of ``bench/compare.py``),
+- ``plain``: the plain-Python first-order loop of the issue (:class:`PlainLoop`: a dict
+  of sets per relation and direction, one update at a time, ~20 lines),
+- ``native``: ``../shared/anchors/native_fo.py`` (C++, tuple at a time) when present,
+  facebook only (its own copy of the same stream, same seed), once.
 
-Stream (the one of ``../shared/anchors/native_fo.py``, same seed): the
-undirected facebook edges shuffled, each inserted as 6 updates R, S, T in both
-directions, then a random half deleted the same way.  Every (system, batch)
-cell runs in a fresh process, ``--repeat`` times; the table shows the median
-updates/s (inserts, deletes, all) and the load average before each cell.
-With ``--anchor`` the native anchor runs on the same stream when it is there.
+Workloads: ``facebook`` (the anchor's stream: the undirected SNAP ego-Facebook
+edges shuffled, each inserted as 6 updates R, S, T in both directions, then a
+random half deleted the same way) and ``skewed`` (``bench/compare.py``'s
+``triangle/skewed``: a Chung-Lu graph of degree exponent 2.1 loaded, its
+stationary update stream, then half of the remaining edges deleted; ``--skew-n``
+tuples, 10^6 in compare.py).  Phases ``insert``, (``stream``,) ``delete``, each
+timed separately, in batches of ``--batches`` (one ``apply`` per batch).  The
+streams are built once, pickled under ``bench/out`` and loaded by each worker,
+which then calls ``gc.freeze()`` (the input is not engine state).
+
+Per cell: the median over ``--repeat`` runs of updates/s per phase and overall,
+the peak RSS of the worker (``VmHWM``) and its RSS before the engine was built
+(stream loaded), the load average before each run, the final count (checked
+equal across systems).  The ratios ``auto / plain`` per batch are the issue's
+target (at least 5x at batch 1,000, at least 1x at batch 1).
 
 Usage::
 
-    .venv/bin/python bench/first_order_kernel.py                 # batches 1 and 1000, median of 3
-    .venv/bin/python bench/first_order_kernel.py --batches 1000 --repeat 1
+    .venv/bin/python bench/first_order_kernel.py                         # full table, ~20 min on 2 cores
+    .venv/bin/python bench/first_order_kernel.py --batches 1,1000 --repeat 1 --workloads facebook
+    .venv/bin/python bench/first_order_kernel.py --systems auto,plain --json bench/out/fo.json
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import pickle
 import statistics
 import subprocess
 import sys
@@ -36,15 +56,24 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 EDGES = ROOT / "data" / "graphs" / "facebook_combined.edges.gz"
 ANCHOR = ROOT.parent / "shared" / "anchors" / "native_fo.py"
+OUT = ROOT / "bench" / "out"
 QUERY = "Q() :- R(a,b), S(b,c), T(c,a)"
-SYSTEMS = ("auto", "auto_python", "first_order")
+SYSTEMS = ("auto", "compiled", "auto_python", "fo_python", "plain")
+WORKLOADS = ("facebook", "skewed")
 Update = tuple[str, tuple[int, int], int]
+Phases = list[tuple[str, list[Update]]]
 
 
-def facebook_stream(seed: int) -> tuple[list[Update], list[Update]]:
+def six(u: int, v: int, m: int) -> list[Update]:
+    """One undirected edge as R, S, T in both orientations (the anchor's order)."""
+    return [("R", (u, v), m), ("R", (v, u), m), ("S", (u, v), m), ("S", (v, u), m), ("T", (u, v), m), ("T", (v, u), m)]
+
+
+def facebook_phases(seed: int) -> Phases:
     """Inserts then deletes, built exactly as the native anchor builds its stream."""
     import numpy as np
 
@@ -53,37 +82,101 @@ def facebook_stream(seed: int) -> tuple[list[Update], list[Update]]:
     und = np.unique(np.sort(e, axis=1), axis=0)
     ins = und[np.random.default_rng(seed).permutation(len(und))]
     dele = ins[np.random.default_rng(seed + 1).permutation(len(ins))[: len(ins) // 2]]
-
-    def expand(edges: np.ndarray, m: int) -> list[Update]:
-        out: list[Update] = []
-        for u, v in edges.tolist():
-            out += [("R", (u, v), m), ("R", (v, u), m), ("S", (u, v), m)]
-            out += [("S", (v, u), m), ("T", (u, v), m), ("T", (v, u), m)]
-        return out
-
-    return expand(ins, 1), expand(dele, -1)
+    inserts = [t for u, v in ins.tolist() for t in six(u, v, 1)]
+    deletes = [t for u, v in dele.tolist() for t in six(u, v, -1)]
+    return [("insert", inserts), ("delete", deletes)]
 
 
-def engine_for(system: str) -> Any:
-    """The engine of ``system`` (see the module docstring)."""
+def skewed_phases(n: int, seed: int) -> Phases:
+    """compare.py's ``triangle/skewed`` (load, stationary stream), then half of the final edges deleted."""
+    import random
+
+    from compare import FACEBOOK_DEGREE, SKEW_BETA, chung_lu_stream
+
+    load, stream, _ = chung_lu_stream(n, seed, SKEW_BETA, FACEBOOK_DEGREE)
+    present: dict[tuple[int, int], None] = {}
+    for rel, row, m in load + stream:
+        if rel == "R" and row[0] < row[1]:
+            if m > 0:
+                present[row] = None
+            else:
+                present.pop(row, None)
+    edges = list(present)
+    random.Random(seed + 1).shuffle(edges)
+    deletes = [t for u, v in edges[: len(edges) // 2] for t in six(u, v, -1)]
+    return [("insert", load), ("stream", stream), ("delete", deletes)]
+
+
+class PlainLoop:
+    """The plain-Python first-order loop: per relation a dict of sets each way, one update at a time.
+
+    ``δR(x,y) = m·|S(y,·) ∩ T(·,x)|`` and the rotations (IVM^eps §1.1), set
+    semantics (the streams insert absent and delete present tuples only).
+    """
+
+    name = "plain"
+
+    def __init__(self) -> None:
+        self.fwd: dict[str, dict[int, set[int]]] = {r: {} for r in "RST"}
+        self.bwd: dict[str, dict[int, set[int]]] = {r: {} for r in "RST"}
+        self.count = 0
+
+    def apply(self, batch: list[Update]) -> None:
+        fwd, bwd, empty = self.fwd, self.bwd, frozenset()
+        nxt, prv = {"R": "S", "S": "T", "T": "R"}, {"R": "T", "S": "R", "T": "S"}
+        for rel, (x, y), m in batch:
+            self.count += m * len(fwd[nxt[rel]].get(y, empty) & bwd[prv[rel]].get(x, empty))
+            if m > 0:
+                fwd[rel].setdefault(x, set()).add(y)
+                bwd[rel].setdefault(y, set()).add(x)
+            else:
+                fwd[rel][x].discard(y)
+                bwd[rel][y].discard(x)
+
+    def result(self) -> int:
+        return self.count
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+def make(system: str) -> Any:
+    """The engine (or loop) of ``system`` (see the module docstring)."""
+    import ivm
     from ivm.engines.first_order import FirstOrderIVM
     from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
     from ivm.query import parse
 
-    query = parse(QUERY)
     if system == "auto":
-        return IVMEpsAdaptive(query, implementation="compiled")
+        return ivm.maintain(QUERY).engine
+    if system == "compiled":
+        return FirstOrderIVM(parse(QUERY), implementation="compiled")
     if system == "auto_python":
-        return IVMEpsAdaptive(query, implementation="python")
-    return FirstOrderIVM(query, implementation="python")
+        return IVMEpsAdaptive(parse(QUERY), implementation="python")
+    if system == "fo_python":
+        return FirstOrderIVM(parse(QUERY), implementation="python")
+    return PlainLoop()
 
 
-def worker(system: str, batch: int, seed: int) -> dict:
-    """One cell: time the inserts and the deletes in batches of ``batch`` (one ``apply`` each)."""
-    inserts, deletes = facebook_stream(seed)
-    engine = engine_for(system)
-    out: dict = {"system": system, "batch": batch}
-    for phase, stream in (("insert", inserts), ("delete", deletes)):
+def status_mb(field: str) -> float:
+    """``VmRSS`` / ``VmHWM`` of this process in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker(system: str, path: str, batch: int) -> dict:
+    """One run: load the phases, time each in batches of ``batch`` (one ``apply`` each)."""
+    with open(path, "rb") as f:
+        phases: Phases = pickle.load(f)
+    gc.collect()
+    gc.freeze()  # the input stream is not engine state: no collection walks it
+    out: dict[str, Any] = {"rss_before_mb": status_mb("VmRSS:")}
+    engine = make(system)
+    out["engine"] = getattr(engine, "name", system)
+    for phase, stream in phases:
         chunks = [stream[i : i + batch] for i in range(0, len(stream), batch)]
         apply = engine.apply
         t0 = time.perf_counter()
@@ -92,72 +185,115 @@ def worker(system: str, batch: int, seed: int) -> dict:
         out[f"{phase}_s"] = time.perf_counter() - t0
         out[f"{phase}_n"] = len(stream)
         out[f"q_{phase}"] = engine.result()
-    out["partitioned"] = int(engine.stats().get("partitioned", 0))
+        del chunks
+    stats = engine.stats()
+    out["partitioned"] = int(stats.get("partitioned", 0))
+    out["promotions"] = int(stats.get("promotions", 0))
+    out["peak_rss_mb"] = status_mb("VmHWM:")
     return out
 
 
-def run_cell(system: str, batch: int, seed: int) -> dict:
-    cmd = [sys.executable, __file__, "--worker", system, "--batch", str(batch), "--seed", str(seed)]
+def run(system: str, path: Path, batch: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", system, "--path", str(path), "--batch", str(batch)]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # no idle BLAS threads spinning
     done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def anchor(seed: int) -> dict | None:
+    """The native C++ first-order loop on facebook (same stream and seed), when it is there."""
+    if not ANCHOR.exists():
+        return None
+    import gzip
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("wb", suffix=".edges") as f:
+        f.write(gzip.decompress(EDGES.read_bytes()))
+        f.flush()
+        cmd = [sys.executable, str(ANCHOR), f.name, "--seed", str(seed)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", default="1,1000")
+    ap.add_argument("--batches", default="1,100,1000,10000")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=20240601)
-    ap.add_argument("--anchor", action="store_true", help="also run ../shared/anchors/native_fo.py when present")
+    ap.add_argument("--skew-n", type=int, default=300_000, help="tuples loaded by the skewed workload")
+    ap.add_argument("--no-anchor", action="store_true", help="skip ../shared/anchors/native_fo.py")
+    ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.batch, args.seed)))
+        print(json.dumps(worker(args.worker, args.path, args.batch)))
         return
-    rows = []
-    print(f"{'system':<12} {'batch':>5} {'insert/s':>10} {'delete/s':>10} {'all/s':>10}  load avg    Q end")
-    for batch in (int(b) for b in args.batches.split(",")):
-        for system in args.systems.split(","):
-            runs = []
-            loads = []
-            for _ in range(args.repeat):
-                loads.append(os.getloadavg()[0])
-                runs.append(run_cell(system, batch, args.seed))
-            n = runs[0]["insert_n"] + runs[0]["delete_n"]
-            row = {
-                "system": system,
-                "batch": batch,
-                "insert_per_s": statistics.median(r["insert_n"] / r["insert_s"] for r in runs),
-                "delete_per_s": statistics.median(r["delete_n"] / r["delete_s"] for r in runs),
-                "all_per_s": statistics.median(n / (r["insert_s"] + r["delete_s"]) for r in runs),
-                "load": loads,
-                "q": (runs[0]["q_insert"], runs[0]["q_delete"]),
-            }
-            assert len({(r["q_insert"], r["q_delete"]) for r in runs}) == 1
-            rows.append(row)
-            print(
-                f"{system:<12} {batch:>5} {row['insert_per_s']:>10,.0f} {row['delete_per_s']:>10,.0f} "
-                f"{row['all_per_s']:>10,.0f}  {'/'.join(f'{x:.1f}' for x in loads):<10}  {row['q'][1]:,}",
-                flush=True,
-            )
-    by = {(r["system"], r["batch"]): r["all_per_s"] for r in rows}
-    for batch in sorted({r["batch"] for r in rows}):
-        base = by.get(("first_order", batch))
-        for system in ("auto", "auto_python"):
-            if base and (system, batch) in by:
-                print(f"batch {batch}: {system} / first_order (python) = {by[(system, batch)] / base:.2f}x")
-    if args.anchor and ANCHOR.exists():
-        import gzip
-        import tempfile
-
-        with tempfile.NamedTemporaryFile("wb", suffix=".edges") as f:
-            f.write(gzip.decompress(EDGES.read_bytes()))
-            f.flush()
-            cmd = [sys.executable, str(ANCHOR), f.name, "--seed", str(args.seed)]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        print("native anchor:", done.stdout.strip().splitlines()[-1])
+    print("command:", " ".join([Path(sys.executable).name, *sys.argv]), flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    for workload in args.workloads.split(","):
+        path = OUT / f"fo_{workload}_{args.seed}_{args.skew_n if workload == 'skewed' else 0}.pkl"
+        if not path.exists():
+            phases = facebook_phases(args.seed) if workload == "facebook" else skewed_phases(args.skew_n, args.seed)
+            with open(path, "wb") as f:
+                pickle.dump(phases, f, protocol=pickle.HIGHEST_PROTOCOL)
+        print(f"\n== {workload} ==", flush=True)
+        head = f"{'system':<12} {'batch':>6} {'insert/s':>11} {'stream/s':>11} {'delete/s':>11} {'all/s':>11}"
+        print(f"{head} {'peak MB':>8} {'(stream)':>8} {'part':>4}  load avg        Q end", flush=True)
+        for batch in (int(b) for b in args.batches.split(",")):
+            for system in args.systems.split(","):
+                runs, loads = [], []
+                for _ in range(args.repeat):
+                    loads.append(os.getloadavg()[0])
+                    runs.append(run(system, path, batch))
+                phases = [p for p in ("insert", "stream", "delete") if f"{p}_n" in runs[0]]
+                row: dict[str, Any] = {"workload": workload, "system": system, "batch": batch, "load": loads}
+                for p in phases:
+                    row[f"{p}_per_s"] = statistics.median(r[f"{p}_n"] / r[f"{p}_s"] for r in runs)
+                total = sum(runs[0][f"{p}_n"] for p in phases)
+                row["all_per_s"] = statistics.median(total / sum(r[f"{p}_s"] for p in phases) for r in runs)
+                row["peak_rss_mb"] = statistics.median(r["peak_rss_mb"] for r in runs)
+                row["rss_before_mb"] = statistics.median(r["rss_before_mb"] for r in runs)
+                row["partitioned"] = max(r["partitioned"] + r["promotions"] for r in runs)
+                row["q"] = [runs[0][f"q_{p}"] for p in phases]
+                assert all([r[f"q_{p}"] for p in phases] == row["q"] for r in runs), "runs disagree"
+                rows.append(row)
+                cells = [f"{row[f'{p}_per_s']:>11,.0f}" if f"{p}_per_s" in row else f"{'-':>11}" for p in phases]
+                if len(phases) == 2:
+                    cells.insert(1, f"{'-':>11}")
+                print(
+                    f"{system:<12} {batch:>6} {' '.join(cells)} {row['all_per_s']:>11,.0f} "
+                    f"{row['peak_rss_mb']:>8.0f} {row['rss_before_mb']:>8.0f} {row['partitioned']:>4}  "
+                    f"{'/'.join(f'{x:.1f}' for x in loads):<14}  {row['q'][-1]:,}",
+                    flush=True,
+                )
+        qs = {tuple(r["q"]) for r in rows if r["workload"] == workload}
+        assert len(qs) == 1, f"systems disagree on {workload}: {qs}"
+        if workload == "facebook" and not args.no_anchor:
+            a = anchor(args.seed)
+            if a is not None:
+                assert (a["q_ins"], a["q_final"]) == tuple(qs.pop()), "the anchor's counts differ"
+                rows.append({"workload": workload, "system": "native", **a})
+                print(
+                    f"{'native':<12} {'tuple':>6} {a['ins_ups']:>11,} {'-':>11} {a['del_ups']:>11,} "
+                    f"{a['all_ups']:>11,} {a['peak_rss_mb']:>8.0f} {'-':>8} {'-':>4}  "
+                    f"{os.getloadavg()[0]:.1f}            {a['q_final']:,}",
+                    flush=True,
+                )
+    print("\nratios (all/s over the same workload and batch):")
+    by = {(r["workload"], r["system"], r.get("batch")): r["all_per_s"] for r in rows if "all_per_s" in r}
+    natives = {r["workload"]: r["all_ups"] for r in rows if r["system"] == "native"}
+    for (workload, system, batch), v in by.items():
+        base = by.get((workload, "plain", batch))
+        if system != "plain" and base:
+            extra = f", {v / natives[workload]:.2f}x native" if workload in natives else ""
+            print(f"  {workload:<9} batch {batch:>5}: {system:<12} {v / base:6.2f}x plain{extra}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
