@@ -1,44 +1,58 @@
-"""Benchmark: q-hierarchical engine vs first-order IVM on the same update stream.
+"""Benchmark: the q-hierarchical engine's implementations vs first-order IVM, N = 10^4 .. 10^7.
 
 Berkholz et al. Thm 3.2 promises O(1) time per update and O(1) enumeration
 delay for q-hierarchical queries, independent of the database size N.  This
-benchmark measures both for N from 10^3 upwards on two queries,
+benchmark measures both, with the state's memory, on two queries,
 
 - star:       ``Q(x,y) :- R(x,y), S(x,z), T(x)``
 - two-level:  ``Q(x,y) :- R(x,y,w), S(x,y), T(x,z)``  (q-tree x -> y -> w, x -> z)
 
 on data whose join degrees grow like sqrt(N) (sqrt(N) values of x), so that
-first-order IVM (delta queries evaluated over indexed base relations, result
+first-order IVM (delta queries over indexed base relations, result
 materialised) pays O(sqrt(N)) per update while the q-hierarchical engine does
-not.  The growth exponent is the least-squares slope of log(time) against
-log(N); the target is <= 0.1 for both the update time and the delay.
+not.  Rows: ``qhier/compact`` (typed-array state, :mod:`ivm.engines.qhier_compact`),
+``qhier/python`` (the reference), ``first-order`` and ``F-IVM`` (when registered
+and accepting the query).
 
-F-IVM is compared when an engine named ``fivm`` is registered and accepts the
-query; otherwise the table says so.
+Every (query, engine, N) runs in a fresh process (no state, allocator or
+collector history shared between sizes), with the cyclic collector ON as in
+production.  Per row: build time; the time per update applied one at a time
+(``apply([u])``, the median over ``--repeats`` passes of the stream and its
+inverse, each cut in 5 slices) and in batches of 1,000; the same with answer
+deltas drained every 100 updates; the enumeration delay; the number of
+generation-2 collections (and of all collections) during the update passes and
+the seconds spent in them; the peak RSS of the process; and ``bytes_per_tuple``
+from ``stats()``.  The initial tuples are generated in chunks from their
+ids (no list of N Python tuples), so the peak RSS is the engine's.  The growth
+exponent is the least-squares slope of log(time) against log(N); the target is
+at most 0.05 for the compact engine's update time.
 
 Run::
 
-    .venv/bin/python bench/qhier.py            # N = 10^3 .. 10^6 (about 2 minutes)
-    .venv/bin/python bench/qhier.py --quick    # N = 10^3 .. 10^5 (seconds)
-    .venv/bin/python bench/qhier.py --max-exp 7 --fo-budget 2  # up to 10^7: ~5 min, ~6 GB RSS
+    .venv/bin/python bench/qhier.py                      # N = 10^4 .. 10^6, both implementations
+    .venv/bin/python bench/qhier.py --quick              # N = 10^4 .. 10^5
+    .venv/bin/python bench/qhier.py --max-exp 7 --python-max-exp 6   # compact to 10^7 (~1.2 GB), python to 10^6
 
-First-order IVM runs each stream for a time budget (``--fo-budget`` seconds;
-the table notes how many updates it got through) and up to ``--fo-max``
-tuples; its initial materialised view is copied from the qhier engine (its own
-preprocessing is a full join, too slow beyond 10^5), and after the stream both
-results are checked equal.  It prints a table and saves ``bench/out/qhier.png``.
+It prints the command, the table, the exponents and the load average after each
+query, and saves ``bench/out/qhier.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
+import os
 import random
+import resource
+import statistics
+import subprocess
 import sys
 import time
+from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -160,80 +174,101 @@ class FirstOrderCQ:
 
 
 # -- workloads -------------------------------------------------------------------------------------
+#
+# A relation's rows are functions of an integer id (x = a hash of the id modulo sqrt(N)), so the
+# initial load is generated chunk by chunk and the stream keeps the present ids in an int64 array.
+
+
+def _mix(i: int, salt: int) -> int:
+    """A fixed pseudo-random 61-bit value of ``i`` (splitmix-style), the same in every process."""
+    z = (i * 0x9E3779B97F4A7C15 + salt) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) >> 3
+
+
+@dataclass
+class Relation:
+    """Rows ``row(id)`` for ids ``[0, initial)``; ``fresh`` says whether new ids may be inserted."""
+
+    initial: int
+    row: Callable[[int], Row]
+    fresh: bool
 
 
 @dataclass
 class Workload:
     name: str
     query: str
-    # relation -> (initial tuples, fresh-tuple generator or None)
-    make: Callable[[int, random.Random], dict[str, tuple[list[Row], Callable[[], Row] | None]]]
+    make: Callable[[int], dict[str, Relation]]
 
 
-def _star(n: int, rng: random.Random) -> dict[str, tuple[list[Row], Callable[[], Row] | None]]:
+def _star(n: int) -> dict[str, Relation]:
     d = max(1, math.isqrt(n))
-    counter = iter(range(10**12))
     per = max(1, (n - d) // 2)
     return {
-        "R": ([(rng.randrange(d), next(counter)) for _ in range(per)], lambda: (rng.randrange(d), next(counter))),
-        "S": ([(rng.randrange(d), next(counter)) for _ in range(per)], lambda: (rng.randrange(d), next(counter))),
-        "T": ([(x,) for x in range(d)], None),
+        "R": Relation(per, lambda i: (_mix(i, 1) % d, i), True),
+        "S": Relation(per, lambda i: (_mix(i, 2) % d, i), True),
+        "T": Relation(d, lambda i: (i,), False),
     }
 
 
-def _two_level(n: int, rng: random.Random) -> dict[str, tuple[list[Row], Callable[[], Row] | None]]:
+def _two_level(n: int) -> dict[str, Relation]:
     d = max(1, math.isqrt(n))
     ys = 8
-    counter = iter(range(10**12))
     per = max(1, (n - d * ys) // 2)
     return {
-        "R": (
-            [(rng.randrange(d), rng.randrange(ys), next(counter)) for _ in range(per)],
-            lambda: (rng.randrange(d), rng.randrange(ys), next(counter)),
-        ),
-        "S": ([(x, y) for x in range(d) for y in range(ys)], None),
-        "T": ([(rng.randrange(d), next(counter)) for _ in range(per)], lambda: (rng.randrange(d), next(counter))),
+        "R": Relation(per, lambda i: (_mix(i, 3) % d, _mix(i, 4) % ys, i), True),
+        "S": Relation(d * ys, lambda i: (i // ys, i % ys), False),
+        "T": Relation(per, lambda i: (_mix(i, 5) % d, i), True),
     }
 
 
-WORKLOADS = [
-    Workload("star", "Q(x,y) :- R(x,y), S(x,z), T(x)", _star),
-    Workload("two-level", "Q(x,y) :- R(x,y,w), S(x,y), T(x,z)", _two_level),
-]
+WORKLOADS = {
+    "star": Workload("star", "Q(x,y) :- R(x,y), S(x,z), T(x)", _star),
+    "two-level": Workload("two-level", "Q(x,y) :- R(x,y,w), S(x,y), T(x,z)", _two_level),
+}
 
 
-def make_stream(
-    data: dict[str, tuple[list[Row], Callable[[], Row] | None]], k: int, rng: random.Random
-) -> list[Update]:
+def initial_updates(data: dict[str, Relation], chunk: int = 100_000) -> Iterator[list[Update]]:
+    """The initial database as insert batches of at most ``chunk`` tuples."""
+    for rel, spec in sorted(data.items()):
+        for start in range(0, spec.initial, chunk):
+            yield [Update(rel, spec.row(i), 1) for i in range(start, min(spec.initial, start + chunk))]
+
+
+def make_stream(data: dict[str, Relation], k: int, rng: random.Random) -> list[Update]:
     """k updates, relations chosen uniformly: deletes of present tuples and inserts (fresh or re-inserts)."""
-    present = {rel: list(rows) for rel, (rows, _) in data.items()}
-    deleted: dict[str, list[Row]] = {rel: [] for rel in data}
+    present = {rel: array("q", range(spec.initial)) for rel, spec in data.items()}
+    deleted: dict[str, list[int]] = {rel: [] for rel in data}
+    next_id = {rel: 10**12 for rel in data}
     out = []
     names = sorted(data)
     for _ in range(k):
         rel = rng.choice(names)
-        fresh = data[rel][1]
+        spec = data[rel]
         pool = present[rel]
-        insert = rng.random() < 0.5 and (fresh is not None or deleted[rel])
+        insert = rng.random() < 0.5 and (spec.fresh or deleted[rel])
         if insert or not pool:
-            if deleted[rel] and (fresh is None or rng.random() < 0.5):
-                row = deleted[rel].pop(rng.randrange(len(deleted[rel])))
-            elif fresh is not None:
-                row = fresh()
+            if deleted[rel] and (not spec.fresh or rng.random() < 0.5):
+                i = deleted[rel].pop(rng.randrange(len(deleted[rel])))
+            elif spec.fresh:
+                i = next_id[rel]
+                next_id[rel] += 1
             else:
                 continue
-            pool.append(row)
-            out.append(Update(rel, row, 1))
+            pool.append(i)
+            out.append(Update(rel, spec.row(i), 1))
         else:
-            i = rng.randrange(len(pool))
-            pool[i], pool[-1] = pool[-1], pool[i]
-            row = pool.pop()
-            deleted[rel].append(row)
-            out.append(Update(rel, row, -1))
+            j = rng.randrange(len(pool))
+            pool[j], pool[-1] = pool[-1], pool[j]
+            i = pool.pop()
+            deleted[rel].append(i)
+            out.append(Update(rel, spec.row(i), -1))
     return out
 
 
-# -- measurements ----------------------------------------------------------------------------------
+# -- measurements (one process per row) ------------------------------------------------------------
 
 
 @dataclass
@@ -243,17 +278,22 @@ class Measurement:
     n: int
     build_s: float = math.nan
     update_us: float = math.nan
+    batch_us: float = math.nan
     update_delta_us: float = math.nan
     delay_us: float = math.nan
     delay_p99_us: float = math.nan
-    first_us: float = math.nan
     answers: int = 0
+    gen2: int = 0
+    collections: int = 0
+    gc_s: float = 0.0
+    peak_rss_mb: float = math.nan
+    bytes_per_tuple: float = math.nan
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def measure_delay(iterator: Iterator[Any], limit: int) -> tuple[float, float, float, int]:
-    """(mean delay µs, p99 delay µs, time to first answer µs, answers seen) over at most ``limit`` answers."""
+def measure_delay(iterator: Iterator[Any], limit: int) -> tuple[float, float, int]:
+    """(mean delay µs, p99 delay µs, answers seen) over at most ``limit`` answers."""
     clock = time.perf_counter_ns
     gaps = []
     start = last = clock()
@@ -266,110 +306,139 @@ def measure_delay(iterator: Iterator[Any], limit: int) -> tuple[float, float, fl
         if count >= limit:
             break
     if not count:
-        return math.nan, math.nan, (clock() - start) / 1e3, 0
-    total = last - start
+        return math.nan, math.nan, 0
     gaps.sort()
-    return total / count / 1e3, gaps[int(0.99 * (len(gaps) - 1))] / 1e3, gaps[0] / 1e3, count
+    return (last - start) / count / 1e3, gaps[int(0.99 * (len(gaps) - 1))] / 1e3, count
 
 
-def timed_updates(apply: Callable[[list[Update]], None], stream: list[Update], chunks: int = 5) -> float:
-    """Median over ``chunks`` consecutive slices of the stream of the time per update, in µs."""
-    size = max(1, len(stream) // chunks)
+class GcWatch:
+    """Counts the cyclic collector's runs (all generations, and generation 2) and their seconds."""
+
+    def __init__(self) -> None:
+        self.collections = 0
+        self.gen2 = 0
+        self.seconds = 0.0
+        self._t0 = 0.0
+        self.on = False
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.collections += 1
+            self.gen2 += info["generation"] == 2
+            self.seconds += time.perf_counter() - self._t0
+
+
+def _slices(stream: list[Update], parts: int = 5) -> list[list[Update]]:
+    size = max(1, len(stream) // parts)
+    return [stream[i : i + size] for i in range(0, len(stream), size)]
+
+
+def time_passes(engine: Any, stream: list[Update], repeats: int, batch: int, watch: GcWatch) -> float:
+    """Median µs per update over ``repeats`` passes of the stream then its inverse (which restores the
+    state), each cut in 5 slices timed separately; ``batch`` updates per ``apply`` call."""
+    inverse = [Update(u.relation, u.row, -u.mult) for u in reversed(stream)]
     rates = []
-    for i in range(0, len(stream), size):
-        part = stream[i : i + size]
-        t0 = time.perf_counter()
-        apply(part)
-        rates.append((time.perf_counter() - t0) / len(part) * 1e6)
-    rates.sort()
-    return rates[len(rates) // 2]
+    watch.on = True
+    for _ in range(repeats):
+        for part in _slices(stream) + _slices(inverse):
+            calls = [part[i : i + batch] for i in range(0, len(part), batch)]
+            t0 = time.perf_counter()
+            for call in calls:
+                engine.apply(call)
+            rates.append((time.perf_counter() - t0) / len(part) * 1e6)
+    watch.on = False
+    return statistics.median(rates)
 
 
-def budgeted_updates(apply: Callable[[list[Update]], None], stream: list[Update], budget_s: float) -> tuple[float, int]:
-    """Apply a prefix of the stream within about ``budget_s`` seconds: (µs per update, prefix length)."""
-    done = 0
-    t0 = time.perf_counter()
-    while done < len(stream) and (time.perf_counter() - t0) < budget_s:
-        apply(stream[done : done + 10])
-        done += len(stream[done : done + 10])
-    return (time.perf_counter() - t0) / done * 1e6, done
-
-
-def run_one(
-    workload: Workload, n: int, updates: int, enum_limit: int, fo_max: int, fo_budget: float, seed: int
-) -> list[Measurement]:
-    rng = random.Random(seed)
-    data = workload.make(n, rng)
-    stream = make_stream(data, updates, random.Random(seed + 1))
+def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Namespace) -> Measurement:
+    """One row, measured in this (fresh) process."""
+    workload = WORKLOADS[workload_name]
+    data = workload.make(n)
+    n_actual = sum(spec.initial for spec in data.values())
+    stream = make_stream(data, args.updates, random.Random(args.seed))
     query = parse(workload.query)
-    initial = [Update(rel, row, 1) for rel, (rows, _) in data.items() for row in rows]
-    n_actual = len(initial)
-    rows: list[Measurement] = []
-
-    gc.collect()
-    gc.disable()
-    try:
-        engine = QHierEngine(query)
+    watch = GcWatch()
+    gc.callbacks.append(watch)
+    row = Measurement(workload.name, engine_name, n_actual)
+    if engine_name.startswith("qhier/"):
+        engine: Any = QHierEngine(query, implementation=engine_name.split("/")[1])  # type: ignore[arg-type]
         t0 = time.perf_counter()
-        engine.apply(initial)
-        build = time.perf_counter() - t0
-        row = Measurement(workload.name, "qhier", n_actual, build_s=build)
-        best = min((measure_delay(engine.enumerate(), enum_limit) for _ in range(3)), key=lambda m: m[0])
-        row.delay_us, row.delay_p99_us, row.first_us, row.answers = best
-        row.update_us = timed_updates(engine.apply, stream)
-        # Inverse stream (restores the state), now with answer deltas drained every 100 updates.
+        for batch in initial_updates(data):
+            engine.apply(batch)
+        row.build_s = time.perf_counter() - t0
+        row.delay_us, row.delay_p99_us, row.answers = min(
+            (measure_delay(engine.enumerate(), args.enum_limit) for _ in range(3)), key=lambda m: m[0]
+        )
+        row.update_us = time_passes(engine, stream, args.repeats, 1, watch)
+        row.batch_us = time_passes(engine, stream, args.repeats, 1000, watch)
         engine.drain_delta()
-        inverse = [Update(u.relation, u.row, -u.mult) for u in reversed(stream)]
-        t0 = time.perf_counter()
         changes = 0
-        for i in range(0, len(inverse), 100):
-            engine.apply(inverse[i : i + 100])
+        t0 = time.perf_counter()
+        for i in range(0, len(stream), 100):
+            engine.apply(stream[i : i + 100])
             changes += len(engine.drain_delta())
-        row.update_delta_us = (time.perf_counter() - t0) / len(inverse) * 1e6
-        row.extra["delta_rows_per_update"] = changes / len(inverse)
-        row.extra["items"] = engine.stats()["items"]
-        rows.append(row)
+        row.update_delta_us = (time.perf_counter() - t0) / len(stream) * 1e6
+        row.extra["delta_rows_per_update"] = changes / len(stream)
+        stats = engine.stats()
+        row.bytes_per_tuple = stats["bytes_per_tuple"]
+        row.extra["items"] = stats["items"]
+    elif engine_name == "first-order":
+        fo = FirstOrderCQ(query)
+        oracle = QHierEngine(query)
+        for batch in initial_updates(data):
+            oracle.apply(batch)
+        t0 = time.perf_counter()
+        fo.load((u for batch in initial_updates(data) for u in batch), dict(oracle.enumerate()))
+        row.build_s = time.perf_counter() - t0
+        row.note = "initial view copied from qhier"
+        row.delay_us, row.delay_p99_us, row.answers = measure_delay(fo.enumerate(), args.enum_limit)
+        watch.on = True
+        done = 0
+        t0 = time.perf_counter()
+        while done < len(stream) and time.perf_counter() - t0 < args.fo_budget:
+            fo.apply(stream[done : done + 10])
+            done += len(stream[done : done + 10])
+        row.update_us = (time.perf_counter() - t0) / done * 1e6
+        watch.on = False
+        if done < len(stream):
+            row.note += f"; {done} of {len(stream)} updates (time budget)"
+        oracle.apply(stream[:done])
+        if dict(oracle.enumerate()) != fo.result:
+            raise AssertionError(f"first-order and qhier disagree on {workload.name} at N={n_actual}")
+    else:  # F-IVM
+        fivm = ENGINES["fivm"]
+        f = fivm(query)
+        t0 = time.perf_counter()
+        for batch in initial_updates(data):
+            f.apply(batch)
+        row.build_s = time.perf_counter() - t0
+        row.delay_us, row.delay_p99_us, row.answers = measure_delay(f.enumerate(), args.enum_limit)
+        watch.on = True
+        t0 = time.perf_counter()
+        for u in stream:
+            f.apply([u])
+        row.update_us = (time.perf_counter() - t0) / len(stream) * 1e6
+        watch.on = False
+    row.gen2, row.collections, row.gc_s = watch.gen2, watch.collections, watch.seconds
+    row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return row
 
-        if n_actual <= fo_max:
-            fo = FirstOrderCQ(query)
-            t0 = time.perf_counter()
-            fo.load(iter(initial), dict(engine.enumerate()))
-            fo_row = Measurement(workload.name, "first-order", n_actual, build_s=time.perf_counter() - t0)
-            fo_row.note = "initial view copied from qhier"
-            best = min((measure_delay(fo.enumerate(), enum_limit) for _ in range(3)), key=lambda m: m[0])
-            fo_row.delay_us, fo_row.delay_p99_us, fo_row.first_us, fo_row.answers = best
-            fo_row.update_us, done = budgeted_updates(fo.apply, stream, fo_budget)
-            if done < len(stream):
-                fo_row.note += f"; {done} of {len(stream)} updates (time budget)"
-            engine.apply(stream[:done])  # same state as first-order: cross-check the two results
-            if dict(engine.enumerate()) != fo.result:
-                raise AssertionError(f"first-order and qhier disagree on {workload.name} at N={n_actual}")
-            rows.append(fo_row)
-            del fo
-        else:
-            rows.append(Measurement(workload.name, "first-order", n_actual, note=f"skipped (N > {fo_max})"))
 
-        fivm = ENGINES.get("fivm")
-        if fivm is None:
-            rows.append(Measurement(workload.name, "F-IVM", n_actual, note="engine not written yet"))
-        elif fivm.refuses(query) is not None:
-            rows.append(Measurement(workload.name, "F-IVM", n_actual, note=f"refused: {fivm.refuses(query)}"))
-        else:
-            f = fivm(query)
-            t0 = time.perf_counter()
-            f.apply(initial)
-            f_row = Measurement(workload.name, "F-IVM", n_actual, build_s=time.perf_counter() - t0)
-            f_row.delay_us, f_row.delay_p99_us, f_row.first_us, f_row.answers = measure_delay(f.enumerate(), enum_limit)
-            t0 = time.perf_counter()
-            f.apply(stream)
-            f_row.update_us = (time.perf_counter() - t0) / len(stream) * 1e6
-            rows.append(f_row)
-            del f
-        del engine
-    finally:
-        gc.enable()
-        gc.collect()
-    return rows
+def run_fresh(workload: str, n: int, engine: str, args: argparse.Namespace) -> Measurement:
+    """Run one row in a new interpreter and read its JSON line."""
+    cmd = [sys.executable, __file__, "--child", workload, str(n), engine]
+    for opt in ("updates", "repeats", "enum_limit", "fo_budget", "seed"):
+        cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode:
+        sys.stderr.write(out.stderr)
+        return Measurement(workload, engine, n, note=f"failed (exit {out.returncode})")
+    fields = json.loads(out.stdout.strip().splitlines()[-1])
+    return Measurement(**fields)
 
 
 def slope(points: list[tuple[float, float]]) -> float:
@@ -386,58 +455,88 @@ def _fmt(x: float, digits: int = 2) -> str:
     return "-" if x != x else f"{x:.{digits}f}"
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
+    print(
+        f"{r.workload:9} {r.engine:13} {r.n:>9} {_fmt(r.build_s):>8} {_fmt(r.update_us, 3):>8} "
+        f"{_fmt(r.batch_us, 3):>8} {_fmt(r.update_delta_us, 3):>9} {_fmt(r.delay_us, 3):>8} "
+        f"{r.gen2:>4}/{r.collections:<6} {_fmt(r.gc_s, 3):>7} {_fmt(r.peak_rss_mb, 0):>7} "
+        f"{_fmt(r.bytes_per_tuple, 1):>7}  {r.note}",
+        file=file,
+        flush=True,
+    )
+
+
+HEADER = (
+    f"{'query':9} {'engine':13} {'N':>9} {'build s':>8} {'upd µs':>8} {'b1000 µs':>8} {'upd+Δ µs':>9} "
+    f"{'delay µs':>8} {'gc2/all':>11} {'gc s':>7} {'RSS MB':>7} {'B/tuple':>7}  note"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="N = 10^3 .. 10^5, fewer updates")
-    parser.add_argument("--max-exp", type=float, default=None, help="largest N as a power of ten")
+    parser.add_argument("--quick", action="store_true", help="N = 10^4 .. 10^5, fewer updates")
+    parser.add_argument("--min-exp", type=float, default=4, help="smallest N as a power of ten")
+    parser.add_argument("--max-exp", type=float, default=None, help="largest N as a power of ten (compact)")
+    parser.add_argument("--python-max-exp", type=float, default=None, help="largest N for the Python reference")
+    parser.add_argument("--implementations", nargs="+", default=["compact", "python"], help="qhier implementations")
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--updates", type=int, default=None, help="updates per stream")
-    parser.add_argument("--fo-max", type=float, default=1e6, help="largest N for first-order IVM")
-    parser.add_argument("--fo-budget", type=float, default=None, help="seconds of updates for first-order IVM")
+    parser.add_argument("--repeats", type=int, default=3, help="passes of the stream and its inverse")
+    parser.add_argument("--enum-limit", type=int, default=50_000)
+    parser.add_argument("--fo-max", type=float, default=1e5, help="largest N for first-order IVM and F-IVM")
+    parser.add_argument("--fo-budget", type=float, default=2.0, help="seconds of updates for first-order IVM")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "N", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.updates is None:
+        args.updates = 2000 if args.quick else 10000
+    if args.child:
+        workload, n, engine = args.child
+        print(json.dumps(asdict(run_child(workload, int(n), engine, args))))
+        return 0
+
     max_exp = args.max_exp if args.max_exp is not None else (5 if args.quick else 6)
-    updates = args.updates or (2000 if args.quick else 10000)
-    enum_limit = 10000 if args.quick else 50000
-    if args.fo_budget is None:
-        args.fo_budget = 1.0 if args.quick else 4.0
-    exps = [3 + 0.5 * i for i in range(int((max_exp - 3) * 2) + 1)]
-    sizes = [round(10**e) for e in exps]
-
+    python_max = args.python_max_exp if args.python_max_exp is not None else max_exp
+    exps = [args.min_exp + 0.5 * i for i in range(int((max_exp - args.min_exp) * 2) + 1)]
+    print("command: " + " ".join([Path(sys.executable).name, *sys.argv]))
+    print(f"load average before: {_load()}  (cpus: {os.cpu_count()})")
+    print(HEADER, file=sys.stderr)
     results: list[Measurement] = []
-    for workload in WORKLOADS:
-        for n in sizes:
-            rows = run_one(workload, n, updates, enum_limit, int(args.fo_max), args.fo_budget, args.seed)
-            for r in rows:
-                print(
-                    f"  {r.workload:9} {r.engine:11} N={r.n:>9}  update {_fmt(r.update_us):>8} µs"
-                    f"  delay {_fmt(r.delay_us, 3):>7} µs  {r.note}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            results.extend(rows)
+    for name in args.workloads:
+        query = parse(WORKLOADS[name].query)
+        fivm = ENGINES.get("fivm")
+        for e in exps:
+            n = round(10**e)
+            engines = [f"qhier/{impl}" for impl in args.implementations if impl != "python" or e <= python_max]
+            if n <= args.fo_max:
+                engines.append("first-order")
+                if fivm is not None and fivm.refuses(query) is None:
+                    engines.append("F-IVM")
+            for engine in engines:
+                row = run_fresh(name, n, engine, args)
+                _print_row(row, sys.stderr)
+                results.append(row)
+        print(f"  [{name} done, load average {_load()}]", file=sys.stderr, flush=True)
 
-    header = (
-        f"{'query':9} {'engine':11} {'N':>9} {'build s':>8} {'update µs':>10} {'upd+delta µs':>12} "
-        f"{'Δrows/upd':>9} {'delay µs':>9} {'p99 µs':>7} {'answers':>8}  note"
-    )
-    print(header)
-    print("-" * len(header))
+    print(HEADER)
+    print("-" * len(HEADER))
     for r in results:
-        print(
-            f"{r.workload:9} {r.engine:11} {r.n:>9} {_fmt(r.build_s):>8} {_fmt(r.update_us):>10} "
-            f"{_fmt(r.update_delta_us):>12} {_fmt(r.extra.get('delta_rows_per_update', math.nan), 1):>9} "
-            f"{_fmt(r.delay_us, 3):>9} {_fmt(r.delay_p99_us, 1):>7} "
-            f"{r.answers:>8}  {r.note}"
-        )
+        _print_row(r)
     print()
-    print("growth exponents (slope of log time vs log N; target <= 0.1 for qhier):")
-    for workload in WORKLOADS:
-        for engine in ("qhier", "first-order", "F-IVM"):
-            sel = [r for r in results if r.workload == workload.name and r.engine == engine]
-            up = slope([(r.n, r.update_us) for r in sel])
-            de = slope([(r.n, r.delay_us) for r in sel])
-            if up == up or de == de:
-                print(f"  {workload.name:9} {engine:11} update {_fmt(up, 3):>6}   delay {_fmt(de, 3):>6}")
+    print("growth exponents (slope of log time vs log N; target <= 0.05 for qhier/compact updates):")
+    for name in args.workloads:
+        for engine in sorted({r.engine for r in results if r.workload == name}):
+            sel = [r for r in results if r.workload == name and r.engine == engine]
+            parts = [
+                f"{label} {_fmt(slope([(r.n, getattr(r, attr)) for r in sel]), 3):>6}"
+                for label, attr in (("update", "update_us"), ("batch", "batch_us"), ("delay", "delay_us"))
+            ]
+            print(f"  {name:9} {engine:13} " + "   ".join(parts) + f"   (N {sel[0].n}..{sel[-1].n})")
+    print(f"load average after: {_load()}")
     _plot(results)
     return 0
 
@@ -452,22 +551,28 @@ def _plot(results: list[Measurement]) -> None:
         print("matplotlib missing: no plot", file=sys.stderr)
         return
     OUT.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, attr, title in ((axes[0], "update_us", "time per update"), (axes[1], "delay_us", "enumeration delay")):
-        for workload in WORKLOADS:
-            for engine, style in (("qhier", "-o"), ("first-order", "--s"), ("F-IVM", ":^")):
-                sel = [r for r in results if r.workload == workload.name and r.engine == engine]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    panels = (
+        (axes[0], "update_us", "time per update (one per apply)", "µs"),
+        (axes[1], "delay_us", "enumeration delay", "µs"),
+        (axes[2], "bytes_per_tuple", "state bytes per tuple", "bytes"),
+    )
+    styles = {"qhier/compact": "-o", "qhier/python": "-s", "first-order": "--^", "F-IVM": ":v"}
+    for ax, attr, title, unit in panels:
+        for r_workload in sorted({r.workload for r in results}):
+            for engine, style in styles.items():
+                sel = [r for r in results if r.workload == r_workload and r.engine == engine]
                 pts = [(r.n, getattr(r, attr)) for r in sel if getattr(r, attr) == getattr(r, attr)]
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), style, label=f"{engine} / {workload.name}")
+                    ax.plot(*zip(*pts, strict=True), style, label=f"{engine} / {r_workload}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("N (tuples)")
-        ax.set_ylabel("µs")
+        ax.set_ylabel(unit)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("q-hierarchical engine (Berkholz et al. Thm 3.2) vs first-order IVM")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("q-hierarchical engine (Berkholz et al. Thm 3.2): compact vs Python state vs first-order IVM")
     fig.tight_layout()
     path = OUT / "qhier.png"
     fig.savefig(path, dpi=120)

@@ -180,6 +180,7 @@ class QHierCompactEngine(QHierEngine):
                 ]
             )
         kernel.occurrences = occurrences
+        kernel.link_virtual()
         self._kernel = kernel
         self._names = names
         # The reference's inspection interface (comp.sentinel.kids/heads/..., see _ItemView) over the pools.
