@@ -230,3 +230,34 @@ def test_compact_state_is_not_walked_by_the_collector() -> None:
     growth = len(gc.get_objects()) - before
     assert engine.stats()["base_tuples"] == n + 300
     assert growth < 1000, growth
+
+
+def test_without_the_kernel_auto_falls_back_and_snapshots_still_restore(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ivm.engines import qhier_compact
+
+    query = parse("Q(x,y) :- R(x,y), S(x,z), T(x)")
+    fast = QHierEngine(query, implementation="compact")
+    fast.apply([Update("R", (1, "a"), 2), Update("S", (1, 5), 1), Update("T", (1,), 3)])
+    blob = fast.snapshot()
+    monkeypatch.setattr(qhier_compact, "_kernel", None)
+    assert type(QHierEngine(query)) is QHierEngine
+    with pytest.raises(ImportError, match="_qhier_kernel"):
+        QHierEngine(query, implementation="compact")
+    restored = QHierEngine.restore(blob)
+    assert type(restored) is QHierEngine
+    assert restored.result() == fast.result() == {(1, "a"): 6}
+
+
+def test_relations_stored_in_the_trie_alone() -> None:
+    """Bag semantics, one plain occurrence: the relation has no table of its own (and set semantics keeps one)."""
+    query = parse("Q(x,y) :- R(x,y), S(x,z), T(x)")
+    bag = QHierEngine(query, implementation="compact")
+    assert all(rel.virtual for rel in bag._kernel.relations)
+    assert not any(rel.virtual for rel in QHierEngine(query, semantics="set")._kernel.relations)
+    self_join = QHierEngine(parse("Q(x,y) :- R(x,y), R(y,x)"), implementation="compact")
+    assert not any(rel.virtual for rel in self_join._kernel.relations)
+    bag.apply([Update("R", (1, 2), -2), Update("S", (1, 3), 1), Update("T", (1,), 1)])
+    assert bag.multiplicity("R", (1, 2)) == -2 and bag.multiplicity("R", (2, 1)) == 0
+    assert bag.result() == {(1, 2): -2}
+    bag.apply([Update("R", (1, 2), 2)])
+    assert bag.multiplicity("R", (1, 2)) == 0 and bag.stats()["base_tuples"] == 2
