@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from ivm.engines.base import Engine
@@ -61,6 +62,10 @@ class View:
         "reject"``) and for inserts under set semantics (``duplicate = "reject"``); a batch of
         inserts under the default policy is checked for shape alone.
         """
+        items = updates if isinstance(updates, list) else list(updates)
+        fast = self._apply_batch(items)
+        if fast is not None:
+            return fast
         outcome = Outcome()
         valid: list[Update] = []
         pending: dict[tuple[str, Row], int] = {}
@@ -75,7 +80,6 @@ class View:
         direct = type(self)._current is View._current
         multiplicity = self.engine.multiplicity
         new = tuple.__new__  # Update(...) without the NamedTuple constructor's overhead
-        items = updates if isinstance(updates, list) else list(updates)
         try:
             deletes = any(item[2] < 0 for item in items)
         except TypeError:  # a multiplicity that is no number: the loop says which
@@ -114,6 +118,63 @@ class View:
             self._apply_valid(valid)
         outcome.applied = len(valid)
         return outcome
+
+    def _apply_batch(self, items: list[Any]) -> Outcome | None:
+        """:meth:`apply` in C-level passes over the batch, or ``None`` when the batch needs the loop.
+
+        Taken when every update is a well-formed ``(relation, row, mult)`` of a known relation
+        (rows tuples of the right arity, multiplicities non-zero ints), no relation is declared
+        delete-only and, where the policy looks at the state, no tuple occurs twice in the batch:
+        then each update is checked against the engine's state alone, one
+        :meth:`~ivm.engines.base.Engine.multiplicities` call per relation.  The same outcome as
+        the loop, which handles everything else (and says what is wrong).
+        """
+        if not items or self.policy.delete_only or type(self)._current is not View._current:
+            return None
+        if not set(map(type, items)) <= {tuple, Update} or set(map(len, items)) != {3}:
+            return None
+        relations, rows, mults = map(list, zip(*items, strict=True))
+        if set(map(type, rows)) != {tuple} or set(map(type, mults)) != {int} or 0 in mults:
+            return None
+        names = set(relations)
+        arity = self._arity
+        if not names <= arity.keys():
+            return None
+        if len(names) == 1:
+            if set(map(len, rows)) != {arity[relations[0]]}:
+                return None
+        elif not all(map(int.__eq__, map(len, rows), map(arity.__getitem__, relations))):
+            return None
+        valid = items if set(map(type, items)) == {Update} else list(map(tuple.__new__, repeat(Update), items))
+        reject_negative = self.policy.negative == "reject"
+        reject_duplicate = self.policy.duplicate == "reject"
+        if reject_duplicate or (reject_negative and min(mults) < 0):
+            if len(set(zip(relations, rows, strict=True))) < len(items):
+                return None  # a tuple twice: each is checked against the state the earlier one leaves
+            current = [0] * len(items)
+            for name in names:
+                at = [i for i, r in enumerate(relations) if r == name] if len(names) > 1 else range(len(items))
+                found = self.engine.multiplicities(name, [rows[i] for i in at])
+                for i, c in zip(at, found, strict=True):
+                    current[i] = c
+            bad = [
+                i
+                for i, (c, m) in enumerate(zip(current, mults, strict=True))
+                if (reject_negative and c + m < 0) or (reject_duplicate and m > 0 and c + m > 1)
+            ]
+            if bad:
+                outcome = Outcome()
+                check = self.policy.check
+                for i in bad:
+                    outcome.rejected.append(Rejected(i, valid[i], *check(current[i], mults[i])))  # type: ignore[misc]
+                skip = set(bad)
+                valid = [u for i, u in enumerate(valid) if i not in skip]
+                if valid:
+                    self._apply_valid(valid)
+                outcome.applied = len(valid)
+                return outcome
+        self._apply_valid(valid)
+        return Outcome(applied=len(valid))
 
     def apply_factorized(self, relation: str, factors: Sequence[Sequence[tuple[Any, Any]]]) -> Outcome:
         """Apply a factorizable update ``δR = ⊎_t ⊗_f factor_{t,f}`` (F-IVM §6), kept factorized by the engine.

@@ -65,6 +65,15 @@ class Engine(ABC):
     def multiplicity(self, relation: str, row: Row) -> int:
         """The current multiplicity of ``row`` in base relation ``relation``."""
 
+    def multiplicities(self, relation: str, rows: Sequence[Row]) -> list[int]:
+        """:meth:`multiplicity` of each row of ``relation`` (rows are tuples), in one call.
+
+        Engines that keep the base relation as a dict answer in one C-level pass; this default
+        asks :meth:`multiplicity` per row.
+        """
+        multiplicity = self.multiplicity
+        return [multiplicity(relation, row) for row in rows]
+
     @classmethod
     def runtime_choices(cls, query: Query) -> list[dict[str, str]]:
         """The choices this engine makes at run time from the data, for ``ivm explain``.

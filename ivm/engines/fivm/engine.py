@@ -46,7 +46,7 @@ import sys
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from itertools import chain, islice, product, repeat
-from operator import add, itemgetter
+from operator import add, itemgetter, mul
 from typing import Any
 
 import numpy as np
@@ -129,6 +129,106 @@ def apply_to_base(base: dict[Row, int], delta: dict[Row, int]) -> list[int]:
             if not new:
                 del base[row]
     return olds
+
+
+try:  # the compiled index-join sum (``_count_kernel.pyx``), present when pip install compiled it
+    from ivm.engines.fivm._count_kernel import scan_sum
+except ImportError:  # no compiler at install time: the numpy rule below
+    scan_sum = None
+
+_NO_BUCKET: dict[Any, Any] = {}  # the bucket of an absent index key (never written)
+
+
+def _scan_delta(plan: DeltaPlan, delta: Delta) -> Delta | None:
+    """``δV = ⊕_X (δV_j ⊗ V_i)`` for one sibling joined through a secondary index, count payloads (Fig. 7).
+
+    The plan of a path's inner view, e.g. ``V(b) = ⊕_c R2(b,c) ⊗ V_R3(c)`` when ``R3`` changes:
+    every delta key meets its bucket ``σ_{bound} V_i``.  The buckets are read and the products
+    formed in C-level passes (``map``/``chain`` over the buckets' keys and values), and summed
+    per output key by one ``dict`` build, or one tight loop when output keys repeat.  O(|δV_j| +
+    |join|), the same sums as the general rule; Python ints, so exact.  ``None`` when the output
+    key mixes the child's and the sibling's variables (the general rule handles it).
+    """
+    (step,) = plan.steps
+    child = {slot: i for i, slot in enumerate(plan.child_slots)}
+    fill = {slot: p for p, slot in step.fill}
+    if step.full or not all(slot in child for slot in step.bound_slots):
+        return None
+    store = step.sibling.store
+    assert store is not None, f"view {step.sibling.name} is not materialized"
+    index = store.index(step.bound_pos)
+    bound_of = projection(tuple(child[slot] for slot in step.bound_slots))
+    buckets = list(map(index.get, map(bound_of, delta), repeat(_NO_BUCKET, len(delta))))
+    if all(slot in child for slot in plan.key_slots):  # the output key is the child's: one sum per bucket
+        keys = list(map(projection(tuple(child[slot] for slot in plan.key_slots)), delta))
+        values = list(map(mul, delta.values(), map(sum, map(dict.values, buckets))))
+    elif all(slot in fill for slot in plan.key_slots):  # the output key is the sibling's
+        if scan_sum is not None and len(plan.key_slots) == 1:
+            summed = scan_sum(buckets, list(delta.values()), fill[plan.key_slots[0]], sum(map(len, buckets)))
+            if summed is not None:
+                return summed
+        found = list(chain.from_iterable(buckets))
+        payloads = list(chain.from_iterable(map(dict.values, buckets)))
+        if len(plan.key_slots) == 1:
+            lengths = list(map(len, buckets))
+            summed = _sum_by_int(list(map(itemgetter(fill[plan.key_slots[0]]), found)), payloads, delta, lengths)
+            if summed is not None:
+                return summed
+        each = chain.from_iterable(map(repeat, delta.values(), map(len, buckets)))
+        keys = list(map(projection(tuple(fill[slot] for slot in plan.key_slots)), found))
+        values = list(map(mul, payloads, each))
+    else:
+        return None
+    return _sum_by_key(keys, values)
+
+
+def _sum_by_key(keys: list[Any], values: list[Any]) -> Delta:
+    """``{key: Σ value}``: one ``dict`` build when the keys are distinct, else one tight loop."""
+    out = dict(zip(keys, values, strict=True))
+    if len(out) < len(keys):  # output keys repeat: sum them
+        out = {}
+        get = out.get
+        for key, value in zip(keys, values, strict=True):
+            out[key] = get(key, 0) + value
+    return out
+
+
+def _sum_by_int(keys: list[Any], payloads: list[Any], delta: Delta, lengths: list[int]) -> Delta | None:
+    """``{(k,): Σ payload · m}`` over equal ``k`` (``m``: the delta payload of the row's bucket,
+    ``lengths[i]`` rows for the i-th), in int64 arrays if that is exact, else ``None``.
+
+    Exact when the keys, payloads and delta payloads are Python ints and ``n · max|payload| ·
+    max|m|`` stays below 2^62 (no product or sum overflows).  Keys in a range of at most 4n + 1024
+    values are summed by one ``bincount`` (when every sum is below 2^53, so float weights are
+    exact), others by one sort and one segment sum.  O(n) or O(n log n) in C, no row in Python.
+    Keys whose sum is 0 are left out (the caller drops zero deltas anyway).
+    """
+    n = len(keys)
+    if not n:
+        return {}
+    multipliers = list(delta.values())
+    if set(map(type, keys)) != {int} or not set(map(type, payloads)) | set(map(type, multipliers)) <= {int}:
+        return None
+    try:
+        k = np.fromiter(keys, dtype=np.int64, count=n)
+        v = np.fromiter(payloads, dtype=np.int64, count=n)
+        m = np.fromiter(multipliers, dtype=np.int64, count=len(multipliers))
+    except OverflowError:
+        return None
+    bound = float(np.abs(v).max()) * float(np.abs(m).max()) * n
+    if bound >= 2.0**62:
+        return None
+    products = v * np.repeat(m, lengths)
+    low, high = int(k.min()), int(k.max())
+    if bound < 2.0**53 and high - low <= 4 * n + 1024:
+        sums = np.bincount(k - low, weights=products, minlength=high - low + 1)
+        where = np.flatnonzero(sums)
+        return dict(zip(zip((where + low).tolist()), sums[where].astype(np.int64).tolist(), strict=True))
+    order = np.argsort(k, kind="stable")
+    k = k[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    sums = np.add.reduceat(products[order], starts)
+    return dict(zip(zip(k[starts].tolist()), sums.tolist(), strict=True))
 
 
 class FIVM(Engine):
@@ -636,6 +736,8 @@ class FIVM(Engine):
         if simple:  # the rows are the keys
             if self._lanes:
                 return {row: (m, m) for row, m in delta.items()}
+            if type(self.ring) is NumericRing:  # from_mult(m) is m: the delta itself
+                return dict(delta)
             return {row: from_mult(m) for row, m in delta.items()}
         mults: dict[tuple[Any, ...], int] = {}  # rows projecting to one key (repeated variables) add up
         for row, m in delta.items():
@@ -655,9 +757,13 @@ class FIVM(Engine):
         in_lanes = self._lanes
         is_zero = self.ring.is_zero
         one_by_one = not self._factorized and not in_lanes
+        counts = type(self.ring) is NumericRing
         while True:
             if in_lanes:
                 delta = {k: p for k, p in delta.items() if p != lanes.ZERO}
+            elif counts:
+                if 0 in delta.values():  # one C-level scan; a copy only when some key is 0
+                    delta = {k: p for k, p in delta.items() if p != 0}
             else:
                 delta = {k: p for k, p in delta.items() if not is_zero(p)}
             if not delta:
@@ -670,6 +776,8 @@ class FIVM(Engine):
             if store is not None:
                 if in_lanes:
                     store.add_all_lanes(delta)
+                elif counts:
+                    store.add_numbers(delta)
                 else:
                     add = store.add
                     for key, payload in delta.items():
@@ -731,6 +839,10 @@ class FIVM(Engine):
             return kernel(plan, delta, plan.powers)
         if plan.direct is not None and not self._factorized:
             return self._direct_delta(plan, delta)
+        if len(plan.steps) == 1 and type(self.ring) is NumericRing:
+            scanned = _scan_delta(plan, delta)
+            if scanned is not None:
+                return scanned
         out: Delta = {}
         slots: list[Any] = [None] * plan.width
         steps = plan.steps
@@ -793,6 +905,13 @@ class FIVM(Engine):
             assert store is not None, f"view {step.sibling.name} is not materialized"
             lookups.append((store.data, project))
         key_of = None if direct.identity else direct.key
+        if type(self.ring) is NumericRing:  # counts: lookups, products and sums in C-level passes
+            keys, payloads, n = list(delta), list(delta.values()), len(delta)
+            for data, project in lookups:
+                payloads = list(map(mul, payloads, map(data.get, map(project, keys), repeat(0, n))))
+            if not plan.key_slots:
+                return {(): sum(payloads)}
+            return _sum_by_key(keys if key_of is None else list(map(key_of, keys)), payloads)
         lift = direct.lift if plan.lift_vars else None
         ring, lift_vars = self.ring, plan.lift_vars
         out: Delta = {}
@@ -1085,6 +1204,10 @@ class FIVM(Engine):
 
     def multiplicity(self, relation: str, row: Row) -> int:
         return self.base.get(relation, {}).get(tuple(row), 0)
+
+    def multiplicities(self, relation: str, rows: Sequence[Row]) -> list[int]:
+        base = self.base.get(relation, {})
+        return list(map(base.get, rows, repeat(0, len(rows))))
 
     # ------------------------------------------------------------------ intro
     def views(self) -> dict[str, dict[tuple[Any, ...], Any]]:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 from ivm.engines.base import Engine
@@ -241,6 +242,10 @@ class SkewHybrid(Engine):
 
     def multiplicity(self, relation: str, row: Row) -> int:
         return self.base[relation].get(tuple(row), 0)
+
+    def multiplicities(self, relation: str, rows: Sequence[Row]) -> list[int]:
+        base = self.base[relation]
+        return list(map(base.get, rows, repeat(0, len(rows))))
 
     def stats(self) -> dict[str, int | float]:
         out: dict[str, int | float] = {f"{self.mode}.{k}": v for k, v in self.engine.stats().items()}
