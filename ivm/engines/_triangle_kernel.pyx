@@ -43,6 +43,7 @@ import sys
 
 cdef extern from "Python.h":
     bint PyLong_Check(object o)
+    bint PyLong_CheckExact(object o)
     bint PyTuple_Check(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     long long PyLong_AsLongLong(object o) except? -1
@@ -328,6 +329,55 @@ cdef extern from *:
 
     static inline uint64_t tk_pair(uint32_t x, uint32_t y) { return ((uint64_t)x << 32) | y; }
 
+    /* int value -> id for exact ints (a cache in front of the Python dict of ids): one probe,
+       no Python object read but the int itself; slot empty when id1 == 0 (id1 = id + 1) */
+    typedef struct { int64_t key; uint32_t id1; uint32_t pad; } tk_ient;
+    typedef struct { tk_ient *t; uint64_t mask; uint64_t n; } tk_imap;
+
+    static inline int64_t tk_iget(const tk_imap *m, int64_t key) {
+        if (m->t == NULL) return -1;
+        uint64_t i = tk_mix((uint64_t)key) & m->mask;
+        for (;;) {
+            const tk_ient *e = &m->t[i];
+            if (e->id1 == 0) return -1;
+            if (e->key == key) return (int64_t)e->id1 - 1;
+            i = (i + 1) & m->mask;
+        }
+    }
+
+    static int tk_iput(tk_imap *m, int64_t key, uint32_t id) {  /* key absent */
+        if (m->t == NULL || 2 * (m->n + 1) > m->mask + 1) {
+            uint64_t cap = m->t ? 2 * (m->mask + 1) : 1024, j;
+            tk_ient *t = (tk_ient *)calloc(cap, sizeof(tk_ient));
+            if (t == NULL) return -1;
+            if (m->t != NULL) {
+                for (j = 0; j <= m->mask; j++) {
+                    if (m->t[j].id1) {
+                        uint64_t i = tk_mix((uint64_t)m->t[j].key) & (cap - 1);
+                        while (t[i].id1) i = (i + 1) & (cap - 1);
+                        t[i] = m->t[j];
+                    }
+                }
+                free(m->t);
+            }
+            m->t = t;
+            m->mask = cap - 1;
+        }
+        uint64_t i = tk_mix((uint64_t)key) & m->mask;
+        while (m->t[i].id1) i = (i + 1) & m->mask;
+        m->t[i].key = key;
+        m->t[i].id1 = id + 1;
+        m->n++;
+        return 0;
+    }
+
+    static void tk_ifree(tk_imap *m) {
+        free(m->t);
+        m->t = NULL;
+        m->mask = 0;
+        m->n = 0;
+    }
+
     /* |s ∩ b| scanning s's ids (the caller passes the smaller) and probing b: bit tests when b
        has a bitset, else a scan of b's few ids or a probe of its table; no branch on the outcome */
     static int64_t tk_common(const tk_adj *s, const tk_adj *b) {
@@ -459,6 +509,15 @@ cdef extern from *:
         int64_t size
     ctypedef struct tk_acc:
         pass
+    ctypedef struct tk_ient:
+        pass
+    ctypedef struct tk_imap:
+        tk_ient *t
+        uint64_t mask
+        uint64_t n
+    int64_t tk_iget(const tk_imap *m, int64_t key)
+    int tk_iput(tk_imap *m, int64_t key, uint32_t id)
+    void tk_ifree(tk_imap *m)
     uint64_t TK_MEMPTY
     const tk_adj *tk_row(const tk_index *ix, int64_t id)
     int tk_has(const tk_adj *a, uint32_t z)
@@ -518,6 +577,7 @@ cdef class TriangleFirstOrder:
     """
 
     cdef tk_slot s[3]
+    cdef tk_imap ints
     cdef dict ids
     cdef list values
     cdef dict plan
@@ -538,6 +598,9 @@ cdef class TriangleFirstOrder:
             self.s[i].o.mask = 0
             self.s[i].o.n = 0
             self.s[i].size = 0
+        self.ints.t = NULL
+        self.ints.mask = 0
+        self.ints.n = 0
         self.ids = {}
         self.values = []
         self.absmax = 1
@@ -550,21 +613,48 @@ cdef class TriangleFirstOrder:
             tk_index_free(&self.s[i].f)
             tk_index_free(&self.s[i].b)
             tk_mfree(&self.s[i].o)
+        tk_ifree(&self.ints)
 
     # -- ids ---------------------------------------------------------------------------
 
     cdef inline int64_t _find(self, object v) except -2:
-        cdef PyObject *p = PyDict_GetItem(self.ids, v)
+        """The id of ``v`` or -1: exact ints in the C map first, then the dict (equal values of
+        other types, e.g. 1.0 for 1, share the id, as in a Python set)."""
+        cdef PyObject *p
+        cdef int ovf = 0
+        cdef long long k
+        cdef int64_t i
+        if PyLong_CheckExact(v):
+            k = PyLong_AsLongLongAndOverflow(v, &ovf)
+            if not ovf:
+                i = tk_iget(&self.ints, k)
+                if i >= 0:
+                    return i
+                p = PyDict_GetItem(self.ids, v)
+                if p is NULL:
+                    return -1
+                i = PyLong_AsLongLong(<object> p)
+                if tk_iput(&self.ints, k, <uint32_t> i) < 0:
+                    raise MemoryError()
+                return i
+        p = PyDict_GetItem(self.ids, v)
         if p is NULL:
             return -1
         return PyLong_AsLongLong(<object> p)
 
     cdef int64_t _intern(self, object v) except -1:
+        """A new id for ``v`` (absent from the dict); O(1) amortized."""
         cdef int64_t i = PyList_GET_SIZE(self.values)
+        cdef int ovf = 0
+        cdef long long k
         if i >= MAX_IDS:
             raise OverflowError("more distinct values than the compiled state numbers")
         PyDict_SetItem(self.ids, v, i)
         self.values.append(v)
+        if PyLong_CheckExact(v):
+            k = PyLong_AsLongLongAndOverflow(v, &ovf)
+            if not ovf and tk_iput(&self.ints, k, <uint32_t> i) < 0:
+                raise MemoryError()
         return i
 
     # -- updates -----------------------------------------------------------------------
@@ -686,12 +776,16 @@ cdef class TriangleFirstOrder:
         """
         cdef TriangleFirstOrder other = _rebuild(*self.__reduce__()[1])
         cdef tk_slot tmp
+        cdef tk_imap itmp
         cdef int i
         for i in range(3):
             tmp = self.s[i]
             self.s[i] = other.s[i]
             other.s[i] = tmp
         self.ids, other.ids = other.ids, self.ids
+        itmp = self.ints
+        self.ints = other.ints
+        other.ints = itmp
         self.values, other.values = other.values, self.values
         self.absmax = other.absmax
 

@@ -342,3 +342,28 @@ def test_graph_stream_inserts_then_deletes() -> None:
         python.apply(deletes)
         assert engine.result() == python.result()
         assert slots_state(engine.parts) == slots_state(python._slots)
+
+
+@needs_state
+def test_equal_values_of_other_types_share_a_key() -> None:
+    """1.0, True and numpy integers equal to an int are one key, whichever arrives first (as in a set)."""
+    np = pytest.importorskip("numpy")
+    query = parse(TRIANGLE)
+    rng = random.Random(9)
+    kinds = [int, float, np.int64, lambda v: bool(v) if v in (0, 1) else v, lambda v: v + 2**64 - 2**64]
+    for batch in (1, 50):
+        stream = []
+        for _ in range(1500):
+            x, y = rng.randrange(6), rng.randrange(6)
+            row = (rng.choice(kinds)(x), rng.choice(kinds)(y))
+            stream.append((rng.choice("RST"), row, rng.choice([1, 1, 2, -1])))
+        compiled = FirstOrderIVM(query, implementation="compiled")
+        python = FirstOrderIVM(query, implementation="python")
+        for i in range(0, len(stream), batch):
+            compiled.apply(stream[i : i + batch])
+            python.apply(stream[i : i + batch])
+            assert compiled.result() == python.result()
+        assert slots_state(compiled._slots) == slots_state(python._slots)
+        for x in range(6):
+            for y in range(6):
+                assert compiled.multiplicity("R", (x, float(y))) == python.multiplicity("R", (x, y))
