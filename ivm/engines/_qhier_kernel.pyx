@@ -39,6 +39,7 @@ from array import array
 
 ctypedef long long i64
 ctypedef int i32
+ctypedef unsigned long long u64
 
 cdef extern from *:
     """
@@ -139,6 +140,61 @@ cdef inline unsigned long long _pair_hash(i64 pid, i64 v) noexcept nogil:
     return qh_mix(<unsigned long long>v ^ (<unsigned long long>pid * 0x9E3779B97F4A7C15ULL))
 
 
+# -- open-addressing indexes ----------------------------------------------------------------------
+#
+# A slot is ``hash32 << 32 | row`` (``EMPTY``: all ones): the low 32 bits of the key's hash beside the
+# row id, so a probe reads a row only when the hashes agree, and deletion (backward shift) and growth
+# never read rows.  Linear probing, at most 70% full, capacity a power of two.
+
+cdef u64 EMPTY = 0xFFFFFFFFFFFFFFFFULL
+
+
+cdef u64* _index_new(Py_ssize_t icap) except NULL:
+    cdef u64* index = <u64*>_grow(NULL, 0, icap * 8, False)
+    memset(index, 0xFF, icap * 8)
+    return index
+
+
+cdef inline void _index_insert(u64* index, size_t mask, unsigned long long h, i32 r) noexcept:
+    cdef size_t j = h & mask
+    while index[j] != EMPTY:
+        j = (j + 1) & mask
+    index[j] = ((h & 0xFFFFFFFFULL) << 32) | <u64><unsigned int>r
+
+
+cdef u64* _index_grow(u64* old, Py_ssize_t oldcap, Py_ssize_t icap) except NULL:
+    """The slots of ``old`` re-placed in a new index of ``icap`` slots (from the stored hashes)."""
+    cdef u64* index = _index_new(icap)
+    cdef Py_ssize_t i
+    cdef u64 s
+    for i in range(oldcap):
+        s = old[i]
+        if s != EMPTY:
+            _index_insert(index, icap - 1, s >> 32, <i32>(s & 0xFFFFFFFFULL))
+    _release(old, oldcap * 8)
+    return index
+
+
+cdef inline void _index_remove(u64* index, size_t mask, unsigned long long h, i32 r) noexcept:
+    """Delete row ``r`` (key hash ``h``) by backward shift: later slots of the cluster move up."""
+    cdef size_t i = h & mask, j, k
+    cdef u64 s
+    while <i32>(index[i] & 0xFFFFFFFFULL) != r:
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        s = index[j]
+        if s == EMPTY:
+            break
+        k = (s >> 32) & mask
+        if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
+            continue
+        index[i] = s
+        i = j
+    index[i] = EMPTY
+
+
 cdef class Pool:
     """The items of one q-tree node as rows of one byte array, with the (parent, value) → row index.
 
@@ -157,7 +213,7 @@ cdef class Pool:
     cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap, stride
     cdef Py_ssize_t o_weight, o_lw, o_fw, o_prev, o_mults, o_sums, o_fsums, o_heads
     cdef char* data
-    cdef i32* index
+    cdef u64* index
     cdef i32* freed
     cdef int n_bound, n_free
     cdef int* bound_slots
@@ -207,7 +263,7 @@ cdef class Pool:
 
     def __dealloc__(self):
         _release(self.data, self.cap * self.stride)
-        _release(self.index, self.icap * 4)
+        _release(self.index, self.icap * 8)
         _release(self.freed, self.freedcap * 4)
         PyMem_Free(self.bound_slots)
         PyMem_Free(self.free_slots)
@@ -271,35 +327,29 @@ cdef class Pool:
     # -- rows and index --------------------------------------------------------------------------
 
     cdef int _rehash(self, Py_ssize_t icap) except -1:
-        cdef i32* old = self.index
-        cdef Py_ssize_t oldcap = self.icap, i, j
-        cdef size_t mask = icap - 1
-        cdef i32 r
-        self.index = <i32*>_grow(NULL, 0, icap * 4, False)
-        memset(self.index, 0xFF, icap * 4)
+        if self.index == NULL:
+            self.index = _index_new(icap)
+        else:
+            self.index = _index_grow(self.index, self.icap, icap)
         self.icap = icap
-        for i in range(oldcap):
-            r = old[i]
-            if r >= 0:
-                j = _pair_hash(self.parent(r)[0], self.val(r)) & mask
-                while self.index[j] >= 0:
-                    j = (j + 1) & mask
-                self.index[j] = r
-        _release(old, oldcap * 4)
         return 0
 
     cdef inline i32 find(self, i64 pid, i64 v) noexcept:
         cdef size_t mask = self.icap - 1
-        cdef size_t j = _pair_hash(pid, v) & mask
+        cdef unsigned long long h = _pair_hash(pid, v)
+        cdef u64 h32 = h & 0xFFFFFFFFULL, s
+        cdef size_t j = h & mask
         cdef i32 r
         cdef char* row
         while True:
-            r = self.index[j]
-            if r < 0:
+            s = self.index[j]
+            if s == EMPTY:
                 return -1
-            row = self.data + r * self.stride
-            if (<i64*>(row + 8))[0] == v and (<i32*>row)[0] == pid:
-                return r
+            if (s >> 32) == h32:
+                r = <i32>(s & 0xFFFFFFFFULL)
+                row = self.data + r * self.stride
+                if (<i64*>(row + 8))[0] == v and (<i32*>row)[0] == pid:
+                    return r
             j = (j + 1) & mask
 
     cdef i32 add(self, i64 pid, i64 v) except -1:
@@ -333,33 +383,12 @@ cdef class Pool:
         self.live += 1
         if self.live * 10 > self.icap * 7:
             self._rehash(self.icap * 2)
-        mask = self.icap - 1
-        j = _pair_hash(pid, v) & mask
-        while self.index[j] >= 0:
-            j = (j + 1) & mask
-        self.index[j] = r
+        _index_insert(self.index, self.icap - 1, _pair_hash(pid, v), r)
         return r
 
     cdef int remove(self, i32 r) except -1:
         """Drop item ``r`` from the index (backward-shift deletion) and put its row on the free list."""
-        cdef size_t mask = self.icap - 1
-        cdef size_t i = _pair_hash(self.parent(r)[0], self.val(r)) & mask
-        cdef size_t j, k
-        cdef i32 s
-        while self.index[i] != r:
-            i = (i + 1) & mask
-        j = i
-        while True:
-            j = (j + 1) & mask
-            s = self.index[j]
-            if s < 0:
-                break
-            k = _pair_hash(self.parent(s)[0], self.val(s)) & mask
-            if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
-                continue
-            self.index[i] = s
-            i = j
-        self.index[i] = -1
+        _index_remove(self.index, self.icap - 1, _pair_hash(self.parent(r)[0], self.val(r)), r)
         self.support(r)[0] = 0
         if self.nfreed == self.freedcap:
             self.freed = <i32*>_grow(self.freed, self.freedcap * 4, _more(self.freedcap) * 4, False)
@@ -395,7 +424,7 @@ cdef class Pool:
 
     cpdef Py_ssize_t nbytes(self):
         """Allocated bytes of the rows, the index and the free list."""
-        return self.cap * self.stride + self.icap * 4 + self.freedcap * 4
+        return self.cap * self.stride + self.icap * 8 + self.freedcap * 4
 
 
 cdef inline unsigned long long _row_hash(const i64* codes, int arity) noexcept nogil:
@@ -424,7 +453,7 @@ cdef class Relation:
     cdef Py_ssize_t vlive
     cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap, width
     cdef i64* data
-    cdef i32* index
+    cdef u64* index
     cdef i32* freed
 
     def __cinit__(self, str name, int arity):
@@ -436,7 +465,7 @@ cdef class Relation:
 
     def __dealloc__(self):
         _release(self.data, self.cap * 8 * self.width)
-        _release(self.index, self.icap * 4)
+        _release(self.index, self.icap * 8)
         _release(self.freed, self.freedcap * 4)
 
     cdef inline i64* codes(self, i64 r) noexcept:
@@ -446,42 +475,36 @@ cdef class Relation:
         return self.data[r * self.width + self.arity]
 
     cdef int _rehash(self, Py_ssize_t icap) except -1:
-        cdef i32* old = self.index
-        cdef Py_ssize_t oldcap = self.icap, i, j
-        cdef size_t mask = icap - 1
-        cdef i32 r
-        self.index = <i32*>_grow(NULL, 0, icap * 4, False)
-        memset(self.index, 0xFF, icap * 4)
+        if self.index == NULL:
+            self.index = _index_new(icap)
+        else:
+            self.index = _index_grow(self.index, self.icap, icap)
         self.icap = icap
-        for i in range(oldcap):
-            r = old[i]
-            if r >= 0:
-                j = _row_hash(self.codes(r), self.arity) & mask
-                while self.index[j] >= 0:
-                    j = (j + 1) & mask
-                self.index[j] = r
-        _release(old, oldcap * 4)
         return 0
 
     cdef inline i32 find(self, const i64* key) noexcept:
         cdef size_t mask = self.icap - 1
-        cdef size_t j = _row_hash(key, self.arity) & mask
+        cdef unsigned long long h = _row_hash(key, self.arity)
+        cdef u64 h32 = h & 0xFFFFFFFFULL, s
+        cdef size_t j = h & mask
         cdef i32 r
         cdef int a
         cdef bint same
         cdef i64* row
         while True:
-            r = self.index[j]
-            if r < 0:
+            s = self.index[j]
+            if s == EMPTY:
                 return -1
-            row = self.data + r * self.width
-            same = True
-            for a in range(self.arity):
-                if row[a] != key[a]:
-                    same = False
-                    break
-            if same:
-                return r
+            if (s >> 32) == h32:
+                r = <i32>(s & 0xFFFFFFFFULL)
+                row = self.data + r * self.width
+                same = True
+                for a in range(self.arity):
+                    if row[a] != key[a]:
+                        same = False
+                        break
+                if same:
+                    return r
             j = (j + 1) & mask
 
     cdef inline i64 get(self, const i64* key) noexcept:
@@ -519,29 +542,10 @@ cdef class Relation:
             self.live += 1
             if self.live * 10 > self.icap * 7:
                 self._rehash(self.icap * 2)
-            mask = self.icap - 1
-            j = _row_hash(key, self.arity) & mask
-            while self.index[j] >= 0:
-                j = (j + 1) & mask
-            self.index[j] = r
+            _index_insert(self.index, self.icap - 1, _row_hash(key, self.arity), r)
             return 0
         # m == 0: delete row r
-        mask = self.icap - 1
-        i = _row_hash(key, self.arity) & mask
-        while self.index[i] != r:
-            i = (i + 1) & mask
-        j = i
-        while True:
-            j = (j + 1) & mask
-            s = self.index[j]
-            if s < 0:
-                break
-            k = _row_hash(self.codes(s), self.arity) & mask
-            if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
-                continue
-            self.index[i] = s
-            i = j
-        self.index[i] = -1
+        _index_remove(self.index, self.icap - 1, _row_hash(key, self.arity), r)
         self.data[r * self.width + self.arity] = 0
         if self.nfreed == self.freedcap:
             self.freed = <i32*>_grow(self.freed, self.freedcap * 4, _more(self.freedcap) * 4, False)
@@ -555,7 +559,7 @@ cdef class Relation:
         return self.vlive if self.virtual else self.live
 
     cpdef Py_ssize_t nbytes(self):
-        return self.cap * 8 * self.width + self.icap * 4 + self.freedcap * 4
+        return self.cap * 8 * self.width + self.icap * 8 + self.freedcap * 4
 
     def export(self):
         """The live rows as ``(codes, multiplicities)``: two bytes objects of int64 (row-major codes)."""
