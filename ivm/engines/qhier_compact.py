@@ -237,6 +237,7 @@ class QHierCompactEngine(QHierEngine):
     def _become_python(self, reason: str) -> None:
         """Continue on the Python reference from the same state (base relations, deltas, counters); O(N)."""
         state = self._python_state()
+        self._kernel.version += 1  # open enumerations of the kernel's state are stale from here on
         self.__class__ = QHierEngine  # type: ignore[assignment]
         del self._kernel
         QHierEngine.__setstate__(self, state)
