@@ -12,7 +12,8 @@ constant (bench/paper_queries.py, bench/line3.py).  :class:`SkewHybrid` runs
 - the **cold** engine (``fivm``) while every join-variable degree is below
   ``max(skew · √N, floor)`` (N the threshold base, ``⌊N/4⌋ ≤ |D| < N``), and
 - the **hot** engine (``ivm_eps_3r``, ``ivm_eps_lw`` or ``ivm_eps_path4`` at
-  ``eps``) from the update at which a degree reaches it: the hot engine is built
+  ``eps``) from the end of the batch in which a degree reaches it (F-IVM applies
+  a batch whole; within one, a single update is a batch): the hot engine is built
   from the current database (its preprocessing, O(N^{1+min(eps,1-eps)}), paid
   like a major rebalancing), the cold one dropped;
 - back to the cold engine (O(N) to build) when the largest degree has fallen
@@ -32,8 +33,8 @@ keeps short lists on F-IVM at small N.
 The degree of a value ``v`` of a join variable ``X`` in atom ``i`` is the number
 of distinct tuples of atom ``i``'s relation with ``X = v``; it bounds the degree
 of every partition key of the hot engine that contains ``X`` (so a heavy key of
-the hot engine is a heavy value here: the switch is never late, and may be
-early).  Kept exactly, O(#join variables of the atom) per update that creates or
+the hot engine is a heavy value here: the switch is late by at most the rest of
+one batch, and may be early).  Kept exactly, O(#join variables of the atom) per update that creates or
 removes a distinct tuple.
 
 Guarantee.  Hot: the hot engine's bound.  Cold: F-IVM's, on data where every
@@ -50,11 +51,14 @@ first promotion is paid once, like preprocessing).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from itertools import repeat
+from itertools import compress, repeat
+from operator import add, itemgetter, sub
 from typing import Any
 
 from ivm.engines.base import Engine
+from ivm.engines.fivm.engine import apply_to_base, by_relation
 from ivm.query.four_path import four_path
 from ivm.query.loomis_whitney import loomis_whitney
 from ivm.query.model import Query
@@ -80,6 +84,9 @@ def hot_engine_name(query: Query) -> str | None:
     if lw and lw.witness.degree >= 4:
         return "ivm_eps_lw"
     return "ivm_eps_path4" if four_path(query) else None
+
+
+_relation_of, _row_of, _mult_of = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def _registered(name: str) -> type[Engine] | None:
@@ -185,6 +192,9 @@ class SkewHybrid(Engine):
 
     def apply(self, updates: Sequence[Update | tuple[str, Row, int]]) -> None:
         """Track the degrees, hand the batch to the engine in force; switch between two updates."""
+        if self._apply_cold_batch(updates):
+            return
+        self._bound = None  # the loop may raise degrees anywhere: the bound is recomputed when needed
         pending: list[Any] = []
         base, watch, degrees = self.base, self.watch, self.degrees
         hot_cutoff = self.hot_cutoff
@@ -233,6 +243,64 @@ class SkewHybrid(Engine):
             self.engine.apply(pending)
         if not cold and self.updates_applied >= self.next_check:
             self._checkpoint()
+
+    def _apply_cold_batch(self, updates: Sequence[Update | tuple[str, Row, int]]) -> bool:
+        """:meth:`apply` while F-IVM is in force, a batch at a time in C-level passes (``False``: use the loop).
+
+        The base relations and degrees are updated per relation at once and F-IVM gets the whole
+        batch; then ``N`` is resized and the switch rule applied once, at the batch's end.  So a
+        promotion comes at the end of the batch in which a degree reaches the cutoff (the loop
+        switches at that update); the count is exact either way, and that one batch costs F-IVM's
+        work.  The largest degree is kept as an upper bound (plus, per batch, the most updates any
+        value has) and recomputed in O(#values) only when the bound reaches the cutoff.
+        """
+        if self.mode != COLD or not isinstance(updates, list | tuple) or not updates:
+            return False
+        relations = set(map(_relation_of, updates))
+        mults = list(map(_mult_of, updates))
+        if not relations <= self.base.keys() or set(map(type, map(_row_of, updates))) != {tuple}:
+            return False
+        if set(map(type, mults)) != {int}:
+            return False
+        gain = 0
+        for relation, delta in by_relation(updates).items():
+            olds = apply_to_base(self.base[relation], delta)
+            steps = list(map(sub, map(bool, map(add, olds, delta.values())), map(bool, olds)))
+            if not any(steps):
+                continue
+            rows = list(delta)
+            up = list(compress(rows, map((1).__eq__, steps)))
+            down = list(compress(rows, map((-1).__eq__, steps)))
+            self.size += len(up) - len(down)
+            for w in self.watch[relation]:
+                column, value_of = self.degrees[w], itemgetter(w[1])
+                if up:
+                    counts = Counter(map(value_of, up))
+                    gain = max(gain, max(counts.values()))
+                    for value, count in counts.items():
+                        column[value] = column.get(value, 0) + count
+                for value in map(value_of, down):
+                    d = column[value] - 1
+                    if d:
+                        column[value] = d
+                    else:
+                        del column[value]
+        self.updates_applied += len(mults) - mults.count(0)
+        self.engine.apply(updates)
+        if not self.N // 4 <= self.size < self.N:
+            self._resize()
+        bound = getattr(self, "_bound", None)
+        bound = self._max_degree() if bound is None else bound + gain
+        if bound >= self.hot_cutoff:
+            bound = self._max_degree()
+            if bound >= self.hot_cutoff:
+                self._bound = None
+                self._switch(
+                    self.hot_name, f"a join value has degree ≥ max({self.skew:g}·√N, {self.floor}) = {self.hot_cutoff}"
+                )
+                return True
+        self._bound = bound
+        return True
 
     def result(self) -> Any:
         return self.engine.result()
