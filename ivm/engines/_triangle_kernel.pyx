@@ -378,12 +378,40 @@ cdef extern from *:
         m->n = 0;
     }
 
+    /* |a ∩ b| of two bitsets over their common words (the ids above the shorter one are in neither) */
+    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __attribute__((target("popcnt"))) static int64_t tk_and_popcnt_hw(const uint64_t *a, const uint64_t *b, uint32_t w) {
+        int64_t c = 0;
+        uint32_t t;
+        for (t = 0; t < w; t++) c += __builtin_popcountll(a[t] & b[t]);
+        return c;
+    }
+    static int tk_has_popcnt(void) {
+        static int known = -1;
+        if (known < 0) { __builtin_cpu_init(); known = __builtin_cpu_supports("popcnt") ? 1 : 0; }
+        return known;
+    }
+    #else
+    static int64_t tk_and_popcnt_hw(const uint64_t *a, const uint64_t *b, uint32_t w) { return 0; }
+    static int tk_has_popcnt(void) { return 0; }
+    #endif
+    static int64_t tk_and_count(const tk_adj *s, const tk_adj *b) {
+        uint32_t w = s->nw < b->nw ? s->nw : b->nw, t;
+        if (tk_has_popcnt()) return tk_and_popcnt_hw(s->bs, b->bs, w);
+        int64_t c = 0;
+        for (t = 0; t < w; t++) c += __builtin_popcountll(s->bs[t] & b->bs[t]);
+        return c;
+    }
+
     /* |s ∩ b| scanning s's ids (the caller passes the smaller) and probing b: bit tests when b
        has a bitset, else a scan of b's few ids or a probe of its table; no branch on the outcome */
     static int64_t tk_common(const tk_adj *s, const tk_adj *b) {
         const uint32_t *mem = s->mem;
         uint32_t t, n = s->n;
         int64_t c = 0;
+        if (b->bs != NULL && s->bs != NULL && (s->nw < b->nw ? s->nw : b->nw) <= n) {
+            return tk_and_count(s, b);  /* fewer words than ids to probe: AND the bitsets */
+        }
         if (b->bs != NULL) {
             const uint64_t *bs = b->bs;
             uint64_t lim = 64ull * b->nw;
