@@ -35,7 +35,7 @@ target (at least 5x at batch 1,000, at least 1x at batch 1).
 
 Usage::
 
-    .venv/bin/python bench/first_order_kernel.py                         # full table, ~20 min on 2 cores
+    .venv/bin/python bench/first_order_kernel.py                         # full table, ~20-30 min on 2 cores
     .venv/bin/python bench/first_order_kernel.py --batches 1,1000 --repeat 1 --workloads facebook
     .venv/bin/python bench/first_order_kernel.py --systems auto,plain --json bench/out/fo.json
 """
@@ -222,7 +222,7 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=20240601)
-    ap.add_argument("--skew-n", type=int, default=300_000, help="tuples loaded by the skewed workload")
+    ap.add_argument("--skew-n", type=int, default=1_000_000, help="tuples loaded by the skewed workload")
     ap.add_argument("--no-anchor", action="store_true", help="skip ../shared/anchors/native_fo.py")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -260,6 +260,7 @@ def main() -> None:
                 row["rss_before_mb"] = statistics.median(r["rss_before_mb"] for r in runs)
                 row["partitioned"] = max(r["partitioned"] + r["promotions"] for r in runs)
                 row["q"] = [runs[0][f"q_{p}"] for p in phases]
+                row["engine"] = runs[0]["engine"]
                 assert all([r[f"q_{p}"] for p in phases] == row["q"] for r in runs), "runs disagree"
                 rows.append(row)
                 cells = [f"{row[f'{p}_per_s']:>11,.0f}" if f"{p}_per_s" in row else f"{'-':>11}" for p in phases]
@@ -271,6 +272,9 @@ def main() -> None:
                     f"{'/'.join(f'{x:.1f}' for x in loads):<14}  {row['q'][-1]:,}",
                     flush=True,
                 )
+        engines = sorted({r["engine"] for r in rows if r["workload"] == workload and r["system"] == "auto"})
+        if engines:
+            print(f"auto ran: {', '.join(engines)} (part: runs in which it partitioned a relation)", flush=True)
         qs = {tuple(r["q"]) for r in rows if r["workload"] == workload}
         assert len(qs) == 1, f"systems disagree on {workload}: {qs}"
         if workload == "facebook" and not args.no_anchor:
