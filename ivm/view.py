@@ -319,6 +319,12 @@ class View:
         choice = getattr(self.engine, "choice", None)
         if callable(choice):
             out["choice"] = choice()  # a data-dependent choice made at run time (e.g. eps per relation)
+        memory = getattr(self.engine, "view_memory", None)
+        if callable(memory):  # per stored view: keys, bytes, bytes per payload, payload support (F-IVM §6.2)
+            out["memory"] = {
+                name: {"keys": keys, "bytes": total, "bytes_per_payload": round(per, 1), "support": support}
+                for name, (keys, total, per, support) in memory().items()
+            }
         return out
 
     def stats(self) -> dict[str, int | float]:

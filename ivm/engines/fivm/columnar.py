@@ -248,6 +248,8 @@ class ColumnStore:
         tables = (
             sys.getsizeof(self.rows) + sys.getsizeof(self.keys) + sum(sys.getsizeof(i) for i in self.indexes.values())
         )
+        if self.codes is not None:
+            tables += self.codes.nbytes
         arrays = len(self.C) * width * item
         return n, int(tables + arrays + n * per_key), per_payload
 

@@ -221,3 +221,17 @@ def test_view_batch_path_equals_the_loop(policy: Policy, engine: str, monkeypatc
         assert fast.result() == loop.result()
         for rel, a, b in itertools.product("RST", range(12), range(12)):
             assert fast.engine.multiplicity(rel, (a, b)) == loop.engine.multiplicity(rel, (a, b))
+
+
+def test_explain_reports_memory_per_view_sized_to_its_support() -> None:
+    view = ivm.maintain("Q(COVAR(x, y, z)) :- R(k, x, y), S(k, z)", engine="fivm", options={"exact": False})
+    view.apply([("R", (k, 1.0, 2.0), 1) for k in range(40)] + [("S", (k, 3.0), 1) for k in range(0, 40, 2)])
+    memory = view.explain()["memory"]
+    assert memory == {
+        name: {"keys": k, "bytes": b, "bytes_per_payload": round(p, 1), "support": s}
+        for name, (k, b, p, s) in view.engine.view_memory().items()
+    }
+    supports = {entry["support"]: entry for entry in memory.values()}
+    # float payloads: (1 + k + k²) · 8 bytes for a support of k variables (the root has all three)
+    assert {s: e["bytes_per_payload"] for s, e in supports.items()} == {1: 24.0, 2: 56.0, 3: 104.0}
+    assert [supports[s]["keys"] for s in (1, 2, 3)] == [20, 40, 1]  # V_S(k), V_R(k), the root
