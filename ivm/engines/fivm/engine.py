@@ -91,6 +91,9 @@ def by_relation(updates: Sequence[Update]) -> dict[str, dict[Row, int]]:
     >>> by_relation([("R", (1,), 1), ("S", (2,), 1), ("R", (1,), 2), ("S", (2,), -1)])
     {'R': {(1,): 3}}
     """
+    if isinstance(updates, list | tuple) and len(updates) == 1:
+        ((relation, row, mult),) = updates
+        return {relation: {row: mult}} if mult else {}
     if isinstance(updates, list | tuple) and updates:
         relations = set(map(_relation_of, updates))
         mults = set(map(_mult_of, updates))
