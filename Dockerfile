@@ -1,13 +1,14 @@
 # The processor image for docker-compose: Python 3.11, a Java runtime for Spark,
-# the project, and the Spark Kafka connector jars fetched with Maven at build time.
+# the project with its compiled kernels (a C compiler at build time), and the Spark
+# Kafka connector jars fetched with Maven at build time.
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY ivm ./ivm
 COPY processor ./processor
 COPY schemas ./schemas
@@ -16,10 +17,11 @@ COPY data ./data
 RUN pip install --no-cache-dir '.[processor]' \
  && IVM_CACHE=/opt/ivm-cache ivm local fetch
 
+# no SPARK_LOCAL_IP: the processor pins Spark to the loopback address for local masters itself,
+# and a cluster master needs the container's reachable address
 ENV IVM_CACHE=/opt/ivm-cache \
     IVM_SCHEMAS=/app/schemas \
-    IVM_DATA=/app/data \
-    SPARK_LOCAL_IP=127.0.0.1
+    IVM_DATA=/app/data
 EXPOSE 9108
 ENTRYPOINT ["ivm"]
 CMD ["run", "--config", "/app/config/demo.toml", "--bootstrap", "kafka:9092", "--metrics-port", "9108", "--metrics-address", "0.0.0.0"]
