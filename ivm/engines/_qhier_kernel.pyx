@@ -6,17 +6,23 @@ reference), laid out as rows of typed C arrays instead of Python objects, so the
 cyclic garbage collector never walks it:
 
 - one :class:`Pool` per q-tree node holds that node's items ``[v, α, a]`` as rows
-  (item id = row number, node-local): parent id, value code, support, weight,
-  the multiplicities of the atoms represented at v, the children sums; for free
-  nodes the local factor ``lw``, the free weight ``fw`` and the fit-list links
-  ``prev``/``next``; for free nodes with children the ``fsum`` and the fit-list
-  head per child slot.  Deleted rows go to a free list and are reused.
+  of one byte array (item id = row number, node-local): parent id, value code,
+  support, weight, the multiplicities of the atoms represented at v, the
+  children sums; for free nodes the local factor ``lw``, the free weight ``fw``
+  and the fit-list links ``prev``/``next``; for free nodes with children the
+  ``fsum`` and the fit-list head per child slot.  Leaves derive weight, ``lw``
+  and ``fw`` from their multiplicities.  Deleted rows go to a free list and are
+  reused; rows grow by x1.5.
 - the value→item maps of the trie are one open-addressing hash index per pool
-  (linear probing, backward-shift deletion) of 32-bit row ids keyed by
-  ``(parent id, value code)``; the key is read from the rows themselves, so an
-  entry costs 4 bytes.
-- the base relations are :class:`Relation` tables: the row's value codes and
-  its multiplicity per row, with the same kind of index.
+  (linear probing, backward-shift deletion, doubling) keyed by ``(parent id,
+  value code)``: 8 bytes a slot, the key's 32-bit hash beside the row id, the
+  key itself read from the row on a hash match.
+- the base relations are :class:`Relation` tables (the row's value codes and
+  its multiplicity, the same kind of index), or, under bag semantics for a
+  relation with one plain occurrence, the trie alone (its deepest item's
+  multiplicity is the tuple's).
+- arrays of 4 MB and more are anonymous mappings advised for transparent huge
+  pages (fewer TLB misses on the random probes of a large state).
 
 Values are int64 codes: an ``int`` in ``[-2^62, 2^62)`` (and a ``bool`` or an
 integral ``float``, which compare equal to it) is its own code; any other value
@@ -69,7 +75,7 @@ cdef extern from "Python.h":
 #: codes of interned (non-integer or huge) values start here; ints below it are their own code
 cdef i64 TAG = (<i64>1) << 62
 cdef i64 LOW = -((<i64>1) << 62)
-#: growth factor of every table: doubling, as the brief asks
+#: the smallest row capacity (rows then grow by x1.5, indexes by x2)
 cdef Py_ssize_t MIN_CAP = 8
 
 
