@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
 from ivm.query.model import Query
 from ivm.updates import Row, Update
+
+_relation_of, _row_of, _mult_of = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ class View:
             return None
         if not set(map(type, items)) <= {tuple, Update} or set(map(len, items)) != {3}:
             return None
-        relations, rows, mults = map(list, zip(*items, strict=True))
+        relations, rows, mults = list(map(_relation_of, items)), list(map(_row_of, items)), list(map(_mult_of, items))
         if set(map(type, rows)) != {tuple} or set(map(type, mults)) != {int} or 0 in mults:
             return None
         names = set(relations)
@@ -145,7 +148,9 @@ class View:
                 return None
         elif not all(map(int.__eq__, map(len, rows), map(arity.__getitem__, relations))):
             return None
-        valid = items if set(map(type, items)) == {Update} else list(map(tuple.__new__, repeat(Update), items))
+        valid = items  # engines take (relation, row, mult) triples; a subclass's state may want Updates
+        if type(self)._apply_valid is not View._apply_valid and set(map(type, items)) != {Update}:
+            valid = list(map(tuple.__new__, repeat(Update), items))
         reject_negative = self.policy.negative == "reject"
         reject_duplicate = self.policy.duplicate == "reject"
         if reject_duplicate or (reject_negative and min(mults) < 0):
@@ -166,7 +171,8 @@ class View:
                 outcome = Outcome()
                 check = self.policy.check
                 for i in bad:
-                    outcome.rejected.append(Rejected(i, valid[i], *check(current[i], mults[i])))  # type: ignore[misc]
+                    update = valid[i] if type(valid[i]) is Update else Update(*valid[i])
+                    outcome.rejected.append(Rejected(i, update, *check(current[i], mults[i])))  # type: ignore[misc]
                 skip = set(bad)
                 valid = [u for i, u in enumerate(valid) if i not in skip]
                 if valid:
