@@ -19,10 +19,13 @@ collector history shared between sizes), with the cyclic collector ON as in
 production.  Per row: build time; the time per update applied one at a time
 (``apply([u])``, the median over ``--repeats`` passes of the stream and its
 inverse, each cut in 5 slices) and in batches of 1,000; the same with answer
-deltas drained every 100 updates; the enumeration delay; the number of
+deltas drained every 100 updates; the single-update median also in process CPU
+time (``upd cpu``: not inflated while other processes hold the cores, which
+wall-clock medians on a shared machine are); the enumeration delay; the number of
 generation-2 collections (and of all collections) during the update passes and
-the seconds spent in them; the peak RSS of the process; and ``bytes_per_tuple``
-from ``stats()``.  The initial tuples are generated in chunks from their
+the seconds spent in them; the peak RSS of the process before the answer-delta
+pass (whose first ``drain_delta()`` lists the whole result); and
+``bytes_per_tuple`` from ``stats()``.  The initial tuples are generated in chunks from their
 ids (no list of N Python tuples), so the peak RSS is the engine's.  The growth
 exponent is the least-squares slope of log(time) against log(N); the target is
 at most 0.05 for the compact engine's update time.
@@ -278,6 +281,7 @@ class Measurement:
     n: int
     build_s: float = math.nan
     update_us: float = math.nan
+    update_cpu_us: float = math.nan
     batch_us: float = math.nan
     update_delta_us: float = math.nan
     delay_us: float = math.nan
@@ -337,21 +341,23 @@ def _slices(stream: list[Update], parts: int = 5) -> list[list[Update]]:
     return [stream[i : i + size] for i in range(0, len(stream), size)]
 
 
-def time_passes(engine: Any, stream: list[Update], repeats: int, batch: int, watch: GcWatch) -> float:
+def time_passes(engine: Any, stream: list[Update], repeats: int, batch: int, watch: GcWatch) -> tuple[float, float]:
     """Median µs per update over ``repeats`` passes of the stream then its inverse (which restores the
-    state), each cut in 5 slices timed separately; ``batch`` updates per ``apply`` call."""
+    state), each cut in 5 slices timed separately; ``batch`` updates per ``apply`` call.  Wall-clock
+    and process CPU time (the latter is not inflated while other processes hold the cores)."""
     inverse = [Update(u.relation, u.row, -u.mult) for u in reversed(stream)]
-    rates = []
+    rates, cpu = [], []
     watch.on = True
     for _ in range(repeats):
         for part in _slices(stream) + _slices(inverse):
             calls = [part[i : i + batch] for i in range(0, len(part), batch)]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for call in calls:
                 engine.apply(call)
             rates.append((time.perf_counter() - t0) / len(part) * 1e6)
+            cpu.append((time.process_time() - c0) / len(part) * 1e6)
     watch.on = False
-    return statistics.median(rates)
+    return statistics.median(rates), statistics.median(cpu)
 
 
 def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Namespace) -> Measurement:
@@ -373,8 +379,14 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
         row.delay_us, row.delay_p99_us, row.answers = min(
             (measure_delay(engine.enumerate(), args.enum_limit) for _ in range(3)), key=lambda m: m[0]
         )
-        row.update_us = time_passes(engine, stream, args.repeats, 1, watch)
-        row.batch_us = time_passes(engine, stream, args.repeats, 1000, watch)
+        row.update_us, row.update_cpu_us = time_passes(engine, stream, args.repeats, 1, watch)
+        row.batch_us = time_passes(engine, stream, args.repeats, 1000, watch)[0]
+        # before the answer-delta phase: its first drain_delta() lists the whole result (by design)
+        row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        stats = engine.stats()
+        row.bytes_per_tuple = stats["bytes_per_tuple"]
+        row.extra["state_mb"] = stats["state_bytes"] / 2**20
+        row.extra["items"] = stats["items"]
         engine.drain_delta()
         changes = 0
         t0 = time.perf_counter()
@@ -383,9 +395,6 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
             changes += len(engine.drain_delta())
         row.update_delta_us = (time.perf_counter() - t0) / len(stream) * 1e6
         row.extra["delta_rows_per_update"] = changes / len(stream)
-        stats = engine.stats()
-        row.bytes_per_tuple = stats["bytes_per_tuple"]
-        row.extra["items"] = stats["items"]
     elif engine_name == "first-order":
         fo = FirstOrderCQ(query)
         oracle = QHierEngine(query)
@@ -424,7 +433,8 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
         row.update_us = (time.perf_counter() - t0) / len(stream) * 1e6
         watch.on = False
     row.gen2, row.collections, row.gc_s = watch.gen2, watch.collections, watch.seconds
-    row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if row.peak_rss_mb != row.peak_rss_mb:
+        row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
 
 
@@ -462,6 +472,7 @@ def _load() -> str:
 def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
     print(
         f"{r.workload:9} {r.engine:13} {r.n:>9} {_fmt(r.build_s):>8} {_fmt(r.update_us, 3):>8} "
+        f"{_fmt(r.update_cpu_us, 3):>8} "
         f"{_fmt(r.batch_us, 3):>8} {_fmt(r.update_delta_us, 3):>9} {_fmt(r.delay_us, 3):>8} "
         f"{r.gen2:>4}/{r.collections:<6} {_fmt(r.gc_s, 3):>7} {_fmt(r.peak_rss_mb, 0):>7} "
         f"{_fmt(r.bytes_per_tuple, 1):>7}  {r.note}",
@@ -471,7 +482,8 @@ def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
 
 
 HEADER = (
-    f"{'query':9} {'engine':13} {'N':>9} {'build s':>8} {'upd µs':>8} {'b1000 µs':>8} {'upd+Δ µs':>9} "
+    f"{'query':9} {'engine':13} {'N':>9} {'build s':>8} {'upd µs':>8} {'upd cpu':>8} {'b1000 µs':>8} "
+    f"{'upd+Δ µs':>9} "
     f"{'delay µs':>8} {'gc2/all':>11} {'gc s':>7} {'RSS MB':>7} {'B/tuple':>7}  note"
 )
 
@@ -533,7 +545,12 @@ def main(argv: list[str] | None = None) -> int:
             sel = [r for r in results if r.workload == name and r.engine == engine]
             parts = [
                 f"{label} {_fmt(slope([(r.n, getattr(r, attr)) for r in sel]), 3):>6}"
-                for label, attr in (("update", "update_us"), ("batch", "batch_us"), ("delay", "delay_us"))
+                for label, attr in (
+                    ("update", "update_us"),
+                    ("update cpu", "update_cpu_us"),
+                    ("batch", "batch_us"),
+                    ("delay", "delay_us"),
+                )
             ]
             print(f"  {name:9} {engine:13} " + "   ".join(parts) + f"   (N {sel[0].n}..{sel[-1].n})")
     print(f"load average after: {_load()}")
