@@ -281,7 +281,7 @@ def main() -> None:
             a = anchor(args.seed)
             if a is not None:
                 assert (a["q_ins"], a["q_final"]) == tuple(qs.pop()), "the anchor's counts differ"
-                rows.append({"workload": workload, "system": "native", **a})
+                rows.append({**a, "workload": workload, "system": "native"})
                 print(
                     f"{'native':<12} {'tuple':>6} {a['ins_ups']:>11,} {'-':>11} {a['del_ups']:>11,} "
                     f"{a['all_ups']:>11,} {a['peak_rss_mb']:>8.0f} {'-':>8} {'-':>4}  "

@@ -5,31 +5,39 @@ The three slots ``K_0(u0,u1), K_1(u1,u2), K_2(u2,u0)`` of the triangle (the
 partition at eps = 1: every key light) are kept in C, not as Python dicts of
 sets:
 
-- every value of the stream gets a dense ``uint32`` id (a Python dict
-  value -> id and a list id -> value, one entry per distinct value);
-- per slot and direction, an array indexed by id of adjacency tables: for a
-  key ``x`` the set ``{y : K(x,y) ≠ 0}`` as an open-addressing table of
-  ``uint32`` ids (linear probing, load at most 1/2, backward-shift deletion, no
-  tombstones; 4 bytes per slot instead of the 16 of a Python set entry plus
-  the int object it points to);
+- every value of the stream gets a dense ``uint32`` id: a Python dict
+  value -> id (authoritative: values equal in Python, such as ``1``, ``1.0``
+  and ``True``, share one id), a list id -> value, and for exact ints a C
+  ``int64 -> id`` map in front of the dict (one probe, no Python object read);
+- per slot and direction, an array indexed by id of key sets: for a key ``x``
+  the ids ``{y : K(x,y) ≠ 0}`` in a dense array (scans have no empty slots),
+  plus from degree 9 a position table into it (open addressing, linear
+  probing, load at most 1/2, backward-shift deletion: the layout of a CPython
+  dict), plus for a key of degree at least 64 and at least (number of ids)/64
+  a bitset over the ids (probes without branches; made with at most one word
+  per id it holds, dropped once it has more than four);
 - the multiplicities other than 1 aside, per slot, in an open-addressing map
   ``(x, y) -> int64`` (empty under set semantics).
 
 A single-tuple update ``δK_i = {(x, y) ↦ m}`` changes the count by
-``m · Σ_z K_j(y,z)·K_k(z,x)`` (``j = i+1``, ``k = i+2``): the smaller of the two
-tables ``K_j(y,·)`` and ``K_k(·,x)`` is scanned and each id probed in the
-other, **O(min(deg_j(y), deg_k(x)))** per update (the first-order bound of
-§1.1), with no Python object touched except two dict lookups for the ids;
-then ``K_i`` changes in O(1) amortized (table growth and shrinking are
-amortized by doubling/halving).  A batch is processed in one call, in order,
-so ``apply(batch)`` equals applying its updates one by one.
+``m · Σ_z K_j(y,z)·K_k(z,x)`` (``j = i+1``, ``k = i+2``): the ids of the smaller
+of ``K_j(y,·)`` and ``K_k(·,x)`` are scanned and each is tested in the other
+(a bit, a table probe or a scan of at most 8 ids), or, when both are bitsets
+with fewer words than the smaller has ids, the words are ANDed and counted:
+**O(min(deg_j(y), deg_k(x)))** per update, the first-order bound of §1.1.  Then
+``K_i`` changes in O(1) amortized (arrays and tables double and halve, a
+bitset is made or dropped with hysteresis, each O(degree) and paid for by the
+Ω(degree) updates before it).  A batch is one call, applied in order, so
+``apply(batch)`` equals applying its updates one by one.
 
-Counts are exact: a delta is summed in a 128-bit accumulator, flushed into the
+Counts are exact: deltas are summed in a 128-bit accumulator, flushed into the
 Python int count before it could overflow.  Multiplicities are stored as
 int64; an update whose multiplicity, or a stored multiplicity, exceeds
-``LIMIT`` in absolute value is not applied here: :meth:`TriangleFirstOrder.apply`
-stops before it and reports it *blocked*, and the engine continues with the
-Python reference loop on Python slots (:mod:`ivm.engines.first_order`).
+``LIMIT`` in absolute value (or is not an int) is not applied here:
+:meth:`TriangleFirstOrder.apply` stops before it and reports it *blocked*, and
+the engine continues with the Python reference loop on Python slots
+(:mod:`ivm.engines.first_order`).  Space is O(|D|): ids no longer stored are
+renumbered away once they outnumber ``4|D| + 4096`` (:meth:`TriangleFirstOrder.compact`).
 """
 
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
@@ -600,8 +608,10 @@ cdef class TriangleFirstOrder:
     ``occurrences`` maps each relation to its ``[(slot, flipped)]`` in cycle
     order (a relation of a self-join feeds several slots, in turn: the
     telescoping delta rule of :mod:`ivm.engines.first_order`).  Space is
-    O(|D| + distinct values): about 2·(4..16) bytes per stored tuple and slot
-    plus 16 bytes per id and direction.
+    O(|D|): per stored tuple and direction 4 bytes in the array, up to 8 more
+    in the position table and, for dense keys, a bitset of at most 4 words per
+    id held; 32 bytes per id, slot and direction; 16 per entry of the int map
+    and per multiplicity other than 1.
     """
 
     cdef tk_slot s[3]
