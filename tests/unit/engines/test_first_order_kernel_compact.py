@@ -367,3 +367,22 @@ def test_equal_values_of_other_types_share_a_key() -> None:
         for x in range(6):
             for y in range(6):
                 assert compiled.multiplicity("R", (x, float(y))) == python.multiplicity("R", (x, y))
+
+
+@needs_state
+def test_state_holds_no_python_object_per_tuple() -> None:
+    """The collector has nothing per stored tuple to walk: tracked objects grow with the values only."""
+    import gc
+
+    query = parse(TRIANGLE)
+    engine = IVMEpsAdaptive(query, implementation="compiled", skew=100.0)
+    rng = random.Random(13)
+    stream = [(rng.choice("RST"), (rng.randrange(300), rng.randrange(300)), 1) for _ in range(20000)]
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(0, len(stream), 1000):
+        engine.apply(stream[i : i + 1000])
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    assert isinstance(engine.parts[0], CompactSlot) and engine.size > 15000
+    assert grown < 100, grown  # the ids dict and the values list are one object each
