@@ -575,13 +575,19 @@ def _plot(results: list[Measurement]) -> None:
         (axes[2], "bytes_per_tuple", "state bytes per tuple", "bytes"),
     )
     styles = {"qhier/compact": "-o", "qhier/python": "-s", "first-order": "--^", "F-IVM": ":v"}
+    series = [(w, e) for w in sorted({r.workload for r in results}) for e in styles]
+    colors = {key: f"C{i}" for i, key in enumerate(series)}  # the same colour for a series in every panel
     for ax, attr, title, unit in panels:
-        for r_workload in sorted({r.workload for r in results}):
-            for engine, style in styles.items():
-                sel = [r for r in results if r.workload == r_workload and r.engine == engine]
-                pts = [(r.n, getattr(r, attr)) for r in sel if getattr(r, attr) == getattr(r, attr)]
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), style, label=f"{engine} / {r_workload}")
+        for r_workload, engine in series:
+            sel = [r for r in results if r.workload == r_workload and r.engine == engine]
+            pts = [(r.n, getattr(r, attr)) for r in sel if getattr(r, attr) == getattr(r, attr)]
+            if pts:
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    styles[engine],
+                    color=colors[(r_workload, engine)],
+                    label=f"{engine} / {r_workload}",
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("N (tuples)")
