@@ -17,16 +17,17 @@ and accepting the query).
 Every (query, engine, N) runs in a fresh process (no state, allocator or
 collector history shared between sizes), with the cyclic collector ON as in
 production.  Per row: build time; the time per update applied one at a time
-(``apply([u])``, the median over ``--repeats`` passes of the stream and its
-inverse, each cut in 5 slices) and in batches of 1,000; the same with answer
-deltas drained every 100 updates; the single-update median also in process CPU
-time (``upd cpu``: not inflated while other processes hold the cores, which
-wall-clock medians on a shared machine are); the enumeration delay; the number of
-generation-2 collections (and of all collections) during the update passes and
-the seconds spent in them; the peak RSS of the process before the answer-delta
-pass (whose first ``drain_delta()`` lists the whole result); and
-``bytes_per_tuple`` from ``stats()``.  The initial tuples are generated in chunks from their
-ids (no list of N Python tuples), so the peak RSS is the engine's.  The growth
+(``apply([u])``, the median over ``--repeats`` fresh streams of other random
+tuples, each cut in 5 slices; each stream's inverse, untimed, restores the
+state) and in batches of 1,000; the same with answer deltas drained every 100
+updates; the single-update median also in process CPU time (``upd cpu``: not
+inflated while other processes hold the cores, which wall-clock medians on a
+shared machine are); the enumeration delay; the number of generation-2
+collections (and of all collections) during the update passes and the seconds
+spent in them; the peak RSS of the process before the answer-delta pass (whose
+first ``drain_delta()`` lists the whole result); and ``bytes_per_tuple`` from
+``stats()``.  The initial tuples are generated in chunks from their ids (no
+list of N Python tuples), so the peak RSS is the engine's.  The growth
 exponent is the least-squares slope of log(time) against log(N); the target is
 at most 0.05 for the compact engine's update time.
 
@@ -341,22 +342,27 @@ def _slices(stream: list[Update], parts: int = 5) -> list[list[Update]]:
     return [stream[i : i + size] for i in range(0, len(stream), size)]
 
 
-def time_passes(engine: Any, stream: list[Update], repeats: int, batch: int, watch: GcWatch) -> tuple[float, float]:
-    """Median µs per update over ``repeats`` passes of the stream then its inverse (which restores the
-    state), each cut in 5 slices timed separately; ``batch`` updates per ``apply`` call.  Wall-clock
-    and process CPU time (the latter is not inflated while other processes hold the cores)."""
-    inverse = [Update(u.relation, u.row, -u.mult) for u in reversed(stream)]
+def time_passes(
+    engine: Any, data: dict[str, Relation], args: argparse.Namespace, salt: int, batch: int, watch: GcWatch
+) -> tuple[float, float]:
+    """Median µs per update over ``args.repeats`` fresh streams (each of other random tuples, so no pass
+    finds the items it touches still in cache from an earlier one), each cut in 5 slices timed
+    separately; each stream's inverse, untimed, restores the state.  ``batch`` updates per ``apply``
+    call.  Wall-clock and process CPU time (the latter is not inflated while other processes hold the
+    cores)."""
     rates, cpu = [], []
-    watch.on = True
-    for _ in range(repeats):
-        for part in _slices(stream) + _slices(inverse):
+    for r in range(args.repeats):
+        stream = make_stream(data, args.updates, random.Random(args.seed + salt + r))
+        watch.on = True
+        for part in _slices(stream):
             calls = [part[i : i + batch] for i in range(0, len(part), batch)]
             t0, c0 = time.perf_counter(), time.process_time()
             for call in calls:
                 engine.apply(call)
             rates.append((time.perf_counter() - t0) / len(part) * 1e6)
             cpu.append((time.process_time() - c0) / len(part) * 1e6)
-    watch.on = False
+        watch.on = False
+        engine.apply([Update(u.relation, u.row, -u.mult) for u in reversed(stream)])
     return statistics.median(rates), statistics.median(cpu)
 
 
@@ -379,8 +385,8 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
         row.delay_us, row.delay_p99_us, row.answers = min(
             (measure_delay(engine.enumerate(), args.enum_limit) for _ in range(3)), key=lambda m: m[0]
         )
-        row.update_us, row.update_cpu_us = time_passes(engine, stream, args.repeats, 1, watch)
-        row.batch_us = time_passes(engine, stream, args.repeats, 1000, watch)[0]
+        row.update_us, row.update_cpu_us = time_passes(engine, data, args, 100, 1, watch)
+        row.batch_us = time_passes(engine, data, args, 200, 1000, watch)[0]
         # before the answer-delta phase: its first drain_delta() lists the whole result (by design)
         row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         stats = engine.stats()
@@ -497,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--implementations", nargs="+", default=["compact", "python"], help="qhier implementations")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--updates", type=int, default=None, help="updates per stream")
-    parser.add_argument("--repeats", type=int, default=3, help="passes of the stream and its inverse")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh streams timed per row")
     parser.add_argument("--enum-limit", type=int, default=50_000)
     parser.add_argument("--fo-max", type=float, default=1e5, help="largest N for first-order IVM and F-IVM")
     parser.add_argument("--fo-budget", type=float, default=2.0, help="seconds of updates for first-order IVM")

@@ -61,6 +61,7 @@ cdef extern from *:
     int qh_add(long long a, long long b, long long *r) nogil
     int qh_sub(long long a, long long b, long long *r) nogil
     unsigned long long qh_mix(unsigned long long x) nogil
+    void qh_prefetch_write "__builtin_prefetch"(const void* p, int rw, int locality) nogil
 
 cdef extern from "sys/mman.h":
     void* mmap(void* addr, size_t length, int prot, int flags, int fd, long offset) nogil
@@ -944,6 +945,19 @@ cdef class Kernel:
             pid = r
         if pool.leaf:  # the leaf's weight, lw and fw before the update (derived, not stored)
             old_leaf = pool.leaf_local(r)
+        if pool.free:
+            # The fit-list neighbours this update may relink are random rows of a large pool: start
+            # fetching them now, so the misses overlap the bottom-up pass instead of following it.
+            pr = pool.prev(r)[0]
+            nx = pool.next(r)[0]
+            if pr >= 0:
+                qh_prefetch_write(pool.row(pr), 1, 3)
+            if nx >= 0:
+                qh_prefetch_write(pool.row(nx), 1, 3)
+            ppool = <Pool>occ.path[depth - 2] if depth > 1 else occ.sentinel
+            nx = ppool.heads(occ.ids[depth - 2] if depth > 1 else 0)[pool.slot]
+            if nx >= 0:
+                qh_prefetch_write(pool.row(nx), 1, 3)
         pool.mults(r)[occ.slot] = new
 
         watch = occ.free_depth if (self.tracking and occ.comp_free) else -2
