@@ -12,7 +12,8 @@ cyclic garbage collector never walks it:
   and the fit-list links ``prev``/``next``; for free nodes with children the
   ``fsum`` and the fit-list head per child slot.  Leaves derive weight, ``lw``
   and ``fw`` from their multiplicities.  Deleted rows go to a free list and are
-  reused; rows grow by x1.5.
+  reused; rows grow by x1.5.  A bound leaf's rows (referenced by no other row)
+  live in its hash table itself, one probe per lookup.
 - the value→item maps of the trie are one open-addressing hash index per pool
   (linear probing, backward-shift deletion, doubling) keyed by ``(parent id,
   value code)``: 8 bytes a slot, the key's 32-bit hash beside the row id, the
@@ -216,7 +217,7 @@ cdef class Pool:
     the field.
     """
 
-    cdef public int n_atoms, n_children, free, lists, slot, fpos, leaf
+    cdef public int n_atoms, n_children, free, lists, slot, fpos, leaf, inline
     cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap, stride
     cdef Py_ssize_t o_weight, o_lw, o_fw, o_prev, o_mults, o_sums, o_fsums, o_heads
     cdef char* data
@@ -266,7 +267,13 @@ cdef class Pool:
             o += 4 * n_children
         self.stride = (o + 7) // 8 * 8
         self.icap = 0
-        self._rehash(MIN_CAP * 2)
+        # A bound leaf's items are referenced by no other row (no fit-list, no children), so they live
+        # in the hash table itself: one probe reaches the row, where an index costs a slot and a row.
+        self.inline = self.leaf and not free
+        if self.inline:
+            self._rehash_inline(MIN_CAP * 2)
+        else:
+            self._rehash(MIN_CAP * 2)
 
     def __dealloc__(self):
         _release(self.data, self.cap * self.stride)
@@ -341,13 +348,41 @@ cdef class Pool:
         self.icap = icap
         return 0
 
+    cdef int _rehash_inline(self, Py_ssize_t icap) except -1:
+        """An inline table of ``icap`` row slots (empty: parent -1), the old rows re-placed."""
+        cdef char* old = self.data
+        cdef Py_ssize_t oldcap = self.icap, i
+        cdef size_t mask = icap - 1, j
+        cdef char* src
+        self.data = <char*>_grow(NULL, 0, icap * self.stride, False)
+        memset(self.data, 0xFF, icap * self.stride)
+        for i in range(oldcap):
+            src = old + i * self.stride
+            if (<i32*>src)[0] >= 0:
+                j = _pair_hash((<i32*>src)[0], (<i64*>(src + 8))[0]) & mask
+                while (<i32*>(self.data + j * self.stride))[0] >= 0:
+                    j = (j + 1) & mask
+                memcpy(self.data + j * self.stride, src, self.stride)
+        _release(old, oldcap * self.stride)
+        self.icap = self.cap = self.top = icap
+        return 0
+
     cdef inline i32 find(self, i64 pid, i64 v) noexcept:
         cdef size_t mask = self.icap - 1
         cdef unsigned long long h = _pair_hash(pid, v)
         cdef u64 h32 = h & 0xFFFFFFFFULL, s
         cdef size_t j = h & mask
-        cdef i32 r
+        cdef i32 r, p
         cdef char* row
+        if self.inline:
+            while True:
+                row = self.data + j * self.stride
+                p = (<i32*>row)[0]
+                if p < 0:
+                    return -1
+                if p == pid and (<i64*>(row + 8))[0] == v:
+                    return <i32>j
+                j = (j + 1) & mask
         while True:
             s = self.index[j]
             if s == EMPTY:
@@ -365,6 +400,19 @@ cdef class Pool:
         cdef Py_ssize_t c, cap
         cdef size_t j, mask
         cdef char* row
+        if self.inline:
+            if (self.live + 1) * 10 > self.icap * 7:
+                self._rehash_inline(self.icap * 2)
+            mask = self.icap - 1
+            j = _pair_hash(pid, v) & mask
+            while (<i32*>(self.data + j * self.stride))[0] >= 0:
+                j = (j + 1) & mask
+            row = self.data + j * self.stride
+            memset(row, 0, self.stride)
+            (<i32*>row)[0] = <i32>pid
+            (<i64*>(row + 8))[0] = v
+            self.live += 1
+            return <i32>j
         if self.nfreed:
             self.nfreed -= 1
             r = self.freed[self.nfreed]
@@ -394,7 +442,29 @@ cdef class Pool:
         return r
 
     cdef int remove(self, i32 r) except -1:
-        """Drop item ``r`` from the index (backward-shift deletion) and put its row on the free list."""
+        """Drop item ``r`` from the index (backward-shift deletion) and put its row on the free list.
+
+        In an inline table the later rows of the cluster move up instead (their ids change: nothing
+        refers to a bound leaf's row)."""
+        cdef size_t mask, i, j, k
+        cdef char* rj
+        if self.inline:
+            mask = self.icap - 1
+            i = r
+            j = i
+            while True:
+                j = (j + 1) & mask
+                rj = self.data + j * self.stride
+                if (<i32*>rj)[0] < 0:
+                    break
+                k = _pair_hash((<i32*>rj)[0], (<i64*>(rj + 8))[0]) & mask
+                if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
+                    continue
+                memcpy(self.data + i * self.stride, rj, self.stride)
+                i = j
+            memset(self.data + i * self.stride, 0xFF, self.stride)
+            self.live -= 1
+            return 0
         _index_remove(self.index, self.icap - 1, _pair_hash(self.parent(r)[0], self.val(r)), r)
         self.support(r)[0] = 0
         if self.nfreed == self.freedcap:
@@ -431,6 +501,8 @@ cdef class Pool:
 
     cpdef Py_ssize_t nbytes(self):
         """Allocated bytes of the rows, the index and the free list."""
+        if self.inline:
+            return self.icap * self.stride
         return self.cap * self.stride + self.icap * 8 + self.freedcap * 4
 
 
