@@ -22,7 +22,9 @@ tuples, each cut in 5 slices; each stream's inverse, untimed, restores the
 state) and in batches of 1,000; the same with answer deltas drained every 100
 updates; the single-update median also in process CPU time (``upd cpu``: not
 inflated while other processes hold the cores, which wall-clock medians on a
-shared machine are); the enumeration delay; the number of generation-2
+shared machine are); the same loop with a no-op engine in the same process
+(``harness``: unpack each update, hash its row; it grows with the heap too, and
+that part of the growth is not the engine's); the enumeration delay; the number of generation-2
 collections (and of all collections) during the update passes and the seconds
 spent in them; the peak RSS of the process before the answer-delta pass (whose
 first ``drain_delta()`` lists the whole result); and ``bytes_per_tuple`` from
@@ -283,6 +285,7 @@ class Measurement:
     build_s: float = math.nan
     update_us: float = math.nan
     update_cpu_us: float = math.nan
+    harness_us: float = math.nan
     batch_us: float = math.nan
     update_delta_us: float = math.nan
     delay_us: float = math.nan
@@ -366,6 +369,27 @@ def time_passes(
     return statistics.median(rates), statistics.median(cpu)
 
 
+def _no_op(batch: list[Update]) -> None:
+    """What the harness costs per update besides the engine: unpack each update and hash its row."""
+    for _relation, row, _mult in batch:
+        hash(row)
+
+
+def time_harness(data: dict[str, Relation], args: argparse.Namespace, salt: int) -> float:
+    """Median µs per update of the single-update loop with :func:`_no_op` as the engine, over fresh
+    streams in the same process (so with the same heap): the part of the growth that is not the engine's."""
+    rates = []
+    for r in range(args.repeats):
+        stream = make_stream(data, args.updates, random.Random(args.seed + salt + r))
+        for part in _slices(stream):
+            calls = [part[i : i + 1] for i in range(len(part))]
+            t0 = time.perf_counter()
+            for call in calls:
+                _no_op(call)
+            rates.append((time.perf_counter() - t0) / len(part) * 1e6)
+    return statistics.median(rates)
+
+
 def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Namespace) -> Measurement:
     """One row, measured in this (fresh) process."""
     workload = WORKLOADS[workload_name]
@@ -387,6 +411,7 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
         )
         row.update_us, row.update_cpu_us = time_passes(engine, data, args, 100, 1, watch)
         row.batch_us = time_passes(engine, data, args, 200, 1000, watch)[0]
+        row.harness_us = time_harness(data, args, 300)
         # before the answer-delta phase: its first drain_delta() lists the whole result (by design)
         row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         stats = engine.stats()
@@ -478,7 +503,7 @@ def _load() -> str:
 def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
     print(
         f"{r.workload:9} {r.engine:13} {r.n:>9} {_fmt(r.build_s):>8} {_fmt(r.update_us, 3):>8} "
-        f"{_fmt(r.update_cpu_us, 3):>8} "
+        f"{_fmt(r.update_cpu_us, 3):>8} {_fmt(r.harness_us, 3):>8} "
         f"{_fmt(r.batch_us, 3):>8} {_fmt(r.update_delta_us, 3):>9} {_fmt(r.delay_us, 3):>8} "
         f"{r.gen2:>4}/{r.collections:<6} {_fmt(r.gc_s, 3):>7} {_fmt(r.peak_rss_mb, 0):>7} "
         f"{_fmt(r.bytes_per_tuple, 1):>7}  {r.note}",
@@ -488,7 +513,7 @@ def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
 
 
 HEADER = (
-    f"{'query':9} {'engine':13} {'N':>9} {'build s':>8} {'upd µs':>8} {'upd cpu':>8} {'b1000 µs':>8} "
+    f"{'query':9} {'engine':13} {'N':>9} {'build s':>8} {'upd µs':>8} {'upd cpu':>8} {'harness':>8} {'b1000 µs':>8} "
     f"{'upd+Δ µs':>9} "
     f"{'delay µs':>8} {'gc2/all':>11} {'gc s':>7} {'RSS MB':>7} {'B/tuple':>7}  note"
 )
@@ -554,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                 for label, attr in (
                     ("update", "update_us"),
                     ("update cpu", "update_cpu_us"),
+                    ("harness", "harness_us"),
                     ("batch", "batch_us"),
                     ("delay", "delay_us"),
                 )
