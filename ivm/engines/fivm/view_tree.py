@@ -78,15 +78,23 @@ class Store:
         """
         data = self.data
         news = list(map(add, map(data.get, delta, repeat(0, len(delta))), delta.values()))
-        data.update(zip(delta, news, strict=True))
-        if self._projected:
-            for key, new in zip(delta, news, strict=True):
-                for project, idx in self._projected:
-                    idx.setdefault(project(key), {})[key] = new
-        if 0 in news:
+        if 0 in news:  # keys that drop to 0 leave; the rest are written below
+            keep = {}
             for key, new in zip(delta, news, strict=True):
                 if new == 0:
-                    self._delete(key)
+                    if key in data:
+                        self._delete(key)
+                else:
+                    keep[key] = new
+            data.update(keep)
+            written = keep.items()
+        else:
+            data.update(zip(delta, news, strict=True))
+            written = zip(delta, news, strict=True)  # type: ignore[assignment]
+        if self._projected:
+            for key, new in written:
+                for project, idx in self._projected:
+                    idx.setdefault(project(key), {})[key] = new
 
     def add_lanes(self, key: tuple[Any, ...], delta: tuple[Any, Any]) -> None:
         """:meth:`add` for payloads of Z × Z/R kept as ``(count, sum)`` lanes (:mod:`ivm.engines.fivm.lanes`)."""
