@@ -7,11 +7,13 @@ The rules, best first (each cites the result that makes it optimal):
    faster.  When F-IVM's view tree over the free-top variable order has the
    same bounds (update exponent 0 and linear views: always for a scalar
    aggregate, and for group-by queries whose free variables every atom
-   contains, F-IVM Thm 13), ``fivm`` instead: it was measured faster
-   (``bench/choices.py``; qhier keeps a trie of items per atom path for
-   factorized enumeration, F-IVM one payload per join key, and folds a batch
-   into one delta per key).  A query with self-joins that is q-hierarchical only through its
-   core is not planned on ``qhier``: COUNT over Z-relations (bag semantics,
+   contains, F-IVM Thm 13), the measured faster of the two
+   (``bench/choices.py``, engine/q-hier): ``qhier`` on its compiled compact
+   state for a COUNT (1.04-4.9x fivm, 2026-11-25), ``fivm`` for other
+   aggregates (qhier maintains COUNT only) and wherever the compact state is
+   not built (qhier's Python reference was 1.7-4.2x slower than fivm).  A
+   query with self-joins that is q-hierarchical only through its core is not
+   planned on ``qhier``: COUNT over Z-relations (bag semantics,
    the library's default) counts the query's valuations, which the core does
    not preserve (002 §8 example F); the O(1) bound of Thm 3.4/3.5 holds for
    set semantics on the core (``QHierEngine(query, semantics="set")``), and
@@ -91,9 +93,40 @@ FALLBACK_ORDER = ("fivm", "propagation", "qhier", "ivm_eps", "first_order")
 QHIER_UPDATE = "expected O(1) (hash tables)"
 #: why a q-hierarchical query whose F-IVM tree is O(1) runs on fivm rather than qhier (bench/choices.py)
 QHIER_ON_FIVM_MEASURED = (
-    "chosen over qhier (same bounds) because it was measured 1.7-4.2x faster at commits of 1,000 on uniform, "
-    "skewed, mixed and duplicate-heavy streams, and from 13% slower to 34% faster for single updates (bench/choices.py)"
+    "chosen over qhier (same bounds) because qhier's compiled compact state is not built here, and qhier's Python "
+    "reference was measured 1.7-4.2x slower than fivm at commits of 1,000 (bench/choices.py, 2026-11-21)"
 )
+
+
+def _fivm_over_qhier(query: Query) -> str:
+    """Why a q-hierarchical query with an O(1) F-IVM tree runs on ``fivm``."""
+    aggregate = getattr(query, "aggregate", None)
+    if aggregate is not None and aggregate.kind != "count":
+        return f"qhier maintains COUNT, not {aggregate}"
+    if getattr(query, "having", None):
+        return "qhier has no HAVING"
+    return QHIER_ON_FIVM_MEASURED
+
+
+#: why a q-hierarchical COUNT whose F-IVM tree is O(1) runs on qhier when its compact state is built
+QHIER_COMPACT_MEASURED = (
+    "chosen over fivm (same bounds: F-IVM Thm 13) because qhier's compiled compact state was measured 1.04-4.9x "
+    "faster on uniform, skewed, mixed and duplicate-heavy streams at commits of 1, 10 and 1,000 (bench/choices.py)"
+)
+
+
+def _qhier_compact(query: Query) -> bool:
+    """Does ``qhier`` run ``query`` on its compiled compact state (a COUNT without HAVING, the kernel built)?
+
+    Then it is measured faster than ``fivm``'s O(1) view tree for the same bounds (bench/choices.py,
+    engine/q-hier); the Python reference of qhier was slower, so without the kernel ``fivm`` stays.
+    """
+    aggregate = getattr(query, "aggregate", None)
+    if (aggregate is not None and aggregate.kind != "count") or getattr(query, "having", None):
+        return False
+    from ivm.engines.qhier_compact import compact_available
+
+    return compact_available()
 
 
 @dataclass(frozen=True)
@@ -196,7 +229,7 @@ def plan(
     >>> p = plan(parse("Q(x,y) :- R(x,y), S(x,z), T(x)"), registered={})
     >>> p.best_engine, p.guarantee.update, p.constant_time
     ('qhier', 'expected O(1) (hash tables)', True)
-    >>> plan(parse("Q() :- R(x,y), S(x,z), T(x)"), registered={}).best_engine  # measured: bench/choices.py
+    >>> plan(parse("Q(SUM(y)) :- R(x,y), S(x,z), T(x)"), registered={}).best_engine  # qhier: COUNT only
     'fivm'
     >>> plan(parse("Q(x1) :- R1(x1,x2), R2(x2,x3), R3(x3)"), ["R2=insert-only", "R3=insert-only"],
     ...      registered={}).best_engine
@@ -428,7 +461,7 @@ def _best(
     if a.core_q_hierarchical and not a.q_hierarchical:
         notes.append(_set_semantics_note(a))
     notes += _deletion_only_notes(a, sigma)
-    if a.q_hierarchical and _fivm_constant(query):
+    if a.q_hierarchical and _fivm_constant(query) and not _qhier_compact(query):
         order = variable_order(query)
         return (
             "fivm",
@@ -439,7 +472,7 @@ def _best(
             tuple(f"V@{v}[{', '.join(sorted(view_keys(query, order, v)))}]" for v in order.parent),
             "q-hierarchical, and F-IVM's view tree over the free-top variable order has update exponent 0 "
             "and linear views: every delta is a primary-key lookup per sibling view (F-IVM Thm 13; the bound "
-            f"of Berkholz et al. Thm 3.2); {QHIER_ON_FIVM_MEASURED}",
+            f"of Berkholz et al. Thm 3.2); {_fivm_over_qhier(query)}",
             None,
         )
     if a.q_hierarchical:
@@ -450,7 +483,8 @@ def _best(
             True,
             height_one_tree(query).render(query),
             ("one weight and fit-list per q-tree node value (Berkholz et al. §6)",),
-            "q-hierarchical: every atom's variables form a root path of the q-tree (Berkholz et al. Thm 3.2)",
+            "q-hierarchical: every atom's variables form a root path of the q-tree (Berkholz et al. Thm 3.2)"
+            + (f"; {QHIER_COMPACT_MEASURED}" if _fivm_constant(query) else ""),
             None,
         )
     if query.self_join_free and a.free_connex and sigma.all_deletion_only(query.relations):
