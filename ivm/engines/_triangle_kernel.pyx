@@ -949,6 +949,16 @@ cdef class TriangleFirstOrder:
             n += tk_index_bytes(&self.s[i].f) + tk_index_bytes(&self.s[i].b) + tk_mmap_bytes(&self.s[i].o)
         return n
 
+    def state_bytes(self):
+        """Bytes of the whole state: the C tables (:meth:`nbytes`), the C int map, and the value
+        table (the dict of ids, the list of values and the values, sized on a sample of 32).
+        O(ids) for :meth:`nbytes`, O(1) besides."""
+        cdef Py_ssize_t n = PyList_GET_SIZE(self.values)
+        cdef list sample = self.values[:: max(1, n // 32)][:32] if n else []
+        per = sum([sys.getsizeof(v) for v in sample]) / len(sample) if sample else 0.0
+        imap = sizeof(tk_ient) * (self.ints.mask + 1) if self.ints.t != NULL else 0
+        return int(self.nbytes() + imap + sys.getsizeof(self.ids) + sys.getsizeof(self.values) + n * per)
+
     def nvalues(self):
         """Distinct values numbered so far (ids are not reused before a snapshot compacts them)."""
         return PyList_GET_SIZE(self.values)

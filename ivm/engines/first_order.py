@@ -284,6 +284,18 @@ class KeySets(Mapping[object, set[object]]):
         return self.state.nkeys(self.slot, self.forward)
 
 
+def compact_memory(slots: Sequence[Any], tuples: int | float) -> dict[str, int | float]:
+    """``state_bytes`` and ``bytes_per_tuple`` of slots on the compact state (``{}`` for Python slots).
+
+    The C tables, the int map and the value table of :class:`TriangleFirstOrder` (its
+    ``state_bytes``); tuples are the stored tuples of the three slots.  O(ids).
+    """
+    if not slots or not isinstance(slots[0], CompactSlot):
+        return {}
+    total = slots[0].state.state_bytes()
+    return {"state_bytes": total, "bytes_per_tuple": round(total / tuples, 1) if tuples else 0.0}
+
+
 class CompactSlot(AllLightPartition):
     """Slot ``i`` of a :class:`TriangleFirstOrder`, with the read interface of :class:`AllLightPartition`.
 
@@ -464,8 +476,10 @@ class FirstOrderIVM(Engine):
         return self._slots[i].get(x, y)
 
     def stats(self) -> dict[str, int | float]:
-        return {
+        out: dict[str, int | float] = {
             "result": self._count,
             "updates_applied": self._updates,
             "state_tuples": sum(s.lsize for s in self._slots),
         }
+        out.update(compact_memory(self._slots, out["state_tuples"]))
+        return out

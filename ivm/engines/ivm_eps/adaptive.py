@@ -63,6 +63,7 @@ from typing import Any
 from ivm.engines.first_order import (
     IMPLEMENTATIONS,
     CompactSlot,
+    compact_memory,
     compact_slots,
     first_order_kernel,
     first_order_plan,
@@ -199,6 +200,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         )
         for edge, e in zip(self.shape.edges, eps, strict=True):
             out.setdefault(f"eps.{edge.relation}", e)
+        out.update(compact_memory(self.parts, sum(p.lsize for p in self.parts)))
         return out
 
     # -- switching ---------------------------------------------------------------------
