@@ -183,7 +183,8 @@ class SkewHybrid(Engine):
                 "statistic": "the largest number of distinct tuples of one atom sharing a value of a join "
                 "variable, against √N (N = the threshold base, ⌊N/4⌋ ≤ |D| < N); rechecked whenever N changes",
                 "rule": f"{COLD} while every such degree is below max({DEFAULT_SKEW:g}·√N, {DEFAULT_FLOOR}); {hot} "
-                "from the update at which one reaches it (built from the current database, the count unchanged); back "
+                "from the end of the batch in which one reaches it (built from the current database, the count "
+                "unchanged); back "
                 f"to {COLD} when the largest degree falls below a quarter of that and {DEFAULT_DWELL:g}·|D| updates "
                 "have passed since the last switch; explain()['choice'] and stats() ('hot', 'promotions') show the "
                 "current choice",
