@@ -5,15 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
 from ivm.query.model import Query
-from ivm.updates import Row, Update
-
-_relation_of, _row_of, _mult_of = itemgetter(0), itemgetter(1), itemgetter(2)
+from ivm.updates import Row, Update, mult_of, relation_of, row_of
 
 
 @dataclass(frozen=True)
@@ -136,7 +133,7 @@ class View:
             return None
         if not set(map(type, items)) <= {tuple, Update} or set(map(len, items)) != {3}:
             return None
-        relations, rows, mults = list(map(_relation_of, items)), list(map(_row_of, items)), list(map(_mult_of, items))
+        relations, rows, mults = list(map(relation_of, items)), list(map(row_of, items)), list(map(mult_of, items))
         if set(map(type, rows)) != {tuple} or set(map(type, mults)) != {int} or 0 in mults:
             return None
         names = set(relations)

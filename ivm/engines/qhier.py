@@ -379,8 +379,12 @@ class QHierEngine(Engine):
                 updates = consolidate(updates)
                 folded[0] += 1
                 folded[1] += given - len(updates)
-                self._updates += given - len(updates)  # updates_applied counts the updates given
+                self._count_folded(given - len(updates))
         self._apply(updates)
+
+    def _count_folded(self, saved: int) -> None:
+        """``updates_applied`` counts the updates given, the ones a fold saved included."""
+        self._updates += saved
 
     def _apply(self, updates: Sequence[Update]) -> None:
         base = self._base

@@ -43,10 +43,9 @@ from ivm.engines.qhier import (
     Semantics,
     StaleEnumeration,
     _core,
-    consolidates,
 )
 from ivm.query.model import Query
-from ivm.updates import Row, Update, consolidate
+from ivm.updates import Row, Update
 
 try:
     from ivm.engines import _qhier_kernel as _kernel
@@ -213,19 +212,8 @@ class QHierCompactEngine(QHierEngine):
 
     # -- updates -------------------------------------------------------------------------------
 
-    def apply(self, updates: Sequence[Update]) -> None:
-        """Apply a batch; O(|φ|²) expected per update, folded into a Z-set first as the reference does."""
-        if len(updates) > 1:
-            fold, rate = consolidates(updates, self.consolidate)
-            folded = self._folded
-            folded[2] = rate
-            if fold:
-                given = len(updates) - sum(1 for u in updates if not u[2])
-                updates = consolidate(updates)
-                folded[0] += 1
-                folded[1] += given - len(updates)
-                self._kernel.updates += given - len(updates)  # updates_applied counts the updates given
-        self._apply(updates)
+    def _count_folded(self, saved: int) -> None:
+        self._kernel.updates += saved  # the kernel keeps updates_applied
 
     def _apply(self, updates: Sequence[Update]) -> None:
         assert _kernel is not None

@@ -335,11 +335,9 @@ class ColumnStore:
                     self._grow(r + 1)
             self.rows[key] = r
             self.keys[r] = key
-            if self.codes is not None:
-                if len(key) == 1 and type(key[0]) is int and -(2**63) <= key[0] < 2**63:
-                    self.codes.set_many(np.array([key[0]], dtype=np.int64), np.array([r], dtype=np.int64))
-                else:
-                    self.codes = None
+            codes = self._codes_of((key,), None)
+            if codes is not None:
+                self.codes.set_many(codes, np.array([r], dtype=np.int64))
             for positions, idx in self.indexes.items():
                 idx.setdefault(key_projection(positions)(key), {})[key] = r
             self.C[r] = c  # a free row holds 0

@@ -43,10 +43,9 @@ products and keeps each product factorized up the path
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from itertools import chain, islice, product, repeat
-from operator import add, itemgetter, mul
+from operator import itemgetter, mul
 from typing import Any
 
 import numpy as np
@@ -71,67 +70,12 @@ from ivm.rings.covariance import Covariance, CovarianceRing
 from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
 from ivm.rings.numeric import NumericRing, SumRing
 from ivm.rings.relational import Relation, RelationalRing
-from ivm.updates import Row, Update
+from ivm.updates import Row, Update, apply_to_base, by_relation
 
 RING_NAMES = ("count", "sum", "covariance", "generalized_covariance", "listing", "factorized")
 TREE_NAMES = ("tau", "nu")
 
 Delta = dict[tuple[Any, ...], Any]
-
-
-_relation_of, _row_of, _mult_of = itemgetter(0), itemgetter(1), itemgetter(2)
-
-
-def by_relation(updates: Sequence[Update]) -> dict[str, dict[Row, int]]:
-    """The batch as one Z-set per relation: each tuple's multiplicities summed, tuples summing to 0 dropped.
-
-    A batch of one relation whose updates share one multiplicity (a chunk of inserts, say) is
-    counted by :class:`collections.Counter` in C; any other batch by a Python loop.  O(|batch|).
-
-    >>> by_relation([("R", (1,), 1), ("S", (2,), 1), ("R", (1,), 2), ("S", (2,), -1)])
-    {'R': {(1,): 3}}
-    """
-    if isinstance(updates, list | tuple) and len(updates) == 1:
-        ((relation, row, mult),) = updates
-        return {relation: {row: mult}} if mult else {}
-    if isinstance(updates, list | tuple) and updates:
-        relations = set(map(_relation_of, updates))
-        mults = set(map(_mult_of, updates))
-        if len(relations) == 1 and len(mults) == 1:
-            (m,) = mults
-            if not m:
-                return {}
-            counts = dict(Counter(map(_row_of, updates)))  # a copy keeps the stored hashes
-            if m != 1:
-                for row in counts:
-                    counts[row] *= m
-            return {relations.pop(): counts}
-    out: dict[str, dict[Row, int]] = {}
-    for relation, row, mult in updates:
-        delta = out.get(relation)
-        if delta is None:
-            delta = out[relation] = {}
-        delta[row] = delta.get(row, 0) + mult
-    for relation, delta in out.items():
-        if 0 in delta.values():
-            out[relation] = {row: m for row, m in delta.items() if m}
-    return {relation: delta for relation, delta in out.items() if delta}
-
-
-def apply_to_base(base: dict[Row, int], delta: dict[Row, int]) -> list[int]:
-    """``R += δR`` on a relation's multiplicities (zeros deleted); returns the old multiplicities (δR's order).
-
-    Three C-level passes (lookups, sums, one ``dict.update``) plus a loop over the tuples that
-    drop to 0.  O(|δR|).
-    """
-    olds = list(map(base.get, delta, repeat(0, len(delta))))
-    news = list(map(add, olds, delta.values()))
-    base.update(zip(delta, news, strict=True))
-    if 0 in news:
-        for row, new in zip(delta, news, strict=True):
-            if not new:
-                del base[row]
-    return olds
 
 
 try:  # the compiled index-join sum (``_count_kernel.pyx``), present when pip install compiled it

@@ -58,12 +58,11 @@ from operator import add, itemgetter, sub
 from typing import Any
 
 from ivm.engines.base import Engine
-from ivm.engines.fivm.engine import apply_to_base, by_relation
 from ivm.query.four_path import four_path
 from ivm.query.loomis_whitney import loomis_whitney
 from ivm.query.model import Query
 from ivm.query.three_relations import as_distinct_relations, three_relation_class
-from ivm.updates import Row, Update
+from ivm.updates import Row, Update, apply_to_base, by_relation, mult_of, relation_of, row_of
 
 DEFAULT_SKEW = 32.0
 DEFAULT_DWELL = 0.25
@@ -84,9 +83,6 @@ def hot_engine_name(query: Query) -> str | None:
     if lw and lw.witness.degree >= 4:
         return "ivm_eps_lw"
     return "ivm_eps_path4" if four_path(query) else None
-
-
-_relation_of, _row_of, _mult_of = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def _registered(name: str) -> type[Engine] | None:
@@ -150,6 +146,8 @@ class SkewHybrid(Engine):
         self.switch_size = 0
         self.next_check = self.min_check
         self.largest = 0
+        #: an upper bound of the largest degree (``None``: unknown), kept by the batch path
+        self._bound: int | None = None
         self.reason = "no heavy join value observed"
         self._set_cutoffs()
         self.mode = COLD
@@ -257,9 +255,9 @@ class SkewHybrid(Engine):
         """
         if self.mode != COLD or not isinstance(updates, list | tuple) or not updates:
             return False
-        relations = set(map(_relation_of, updates))
-        mults = list(map(_mult_of, updates))
-        if not relations <= self.base.keys() or set(map(type, map(_row_of, updates))) != {tuple}:
+        relations = set(map(relation_of, updates))
+        mults = list(map(mult_of, updates))
+        if not relations <= self.base.keys() or set(map(type, map(row_of, updates))) != {tuple}:
             return False
         if set(map(type, mults)) != {int}:
             return False
