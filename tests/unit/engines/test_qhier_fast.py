@@ -13,6 +13,7 @@ made of objects the cyclic collector tracks.
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import random
 from collections import Counter
@@ -24,7 +25,10 @@ from ivm.engines.qhier_compact import QHierCompactEngine, compact_available, pyt
 from ivm.query import Query, parse
 from ivm.updates import Row, Update
 
-pytestmark = pytest.mark.skipif(not compact_available(), reason="the _qhier_kernel extension is not built")
+# built by ``pip install -e .``; under CI a missing kernel fails these tests instead of skipping them
+pytestmark = pytest.mark.skipif(
+    not compact_available() and not os.environ.get("CI"), reason="the _qhier_kernel extension is not built"
+)
 
 QUERIES = [
     "Q(x,y) :- R(x,y), S(x,z), T(x)",  # star
