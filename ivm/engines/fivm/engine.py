@@ -90,7 +90,9 @@ def _scan_delta(plan: DeltaPlan, delta: Delta) -> Delta | None:
     """``δV = ⊕_X (δV_j ⊗ V_i)`` for one sibling joined through a secondary index, count payloads (Fig. 7).
 
     The plan of a path's inner view, e.g. ``V(b) = ⊕_c R2(b,c) ⊗ V_R3(c)`` when ``R3`` changes:
-    every delta key meets its bucket ``σ_{bound} V_i``.  The buckets are read and the products
+    every delta key meets its bucket ``σ_{bound} V_i``.  A sibling keyed by two ints with int64
+    payloads keeps its buckets as contiguous blocks (:meth:`.Store.bucket_index`) and the whole sum
+    is one C loop over them.  Otherwise the buckets are read and the products
     formed in C-level passes (``map``/``chain`` over the buckets' keys and values), and summed
     per output key by one ``dict`` build, or one tight loop when output keys repeat.  O(|δV_j| +
     |join|), the same sums as the general rule; Python ints, so exact.  ``None`` when the output
@@ -103,6 +105,13 @@ def _scan_delta(plan: DeltaPlan, delta: Delta) -> Delta | None:
         return None
     store = step.sibling.store
     assert store is not None, f"view {step.sibling.name} is not materialized"
+    pair = len(step.sibling.keys) == 2 and len(step.bound_pos) == 1 and len(step.fill) == 1
+    if pair and len(plan.key_slots) == 1 and plan.key_slots[0] in fill:
+        compiled = store.bucket_index(step.bound_pos[0])  # a sibling keyed by int pairs: contiguous blocks
+        if compiled is not None:
+            summed = compiled.scan(delta, child[step.bound_slots[0]])
+            if summed is not None:
+                return summed
     index = store.index(step.bound_pos)
     bound_of = projection(tuple(child[slot] for slot in step.bound_slots))
     buckets = list(map(index.get, map(bound_of, delta), repeat(_NO_BUCKET, len(delta))))
@@ -1244,6 +1253,7 @@ def _dict_store_memory(store: Store, sample: int = 32) -> tuple[int, int, float]
     per_payload = sum(payload_nbytes(p) for _, p in picked) / len(picked)
     per_key = sum(sys.getsizeof(k) for k, _ in picked) / len(picked)
     tables = sys.getsizeof(store.data) + sum(sys.getsizeof(i) for i in store.indexes.values())
+    tables += store.compiled_nbytes()
     return n, int(tables + n * (per_payload + per_key)), per_payload
 
 

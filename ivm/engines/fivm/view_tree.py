@@ -31,6 +31,11 @@ from typing import Any
 from ivm.query.model import Query
 from ivm.query.variable_order import VariableOrder
 
+try:  # the compiled secondary index (``_bucket_index.pyx``), present when pip install compiled it
+    from ivm.engines.fivm._bucket_index import BucketIndex
+except ImportError:  # no compiler at install time: the dict indices alone
+    BucketIndex = None
+
 
 class Store:
     """A materialized view: payloads by key (primary index) and lazily built secondary indices.
@@ -38,14 +43,23 @@ class Store:
     A secondary index on key positions P maps ``π_P key`` to ``{key: payload}``
     so that ``σ_{P = t} V`` is enumerated with constant delay (§2.2).  Every
     operation is amortized O(1) per index (§2.2 storage contract).
+
+    A count view whose keys are two ints may also keep compiled secondary indices
+    (:meth:`bucket_index`, ``_bucket_index.pyx``): one contiguous block of
+    ``(other value, payload)`` rows per bound value, maintained by the same
+    operations at O(1) expected per key.  One is dropped for good (the dict index
+    takes over) when a key or payload it cannot hold arrives; it is derived data,
+    so snapshots leave it out and it is rebuilt on the next use.
     """
 
-    __slots__ = ("_projected", "data", "indexes")
+    __slots__ = ("_buckets", "_projected", "data", "indexes")
 
     def __init__(self) -> None:
         self.data: dict[tuple[Any, ...], Any] = {}
         self.indexes: dict[tuple[int, ...], dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]] = {}
         self._projected: list[tuple[Projection, dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]]] = []
+        #: compiled indices by bound position (``None``: refused, this view's keys or payloads do not fit)
+        self._buckets: dict[int, Any] = {}
 
     def index(self, positions: tuple[int, ...]) -> dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]:
         idx = self.indexes.get(positions)
@@ -58,6 +72,33 @@ class Store:
             self._projected.append((project, idx))
         return idx
 
+    def bucket_index(self, bound: int) -> Any:
+        """The compiled index on key position ``bound`` (0 or 1) of a view keyed by int pairs, or ``None``.
+
+        Built from the view on first use, O(|V|); ``None`` without the compiled extension, or when
+        some key is not a pair of int64 ints or some payload not an int64 int (then never again for
+        this position, until a restore).
+        """
+        if bound in self._buckets:
+            return self._buckets[bound]
+        idx = None
+        if BucketIndex is not None:
+            idx = BucketIndex(bound)
+            if not idx.build(self.data):
+                idx = None
+        self._buckets[bound] = idx
+        return idx
+
+    def compiled_nbytes(self) -> int:
+        """Bytes of the compiled indices (their blocks and tables)."""
+        return sum(idx.nbytes for idx in self._buckets.values() if idx is not None)
+
+    def _bucket_write(self, keys: Any, payloads: list[Any]) -> None:
+        """Write ``keys → payloads`` (0: removed) into every live compiled index; drop one that refuses."""
+        for bound, idx in self._buckets.items():
+            if idx is not None and not idx.update(keys, payloads):
+                self._buckets[bound] = None
+
     def add(self, key: tuple[Any, ...], delta: Any, is_zero: Any) -> None:
         """``V[key] += delta``, deleting the key when the payload becomes 0 (§9 item 1)."""
         old = self.data.get(key)
@@ -69,21 +110,29 @@ class Store:
         self.data[key] = new
         for project, idx in self._projected:
             idx.setdefault(project(key), {})[key] = new
+        if self._buckets:
+            self._bucket_write([key], [new])
 
     def add_numbers(self, delta: dict[tuple[Any, ...], Any]) -> None:
         """:meth:`add` of every key for number payloads (zero is ``== 0``): C-level passes, O(|δ|).
 
         Lookups, sums and the write are one ``map``/``dict.update`` each; only the keys that drop
-        to 0 and the secondary indexes take a loop.
+        to 0 and the dict secondary indexes take a loop (a compiled index takes the whole delta
+        in one call).
         """
         data = self.data
         news = list(map(add, map(data.get, delta, repeat(0, len(delta))), delta.values()))
+        if self._buckets:
+            self._bucket_write(delta, news)
         if 0 in news:  # keys that drop to 0 leave; the rest are written below
             keep = {}
+            projected = self._projected
             for key, new in zip(delta, news, strict=True):
                 if new == 0:
                     if key in data:
-                        self._delete(key)
+                        if projected:
+                            self._unindex(key)
+                        del data[key]
                 else:
                     keep[key] = new
             data.update(keep)
@@ -107,10 +156,12 @@ class Store:
         self.data[key] = new
         for project, idx in self._projected:
             idx.setdefault(project(key), {})[key] = new
+        if self._buckets:
+            self._bucket_write([key], [new])
 
     def add_all_lanes(self, delta: dict[tuple[Any, ...], tuple[Any, Any]]) -> None:
         """``V += δV`` with :meth:`add_lanes` per key; one call per delta when there is no secondary index."""
-        if self._projected:
+        if self._projected or self._buckets:
             for key, payload in delta.items():
                 self.add_lanes(key, payload)
             return
@@ -129,6 +180,12 @@ class Store:
 
     def _delete(self, key: tuple[Any, ...]) -> None:
         del self.data[key]
+        self._unindex(key)
+        if self._buckets:
+            self._bucket_write([key], [0])
+
+    def _unindex(self, key: tuple[Any, ...]) -> None:
+        """Take ``key`` out of the dict secondary indexes."""
         for project, idx in self._projected:
             sub = project(key)
             bucket = idx[sub]
@@ -137,13 +194,14 @@ class Store:
                 del idx[sub]
 
     def __getstate__(self) -> tuple[dict[tuple[Any, ...], Any], dict[tuple[int, ...], Any]]:
-        return (self.data, self.indexes)  # the projections are rebuilt: lambdas do not pickle
+        return (self.data, self.indexes)  # the projections and compiled indices are rebuilt
 
     def __setstate__(self, state: tuple[Any, Any]) -> None:
         if state[0] is None:  # pickled by the default protocol of slotted classes: (None, {slot: value})
             state = (state[1]["data"], state[1]["indexes"])
         self.data, self.indexes = state
         self._projected = [(key_projection(positions), idx) for positions, idx in self.indexes.items()]
+        self._buckets = {}
 
     def __len__(self) -> int:
         return len(self.data)
