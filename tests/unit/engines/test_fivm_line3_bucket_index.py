@@ -50,7 +50,7 @@ def brute_count(query: str, base: dict[str, dict[tuple[Any, ...], int]]) -> int:
     """The count of a path query ``R1(x0,x1), R2(x1,x2), ...`` by nested loops over the base relations."""
     atoms = parse(query).atoms
     partial: dict[Any, int] = {}
-    for (a, b), m in base[atoms[0].relation].items():
+    for (_, b), m in base[atoms[0].relation].items():
         partial[b] = partial.get(b, 0) + m
     for atom in atoms[1:]:
         nxt: dict[Any, int] = {}
