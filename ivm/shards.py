@@ -255,3 +255,44 @@ class ShardedView(View):
         out = dict(self.shards[0].explain())
         out["shards"] = {"count": len(self.shards), "shares": self.router.shares}
         return out
+
+
+class ShardSlice(ShardedView):
+    """Shard ``index`` of a :class:`ShardedView` held alone: what one executor keeps of a query.
+
+    It routes every update exactly as the whole sharded view does and applies
+    the ones routed to shard ``index``, dropping the others: the shards of a
+    query can then live in different processes (``processor.placement``), each
+    given the updates routed to it, or all of them.  Its result is that shard's
+    share; the shards' results add up to the query's (module docstring).
+    Cost: the routing of the whole view, O(shards an update goes to), and the
+    engine's work on the updates routed here.
+    """
+
+    def __init__(self, query: Query, shard: View, router: HyperCube, index: int) -> None:
+        if not 0 <= index < router.shards:
+            raise ValueError(f"shard {index} of a view with {router.shards} shards")
+        super().__init__(query, [shard], router)
+        self.index = index
+
+    @classmethod
+    def of(cls, sharded: ShardedView, index: int) -> ShardSlice:
+        """Shard ``index`` of ``sharded`` (the others are dropped)."""
+        return cls(sharded.query, sharded.shards[index], sharded.router, index)
+
+    def _current(self, update: Update) -> int:
+        for shard, routed in self._targets(update):
+            if shard == self.index:
+                return self.shards[0].engine.multiplicity(routed.relation, routed.row)
+        return 0
+
+    def _apply_valid(self, valid: list[Update]) -> None:
+        index = self.index
+        mine = [routed for update in valid for shard, routed in self._route(update) if shard == index]
+        if mine:
+            self.shards[0].engine.apply(mine)
+
+    def explain(self) -> dict[str, Any]:
+        out = super().explain()
+        out["shards"]["index"] = self.index
+        return out

@@ -117,6 +117,7 @@ class PipelineConfig:
     snapshot_location: str = ""  # a folder or a pyarrow.fs URL (s3://, hdfs://) for snapshots; empty: state_dir
     exactly_once: bool = True  # outputs in Kafka transactions, recovery from snapshot + replay
     shards: int = 1
+    placement: str = "driver"  # where the state lives: "driver" or "executors" (processor.placement)
 
     def __post_init__(self) -> None:
         # a relation some query declares delete-only has its inserts refused by the input policy (003 App. C)
@@ -263,6 +264,7 @@ class ProcessorTable(_Table):
     snapshot_location: str = ""
     exactly_once: bool = True
     shards: Count = 1
+    placement: Literal["driver", "executors"] = "driver"
 
 
 class KafkaTable(_Table):
@@ -340,6 +342,7 @@ _FIELD_KEYS: dict[str, tuple[str, str]] = {
     "snapshot_location": ("processor", "snapshot_location"),
     "exactly_once": ("processor", "exactly_once"),
     "shards": ("processor", "shards"),
+    "placement": ("processor", "placement"),
     "bootstrap": ("kafka", "bootstrap"),
     "dead_letter_topic": ("kafka", "dead_letter_topic"),
     "schema_registry": ("kafka", "schema_registry"),
@@ -762,6 +765,7 @@ def _build(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]], base
         snapshot_location=_location(base, proc.snapshot_location),
         exactly_once=proc.exactly_once,
         shards=proc.shards,
+        placement=proc.placement,
     )
 
 

@@ -101,7 +101,10 @@ class PipelineState:
 
 
 @dataclass
-class _Applied:
+class Applied:
+    """What applying one batch did, before anything is published: per query its outcome, the dead
+    letters ``(record, reason, kind, query, relation)``, and per topic and relation the counts."""
+
     outcomes: dict[str, ivm.Outcome]
     dead: list[tuple[Record, str, str, str | None, str | None]]
     per_topic: dict[str, int]  # fresh records (applied or rejected; redeliveries excluded) per topic
@@ -182,15 +185,8 @@ class Pipeline:
         self.sink = sink
         self.metrics = metrics or Metrics()
         self.metrics.dead_letters.labels(config.dead_letter_topic)  # exported from 0: increase() sees the first
-        self.codecs: dict[str, RelationCodec | WireCodec] = {}
-        schema_of = {}
-        self.relation_schemas: dict[str, dict[str, Any]] = {}
-        for rel in config.relations:
-            path = rel.schema if rel.schema.is_absolute() else schemas_dir() / rel.schema
-            self.relation_schemas[rel.name] = load_schema(path)
-            codec = relation_codec(config, rel.topic, self.relation_schemas[rel.name], rel.encoding, rel.name)
-            self.codecs[rel.topic] = codec
-            schema_of[rel.name] = list(codec.attributes)
+        self.codecs, self.relation_schemas = relation_codecs(config)
+        schema_of = {codec.relation: list(codec.attributes) for codec in self.codecs.values()}
         self.relation_of_topic = {rel.topic: rel.name for rel in config.relations}
         self.control_topic = control_topic(config)
         self.on_new_query: Callable[[QueryConfig, Any], None] | None = None  # e.g. create its output topics
@@ -343,9 +339,15 @@ class Pipeline:
     def process(self, records: Iterable[Record] | RecordBatch, batch_id: int | None = None) -> BatchReport:
         """Apply one micro-batch and publish its outputs (one transaction)."""
         started = time.perf_counter()
+        return self.publish(self._apply(records), batch_id, started)
+
+    def publish(self, applied: Applied, batch_id: int | None = None, started: float | None = None) -> BatchReport:
+        """Publish what a batch did (its dead letters, every query's result, the progress) in one
+        transaction and count it.  ``applied`` comes from :meth:`_apply`, or from the shards of
+        ``processor.placement`` when they apply the batch on Spark's executors."""
+        started = time.perf_counter() if started is None else started
         batch_id = self.state.last_batch_id + 1 if batch_id is None else batch_id
         report = BatchReport(batch_id)
-        applied = self._apply(records)
         report.records = applied.records
         self.sink.begin()
         for record, reason, kind, query, relation in applied.dead:
@@ -369,7 +371,7 @@ class Pipeline:
         self.metrics.observe_input_counts(applied.per_topic, applied.oldest_ms)
         return report
 
-    def _count_relations(self, applied: _Applied) -> None:
+    def _count_relations(self, applied: Applied) -> None:
         """Per relation: records consumed = records applied + records dead-lettered (the exported invariant)."""
         dead: Counter[str] = Counter(relation or self.relation_of_topic.get(r.topic, r.topic)
                                      for r, _, _, _, relation in applied.dead
@@ -388,7 +390,7 @@ class Pipeline:
         """Apply already-committed input again, publishing nothing (recovery); returns the records applied."""
         return self._apply(records).records
 
-    def _apply(self, records: Iterable[Record] | RecordBatch) -> _Applied:
+    def _apply(self, records: Iterable[Record] | RecordBatch) -> Applied:
         """Decode the fresh records of ``batch`` partition by partition, admit them to the relations'
         contents under the input policy, and apply the admitted updates to every view.
 
@@ -471,7 +473,7 @@ class Pipeline:
             segments.append((relation, start, len(updates)))
         outcomes = {name: self._apply_view(name, view, updates, segments)
                     for name, view in self.views.items()}  # fmt: skip
-        return _Applied(outcomes, dead, per_topic, oldest, accepted, refusals)
+        return Applied(outcomes, dead, per_topic, oldest, accepted, refusals)
 
     def _apply_view(
         self,
@@ -661,6 +663,17 @@ def _model(q: QueryConfig, view: Any) -> Any:
             raise ValueError(f"query {q.name!r}: label {q.label!r} is not one of the COVAR variables {variables}")
         return LinearRegression(view, variables, q.label, method=q.method)
     return ChowLiuTree(view, variables)
+
+
+def relation_codecs(config: PipelineConfig) -> tuple[dict[str, RelationCodec | WireCodec], dict[str, dict[str, Any]]]:
+    """Every configured relation's codec by topic, and its Avro schema by relation name."""
+    codecs: dict[str, RelationCodec | WireCodec] = {}
+    schemas: dict[str, dict[str, Any]] = {}
+    for rel in config.relations:
+        path = rel.schema if rel.schema.is_absolute() else schemas_dir() / rel.schema
+        schemas[rel.name] = load_schema(path)
+        codecs[rel.topic] = relation_codec(config, rel.topic, schemas[rel.name], rel.encoding, rel.name)
+    return codecs, schemas
 
 
 def relation_codec(

@@ -35,6 +35,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--name", help="pipeline name: transactional id, progress topic, state folder")
     p.add_argument("--state-dir", help="folder of the state snapshots")
     p.add_argument("--shards", type=int, help="shards per query (HyperCube routing)")
+    p.add_argument(
+        "--placement", choices=["driver", "executors"],
+        help="where the engines' state lives: in the driver (default) or in shard hosts on Spark's executors",
+    )  # fmt: skip
     p.add_argument("--max-offsets-per-trigger", type=int, help="input records per micro-batch at most")
     return p
 
@@ -56,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             name=args.name,
             state_dir=args.state_dir,
             shards=args.shards,
+            placement=args.placement,
         )
     except ConfigError as err:
         report(err, "run")

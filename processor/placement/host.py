@@ -1,0 +1,377 @@
+"""Shard hosts: long-lived processes on the executors' machines that keep the slices in memory.
+
+Spark's Python workers come and go (idle ones exit after a minute, a failed task
+ends its worker, a stage's task may land on any executor), so the slices do not
+live in them.  A *shard host* is a process of its own, started by the first task
+that needs one on its executor (:func:`connect`), detached from the worker, and
+reached over a socket (``multiprocessing.connection``: pickled messages,
+authenticated by the run's key).  It holds any number of slices
+(:class:`SliceTable`); the driver remembers which host holds which slice and
+sends the next batch's request there, from whatever executor the task runs on,
+so a slice stays where it was built.
+
+A host applies batch ``v`` of a slice only on top of ``v - 1``, answers a
+repeated ``v`` with the stored outputs (a retried task), and otherwise rebuilds
+the slice: its newest snapshot (``processor.snapshots``, at the pipeline's
+snapshot location, a folder or URL every node reads) plus a replay of the
+committed inputs after it (``processor.recovery.replay``), or the relation
+topics' whole history when it has no snapshot.  Before applying ``v`` it
+snapshots the committed ``v - 1`` every ``snapshot_every`` batches, in a forked
+child, so the stream does not wait for the write.
+
+A host exits when the driver says so (a clean stop), or when no request came for
+``idle_seconds`` (a driver that died): its folder is removed either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from processor.config import PipelineConfig
+from processor.placement.routing import slice_count
+from processor.placement.slices import Behind, Slice, SlicePipeline, SliceRequest, SliceResponse
+from processor.relations import fingerprint
+from processor.snapshots import BackgroundSnapshots, StateStore
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 300.0  # a host no request reached for this long exits (its driver is gone)
+START_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """What a shard host serves: the pipeline, the run's key, where snapshots go."""
+
+    config: PipelineConfig
+    run: str  # the driver run's id: hosts of an earlier run are never reused
+    authkey: bytes
+    snapshot_location: str
+    idle_seconds: float = IDLE_SECONDS
+
+
+def slice_store(spec: HostSpec, index: int, config_fingerprint: str) -> StateStore:
+    """Where slice ``index``'s snapshots go: per configuration fingerprint, so a changed query never
+    reads another definition's state."""
+    return StateStore(f"{spec.snapshot_location.rstrip('/')}/slices/{config_fingerprint}/{index}")
+
+
+class SliceTable:
+    """The slices a host keeps, by index: versions, rebuilds and snapshots (module docstring).
+
+    Thread safe: one lock around every slice operation (the GIL runs one at a time anyway, and a
+    snapshot's fork then never copies another thread's half-done update).
+    """
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self.config = spec.config
+        self.slices: dict[int, Slice] = {}
+        self.rebuilds = 0
+        self._snapshots: dict[int, BackgroundSnapshots] = {}
+        self._lock = threading.Lock()
+        self._fingerprint = ""
+
+    @property
+    def fingerprint(self) -> str:
+        """The configuration's state fingerprint (relations, queries, slice count)."""
+        if not self._fingerprint:
+            probe = SlicePipeline(self.config, 0)
+            self._fingerprint = fingerprint({"state": probe.fingerprints, "slices": slice_count(self.config)})
+        return self._fingerprint
+
+    def apply(self, request: SliceRequest) -> SliceResponse:
+        """Apply ``request`` to its slice, rebuilding the slice first when it is not at ``version - 1``."""
+        with self._lock:
+            started = time.perf_counter()
+            current = self.slices.get(request.index)
+            rebuilt, replayed = False, 0
+            if current is not None and current.version == request.version - 1:
+                current.advance(request.before)
+                self._snapshot(request.index, current)
+            try:
+                if current is None:
+                    raise Behind(-2, request.version - 1)
+                response = current.apply(request)
+            except Behind as behind:
+                log.warning("slice %d: %s; rebuilding it", request.index, behind)
+                current, replayed = self._rebuild(request)
+                rebuilt = True
+                response = current.apply(request)
+            response.rebuilt, response.replayed = rebuilt, replayed
+            response.seconds = time.perf_counter() - started
+            return response
+
+    def _rebuild(self, request: SliceRequest) -> tuple[Slice, int]:
+        """Slice ``request.index`` at batch ``version - 1``: its newest snapshot (or empty, at the
+        history's origin) plus the committed inputs after it."""
+        from processor.recovery import replay
+
+        pipeline = SlicePipeline(self.config, request.index)
+        snapshot = slice_store(self.spec, request.index, self.fingerprint).load()
+        if snapshot is not None and snapshot.last_batch_id <= request.version - 1:
+            pipeline.state = snapshot
+        else:
+            pipeline.state.positions = dict(request.origin)
+            pipeline.state.origin = dict(request.origin)
+        replayed = replay(pipeline, self.config.bootstrap, request.before)
+        pipeline.state.positions.update(request.before)
+        pipeline.state.last_batch_id = request.version - 1
+        rebuilt = Slice(pipeline)
+        rebuilt.baseline()
+        self.slices[request.index] = rebuilt
+        self.rebuilds += 1
+        log.warning(
+            "slice %d rebuilt at batch %d: snapshot of batch %s, %d records replayed",
+            request.index, request.version - 1, snapshot.last_batch_id if snapshot else None, replayed,
+        )  # fmt: skip
+        return rebuilt, replayed
+
+    def _snapshot(self, index: int, current: Slice) -> None:
+        """Snapshot slice ``index`` at its committed version when one is due (in a forked child)."""
+        every = self.config.snapshot_every
+        version = current.version
+        if not every or version < 0 or version % every:
+            return
+        writer = self._snapshots.get(index)
+        if writer is None:
+            writer = self._snapshots[index] = BackgroundSnapshots(slice_store(self.spec, index, self.fingerprint))
+        writer.poll()
+        writer.take(current.pipeline.state)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Per slice: version, stored tuples, rebuilds of this host."""
+        with self._lock:
+            return [
+                {"slice": i, "batch": s.version, "tuples": sum(len(c) for c in s.pipeline.state.relations.values())}
+                for i, s in sorted(self.slices.items())
+            ]
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Wait for the snapshots being written."""
+        for writer in self._snapshots.values():
+            if writer.in_flight:
+                writer.wait(timeout)
+
+
+# --- the host process ---------------------------------------------------------------------------------
+
+
+def serve(folder: Path) -> None:
+    """The shard host's main loop: serve requests until told to stop or idle (module docstring)."""
+    spec: HostSpec = pickle.loads((folder / "spec.pickle").read_bytes())
+    table = SliceTable(spec)
+    bind = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+    listener = Listener((bind, 0), authkey=spec.authkey)
+    advertised = bind if bind != "0.0.0.0" else socket.gethostname()
+    address = (advertised, listener.address[1])
+    last = [time.monotonic()]
+    stopping = threading.Event()
+
+    def handle(conn: Connection) -> None:
+        with contextlib.closing(conn):
+            while not stopping.is_set():
+                try:
+                    kind, body = conn.recv()
+                except (EOFError, OSError):
+                    return
+                last[0] = time.monotonic()
+                try:
+                    if kind == "apply":
+                        reply: Any = table.apply(body)
+                        reply.host = f"{address[0]}:{address[1]}"
+                    elif kind == "status":
+                        reply = {"host": f"{address[0]}:{address[1]}", "pid": os.getpid(), "slices": table.status()}
+                    elif kind == "stop":
+                        stopping.set()
+                        reply = "stopping"
+                    else:
+                        reply = ValueError(f"unknown request {kind!r}")
+                except Exception as err:  # the task that asked fails with it; the host goes on
+                    log.exception("request %s failed", kind)
+                    reply = err
+                last[0] = time.monotonic()
+                try:
+                    conn.send(reply)
+                except (OSError, pickle.PicklingError) as err:
+                    log.warning("could not answer %s: %s", kind, err)
+                    return
+                if stopping.is_set():
+                    _wake(address, spec.authkey)
+
+    def accept() -> None:
+        while not stopping.is_set():
+            try:
+                conn = listener.accept()
+            except Exception:  # a client that failed the authentication, or the listener closed
+                if stopping.is_set():
+                    return
+                continue
+            if stopping.is_set():
+                conn.close()
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True, name="accept").start()
+    (folder / "host.tmp").write_text(f"{address[0]}\n{address[1]}\n{os.getpid()}\n")
+    os.replace(folder / "host.tmp", folder / "host.txt")
+    log.warning("shard host %s:%d (pid %d) serving run %s", address[0], address[1], os.getpid(), spec.run)
+    while not stopping.wait(1.0):
+        if time.monotonic() - last[0] > spec.idle_seconds:
+            log.warning("no request for %.0fs: the driver is gone; exiting", spec.idle_seconds)
+            break
+    stopping.set()
+    table.close()
+    listener.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wake(address: tuple[str, int], authkey: bytes) -> None:
+    """Unblock the accepting thread (it is waiting in ``accept``)."""
+    with contextlib.suppress(Exception):
+        Client(address, authkey=authkey).close()
+
+
+# --- reaching a host from a task ----------------------------------------------------------------------
+
+
+def hosts_root() -> Path:
+    """The machine's folder of shard hosts (one subfolder per host)."""
+    return Path(tempfile.gettempdir()) / "ivm-hosts"
+
+
+def executor_key() -> str:
+    """This Python worker's executor: its working folder (Spark runs each executor in its own; in local
+    mode it is the driver's)."""
+    return os.getcwd()
+
+
+def executor_name() -> str:
+    """A short name for this worker's executor: the executor id of a standalone worker's folder
+    (``.../app-…/<id>``), else ``driver``, and the machine."""
+    cwd = Path(os.getcwd())
+    executor = cwd.name if cwd.parent.name.startswith("app-") else "driver"
+    return f"{executor}@{socket.gethostname()}"
+
+
+def host_folder(spec: HostSpec) -> Path:
+    digest = hashlib.sha256(executor_key().encode()).hexdigest()[:10]
+    return hosts_root() / f"{spec.config.name}-{spec.run}-{digest}"
+
+
+_CONNECTIONS: dict[tuple[str, int], Connection] = {}
+
+
+def connect(spec: HostSpec, owner: tuple[str, int] | None = None) -> tuple[Connection, tuple[str, int]]:
+    """A connection to the host that holds the slice (``owner``, if it answers), else to this executor's
+    own host, started now if it is not running.  Connections are kept for the worker's next tasks."""
+    if owner is not None:
+        try:
+            return _open(owner, spec.authkey), owner
+        except (OSError, EOFError) as err:
+            log.warning("shard host %s:%d does not answer (%s): this executor's host takes the slice", *owner, err)
+    folder = host_folder(spec)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        address = _running(folder)
+        if address is not None:
+            with contextlib.suppress(OSError, EOFError):
+                return _open(address, spec.authkey), address
+        return _start(spec, folder)
+
+
+def _open(address: tuple[str, int], authkey: bytes) -> Connection:
+    conn = _CONNECTIONS.get(address)
+    if conn is not None and not conn.closed:
+        return conn
+    conn = Client(address, authkey=authkey)
+    _CONNECTIONS[address] = conn
+    return conn
+
+
+def forget(address: tuple[str, int]) -> None:
+    """Drop a kept connection (it failed)."""
+    conn = _CONNECTIONS.pop(address, None)
+    if conn is not None:
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+def _running(folder: Path) -> tuple[str, int] | None:
+    try:
+        host, port, _pid = (folder / "host.txt").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return host, int(port)
+
+
+def _start(spec: HostSpec, folder: Path) -> tuple[Connection, tuple[str, int]]:
+    """Start this executor's shard host, detached from the worker, and connect to it."""
+    (folder / "host.txt").unlink(missing_ok=True)
+    (folder / "spec.pickle").write_bytes(pickle.dumps(spec))
+    with open(folder / "host.log", "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "processor.placement.host", str(folder)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        address = _running(folder)
+        if address is not None:
+            return _open(address, spec.authkey), address
+        time.sleep(0.05)
+    raise TimeoutError(f"the shard host in {folder} did not start within {START_TIMEOUT:.0f}s (see host.log)")
+
+
+def call(spec: HostSpec, request: SliceRequest, owner: tuple[str, int] | None) -> SliceResponse:
+    """Send ``request`` to the slice's host (module docstring) and return its response; one retry on a
+    fresh connection if the kept one broke.  A host's failure is raised here (the task fails)."""
+    for attempt in (1, 2):
+        conn, address = connect(spec, owner)
+        try:
+            conn.send(("apply", request))
+            reply = conn.recv()
+        except (OSError, EOFError):
+            forget(address)
+            if attempt == 2:
+                raise
+            owner = None if address == owner else owner
+            continue
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+    raise AssertionError("unreachable")
+
+
+def tell(address: tuple[str, int], authkey: bytes, kind: str, timeout: float = 5.0) -> Any:
+    """Send a ``status`` or ``stop`` request to the host at ``address`` (from the driver)."""
+    conn = Client(address, authkey=authkey)
+    try:
+        conn.send((kind, None))
+        if conn.poll(timeout):
+            return conn.recv()
+        return None
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(Path(sys.argv[1]))

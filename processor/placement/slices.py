@@ -1,0 +1,230 @@
+"""One slice of a pipeline's state, and its versions: what a shard host keeps for the driver.
+
+:class:`SlicePipeline` is the driver's :class:`~processor.pipeline.Pipeline`
+restricted to slice ``s`` (``routing.py``): the same decoding, the same input
+policy over the relation contents, the same views, but only for the tuples
+routed to ``s`` and only shard ``s`` of each query.  Applying every slice's
+records and adding the slices' results gives the driver's results, update for
+update: that is what makes the executors' placement exact.
+
+:class:`Slice` adds the batch versions that make a remote apply safe to retry:
+batch ``v`` is applied only on top of ``v - 1``; asked for ``v`` again (a task
+retried by Spark) it returns the outputs it stored; anything else is a
+:class:`Behind` (the host rebuilds the slice from its snapshot and a replay of
+the committed inputs, ``host.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ivm.shards import ShardedView, ShardSlice
+from ivm.view import Outcome
+from processor.config import PipelineConfig, QueryConfig
+from processor.pipeline import ADMITTED, Applied, Pipeline, Positions, Record, RecordBatch
+from processor.placement.routing import Placement
+from processor.planning import build_view
+from processor.sink import Sink
+
+
+class NoSink(Sink):
+    """A slice publishes nothing: the driver does, for all slices at once."""
+
+    def begin(self) -> None:
+        pass
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        raise RuntimeError("a slice of the state never publishes: the driver does")
+
+    def commit(self) -> None:
+        pass
+
+
+class SlicePipeline(Pipeline):
+    """The pipeline restricted to slice ``index`` of ``slices`` (module docstring).
+
+    ``held`` are the queries with a shard here.  ``quiet`` holds the records whose dead
+    letters another slice reports (it is not their primary): set per batch by the caller.
+    """
+
+    def __init__(self, config: PipelineConfig, index: int) -> None:
+        self.index = index
+        self.held: set[str] = set()
+        super().__init__(config, NoSink())
+        self.placement = Placement(config, self._schema_of)
+        self.quiet: set[tuple[str, int, int]] = set()
+
+    def _maintain(self, q: QueryConfig, schema_of: Mapping[str, Sequence[str]], windows: Any) -> Any:
+        view = build_view(self.config, q, schema_of, windows, ADMITTED)
+        if self.index < (q.shards or self.config.shards):
+            self.held.add(q.name)
+        if isinstance(view, ShardedView):
+            return ShardSlice.of(view, min(self.index, len(view.shards) - 1))
+        return view
+
+    def _apply_view(self, name: str, view: Any, updates: list, segments: list) -> Any:
+        if name not in self.held:  # a query with fewer shards than this slice's index: nothing here
+            return Outcome()
+        return super()._apply_view(name, view, updates, segments)
+
+    def _control(self, batch: RecordBatch, tp: tuple[str, int], rows: list[int], dead: list) -> None:
+        reason = (
+            "control command refused: queries cannot be added, replaced or removed at run time with "
+            '[processor] placement = "executors"; change the configuration and restart (a new query is '
+            'built from the relation topics\' history), or run with placement = "driver"'
+        )
+        dead += [(batch.record(i), reason, "control", None, None) for i in rows]
+
+    def _apply(self, records: Iterable[Record] | RecordBatch) -> Applied:
+        applied = super()._apply(records)
+        if self.quiet:
+            applied.dead = [d for d in applied.dead if (d[0].topic, d[0].partition, d[0].offset) not in self.quiet]
+        return applied
+
+    def replay(self, records: Iterable[Record] | RecordBatch) -> int:
+        """Apply committed input again (a rebuild): only the records routed to this slice."""
+        return super().replay([r for r in records if self.holds(r)])
+
+    def holds(self, record: Record) -> bool:
+        """Whether ``record`` goes to this slice (``routing.py``; undecodable records go to slice 0)."""
+        codec = self.codecs.get(record.topic)
+        if codec is None or record.topic == self.control_topic:
+            return self.index == 0
+        decoded, _mults, errors = codec.decode_many([record.value])
+        if errors:
+            return self.index == 0
+        return self.index in self.placement.slices_of(codec.relation, decoded[0])
+
+
+class Behind(Exception):
+    """The slice is not at the version the request builds on: it must be rebuilt first."""
+
+    def __init__(self, have: int, need: int) -> None:
+        super().__init__(f"slice at batch {have}, the request builds on batch {need}")
+        self.have = have
+        self.need = need
+
+
+@dataclass
+class SliceRequest:
+    """Apply batch ``version`` to slice ``index``: its records and the positions around it.
+
+    ``before`` are the committed positions the batch starts from (what a rebuild replays up to, and
+    the positions a snapshot of batch ``version - 1`` records); ``quiet`` the records whose dead
+    letters another slice reports; ``full`` asks for every group of a group-by result rather than
+    the changed ones (the driver has none of this slice's yet).
+    """
+
+    index: int
+    version: int
+    records: RecordBatch
+    before: Positions
+    origin: Positions = field(default_factory=dict)
+    quiet: set[tuple[str, int, int]] = field(default_factory=set)
+    full: bool = False
+
+
+@dataclass
+class SliceResponse:
+    """What slice ``index`` did with batch ``version``: per query its part of the result (a scalar,
+    or for a group-by the groups changed, ``None`` for a group gone), applied counts and stats; the
+    dead letters it is primary for; and where it ran."""
+
+    index: int
+    version: int
+    parts: dict[str, Any]
+    applied: dict[str, int]
+    stats: dict[str, dict[str, Any]]
+    dead: list[tuple[Record, str, str, str | None, str | None]]
+    full: bool
+    host: str = ""
+    executor: str = ""
+    rebuilt: bool = False
+    replayed: int = 0
+    seconds: float = 0.0
+    tuples: int = 0
+
+
+class Slice:
+    """A :class:`SlicePipeline` at a batch version, with the outputs of its last batch kept for retries.
+
+    Group-by results travel as changes: the slice keeps the groups it reported last
+    (``_reported``), so a batch sends only its changed groups, or all of them when asked.
+    """
+
+    def __init__(self, pipeline: SlicePipeline) -> None:
+        self.pipeline = pipeline
+        self._last: SliceResponse | None = None
+        self._reported: dict[str, dict[Any, Any]] = {}
+
+    @property
+    def version(self) -> int:
+        return self.pipeline.state.last_batch_id
+
+    def apply(self, request: SliceRequest) -> SliceResponse:
+        """Apply ``request`` on top of batch ``version - 1``; the stored response if it is the batch
+        applied last; :class:`Behind` otherwise.  O(the batch's work) or O(1)."""
+        last = self._last
+        if last is not None and last.version == request.version and self.version == request.version:
+            if request.full and not last.full:
+                again = self._respond(request, last.applied, full=True, seconds=last.seconds)
+                again.dead = last.dead
+                return again
+            return last
+        if self.version != request.version - 1:
+            raise Behind(self.version, request.version - 1)
+        started = time.perf_counter()
+        pipeline = self.pipeline
+        self.advance(request.before)
+        pipeline.quiet = request.quiet
+        try:
+            applied = pipeline._apply(request.records)
+        finally:
+            pipeline.quiet = set()
+        pipeline.state.last_batch_id = request.version
+        counts = {name: outcome.applied for name, outcome in applied.outcomes.items() if name in pipeline.held}
+        response = self._respond(request, counts, full=request.full, seconds=time.perf_counter() - started)
+        response.dead = applied.dead
+        self._last = response
+        return response
+
+    def advance(self, before: Positions) -> None:
+        """Take the committed positions batch ``version`` ended at (partitions without records for this
+        slice move too), so that a snapshot or a rebuild starts exactly there."""
+        self.pipeline.state.positions.update(before)
+
+    def _respond(self, request: SliceRequest, applied: dict[str, int], full: bool, seconds: float) -> SliceResponse:
+        pipeline = self.pipeline
+        parts: dict[str, Any] = {}
+        stats: dict[str, dict[str, Any]] = {}
+        for name in sorted(pipeline.held):
+            view = pipeline.views[name]
+            value = view.result()
+            stats[name] = dict(view.stats())
+            if isinstance(value, dict):
+                before = self._reported.get(name, {})
+                if full:
+                    parts[name] = dict(value)
+                else:
+                    changed: dict[Any, Any] = {k: v for k, v in value.items() if before.get(k) != v}
+                    changed.update({k: None for k in before if k not in value})
+                    parts[name] = changed
+                self._reported[name] = dict(value)
+            else:
+                parts[name] = copy.deepcopy(value)
+        tuples = sum(len(c) for c in pipeline.state.relations.values())
+        return SliceResponse(
+            self.pipeline.index, request.version, parts, applied, stats, [], full, seconds=seconds, tuples=tuples
+        )
+
+    def baseline(self) -> None:
+        """Take the current group-by results as the ones reported (after a rebuild: the driver holds
+        the slice's groups as of the batch the rebuild reached)."""
+        for name in self.pipeline.held:
+            value = self.pipeline.views[name].result()
+            if isinstance(value, dict):
+                self._reported[name] = dict(value)
