@@ -383,15 +383,25 @@ class FIVM(Engine):
     # ---------------------------------------------------------------- updates
     def apply(self, updates: Sequence[Update]) -> None:
         """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4)."""
+        self.apply_deltas(by_relation(updates))
+
+    def apply_deltas(self, deltas: dict[str, dict[Row, int]]) -> dict[str, list[int]]:
+        """:meth:`apply` of a batch already pre-aggregated per relation (:func:`~ivm.updates.by_relation`'s
+        Z-sets, no zero multiplicities); returns each relation's old multiplicities, in ``δR``'s order.
+
+        For a caller that keeps statistics over the base relations (the skew hybrid's degrees):
+        it reads what changed from the old multiplicities instead of keeping its own copy of the
+        relations.  Same cost as :meth:`apply`: O(|δR|) base updates plus the delta view trees.
+        """
         rebuild = False
-        for relation, delta in by_relation(updates).items():
-            olds = apply_to_base(self.base[relation], delta)
-            if self.indicator_leaves or self._nu:
-                olds = dict(zip(delta, olds, strict=True))
-            indicator_deltas = self._indicator_deltas(relation, olds, delta) if self.indicator_leaves else []
+        out: dict[str, list[int]] = {}
+        for relation, delta in deltas.items():
+            olds = out[relation] = apply_to_base(self.base[relation], delta)
+            by_row = dict(zip(delta, olds, strict=True)) if self.indicator_leaves or self._nu else {}
+            indicator_deltas = self._indicator_deltas(relation, by_row, delta) if self.indicator_leaves else []
             self.updates_applied += len(delta)
             if self._nu:
-                self._count_negatives(olds, delta)
+                self._count_negatives(by_row, delta)
             if relation not in self.updatable:
                 rebuild = True
                 continue
@@ -416,6 +426,7 @@ class FIVM(Engine):
                     self._propagate(leaf, d)
         if rebuild:
             self._rebuild()
+        return out
 
     def apply_factorized(self, relation: str, factors: Sequence[Sequence[tuple[Any, Any]]]) -> int:
         """Apply ``δR = ⊎_t ⊗_f factor_{t,f}``, a union of products, keeping each product factorized (F-IVM §6).

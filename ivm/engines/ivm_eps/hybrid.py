@@ -62,7 +62,7 @@ from ivm.query.four_path import four_path
 from ivm.query.loomis_whitney import loomis_whitney
 from ivm.query.model import Query
 from ivm.query.three_relations import as_distinct_relations, three_relation_class
-from ivm.updates import Row, Update, apply_to_base, by_relation, mult_of, relation_of, row_of
+from ivm.updates import Row, Update, by_relation, mult_of, relation_of, row_of
 
 DEFAULT_SKEW = 32.0
 DEFAULT_DWELL = 0.25
@@ -152,6 +152,7 @@ class SkewHybrid(Engine):
         self._set_cutoffs()
         self.mode = COLD
         self.engine: Engine = self._build(COLD)
+        self._share_base()
 
     # -- protocol ------------------------------------------------------------------------
 
@@ -198,6 +199,8 @@ class SkewHybrid(Engine):
         base, watch, degrees = self.base, self.watch, self.degrees
         hot_cutoff = self.hot_cutoff
         cold = self.mode == COLD
+        shared = self._shared  # F-IVM writes the base relations: the changes not yet handed to it
+        unsent: dict[tuple[str, Row], int] = {}
         for relation, row, m in updates:
             if not m:
                 continue
@@ -205,12 +208,19 @@ class SkewHybrid(Engine):
             if table is None:
                 raise KeyError(f"relation {relation!r} is not in {self.query}")
             row = tuple(row)
-            old = table.get(row, 0)
-            new = old + m
-            if new:
-                table[row] = new
+            if shared:
+                key = (relation, row)
+                before = unsent.get(key, 0)
+                unsent[key] = before + m
+                old = table.get(row, 0) + before
+                new = old + m
             else:
-                del table[row]
+                old = table.get(row, 0)
+                new = old + m
+                if new:
+                    table[row] = new
+                else:
+                    del table[row]
             pending.append((relation, row, m))
             self.updates_applied += 1
             if (old == 0) == (new == 0):
@@ -231,6 +241,7 @@ class SkewHybrid(Engine):
             if heavy or not (self.N // 4 <= self.size < self.N):
                 self.engine.apply(pending)
                 pending = []
+                unsent = {}
                 self._resize()
                 hot_cutoff = self.hot_cutoff
                 if cold and self._max_degree() >= hot_cutoff:
@@ -238,6 +249,7 @@ class SkewHybrid(Engine):
                         self.hot_name, f"a join value has degree ≥ max({self.skew:g}·√N, {self.floor}) = {hot_cutoff}"
                     )
                     cold = False
+                    shared = self._shared
         if pending:
             self.engine.apply(pending)
         if not cold and self.updates_applied >= self.next_check:
@@ -246,14 +258,18 @@ class SkewHybrid(Engine):
     def _apply_cold_batch(self, updates: Sequence[Update | tuple[str, Row, int]]) -> bool:
         """:meth:`apply` while F-IVM is in force, a batch at a time in C-level passes (``False``: use the loop).
 
-        The base relations and degrees are updated per relation at once and F-IVM gets the whole
-        batch; then ``N`` is resized and the switch rule applied once, at the batch's end.  So a
-        promotion comes at the end of the batch in which a degree reaches the cutoff (the loop
-        switches at that update); the count is exact either way, and that one batch costs F-IVM's
-        work.  The largest degree is kept as an upper bound (plus, per batch, the most updates any
-        value has) and recomputed in O(#values) only when the bound reaches the cutoff.
+        The batch is grouped per relation once (:func:`~ivm.updates.by_relation`) and handed to
+        F-IVM, which updates the base relations (shared with this engine while F-IVM is in force)
+        and answers the old multiplicities; the degrees follow from them, per relation and
+        watched position in C-level passes (a :class:`~collections.Counter` of the values whose
+        tuples appeared or vanished).  Then ``N`` is resized and the switch rule applied once, at
+        the batch's end.  So a promotion comes at the end of the batch in which a degree reaches
+        the cutoff (the loop switches at that update); the count is exact either way, and that
+        one batch costs F-IVM's work.  The largest degree is kept as an upper bound (plus, per
+        batch, the most updates any value has) and recomputed in O(#values) only when the bound
+        reaches the cutoff.  O(|batch|) on top of F-IVM's work.
         """
-        if self.mode != COLD or not isinstance(updates, list | tuple) or not updates:
+        if not self._shared or not isinstance(updates, list | tuple) or not updates:
             return False
         relations = set(map(relation_of, updates))
         mults = list(map(mult_of, updates))
@@ -261,9 +277,11 @@ class SkewHybrid(Engine):
             return False
         if set(map(type, mults)) != {int}:
             return False
+        deltas = by_relation(updates)
+        olds_of = self.engine.apply_deltas(deltas)  # type: ignore[attr-defined]
         gain = 0
-        for relation, delta in by_relation(updates).items():
-            olds = apply_to_base(self.base[relation], delta)
+        for relation, delta in deltas.items():
+            olds = olds_of[relation]
             steps = list(map(sub, map(bool, map(add, olds, delta.values())), map(bool, olds)))
             if not any(steps):
                 continue
@@ -276,16 +294,16 @@ class SkewHybrid(Engine):
                 if up:
                     counts = Counter(map(value_of, up))
                     gain = max(gain, max(counts.values()))
-                    for value, count in counts.items():
-                        column[value] = column.get(value, 0) + count
-                for value in map(value_of, down):
-                    d = column[value] - 1
-                    if d:
-                        column[value] = d
-                    else:
-                        del column[value]
+                    grown = list(map(add, map(column.get, counts, repeat(0)), counts.values()))
+                    column.update(zip(counts, grown, strict=True))
+                if down:
+                    counts = Counter(map(value_of, down))
+                    left = list(map(sub, map(column.__getitem__, counts), counts.values()))
+                    column.update(zip(counts, left, strict=True))
+                    if 0 in left:
+                        for value in compress(counts, map((0).__eq__, left)):
+                            del column[value]
         self.updates_applied += len(mults) - mults.count(0)
-        self.engine.apply(updates)
         if not self.N // 4 <= self.size < self.N:
             self._resize()
         bound = getattr(self, "_bound", None)
@@ -380,6 +398,28 @@ class SkewHybrid(Engine):
             engine.apply(rows[i : i + 10_000])
         return engine
 
+    def _share_base(self) -> None:
+        """While F-IVM is in force, its base relations are this engine's (one copy, written by F-IVM).
+
+        F-IVM keeps the multiplicities every engine must answer (:meth:`multiplicity`) and hands
+        back the old ones (:meth:`~ivm.engines.fivm.engine.FIVM.apply_deltas`), from which the
+        degrees follow; the hot engines keep their own, so this engine writes its copy then.
+        """
+        base = getattr(self.engine, "base", None)
+        self._shared = (
+            self.mode == COLD
+            and callable(getattr(self.engine, "apply_deltas", None))
+            and isinstance(base, dict)
+            and base.keys() == self.base.keys()
+        )
+        if self._shared:
+            self.base = base  # type: ignore[assignment]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "_shared" not in state:  # a snapshot taken when both engines kept a copy: one again
+            self._share_base()
+
     def _switch(self, name: str, reason: str) -> None:
         before = self.engine.result()
         self.engine = self._build(name)
@@ -391,6 +431,7 @@ class SkewHybrid(Engine):
         else:
             self.promotions += 1
         self.mode = name
+        self._share_base()
         self.reason = reason
         self.last_switch = self.updates_applied
         self.switch_size = self.size
