@@ -112,7 +112,13 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     def on_new_query(q: QueryConfig, view) -> None:
         create_outputs(config.bootstrap, q, view)
 
-    if not config.exactly_once:
+    if config.placement == "executors":
+        from processor.placement.driver import PlacedPipeline, recover_positions
+
+        create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
+        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+        recover_positions(pipeline, config.bootstrap)
+    elif not config.exactly_once:
         pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
     else:
         create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
@@ -187,7 +193,10 @@ def run_job(
     heartbeat = Heartbeat(state_dir(config), metrics_url, pipeline=config.name).start()  # for ivm status
     collections = CollectorWatch(lambda gen, seconds: metrics.gc_pause_seconds.labels(str(gen)).observe(seconds))
     collections.start()
-    store = StateStore(snapshot_location(config)) if config.exactly_once and config.snapshot_every else None
+    placed = config.placement == "executors"  # the state lives in shard hosts (processor.placement)
+    store = (
+        StateStore(snapshot_location(config)) if config.exactly_once and config.snapshot_every and not placed else None
+    )
     snapshots = BackgroundSnapshots(store) if store is not None else None
     own_session = spark is None
     if spark is None:
@@ -243,12 +252,19 @@ def run_job(
             metrics.snapshot_bytes.set(written.size)
             log.info("snapshot %s (%d bytes, %.2fs)", written.path.rsplit("/", 1)[-1], written.size, written.seconds)
 
-    handoff = Handoff(apply) if config.exactly_once else None
+    handoff = Handoff(apply) if config.exactly_once and not placed else None
+    executors = Executors(config, pipeline, metrics) if placed else None
 
     stopping = threading.Event()
 
     def process(df, spark_batch_id: int) -> None:
         started = time.perf_counter()
+        if executors is not None:
+            if not stopping.is_set():
+                report = executors.apply(spark, df)
+                if on_batch is not None:
+                    on_batch(report)
+            return
         try:
             batch = RecordBatch.from_arrow(df.toArrow())
         except Exception:
@@ -302,6 +318,8 @@ def run_job(
         if snapshots is not None and snapshots.in_flight:  # a clean stop leaves the newest snapshot complete
             _snapshot_written(snapshots.wait(max(1.0, deadline + SNAPSHOT_WAIT - time.monotonic())))
         stopper.join(max(0.5, deadline + 1 - time.monotonic()))
+        if executors is not None:
+            executors.stop()
         if own_session:
             _bounded(lambda: stop_session(spark, jvm_exit_timeout=4), "stopping Spark").join(5)
         shutil.rmtree(checkpoint, ignore_errors=True)
@@ -311,6 +329,49 @@ def run_job(
     if handoff is not None and handoff.error is not None:
         raise RuntimeError(f"a batch failed: {handoff.error}") from handoff.error
     return report
+
+
+class Executors:
+    """The batches of ``placement = "executors"``: applied by the slices in their shard hosts on Spark's
+    executors (``processor.placement.spark``), then published and committed by the driver."""
+
+    def __init__(self, config: PipelineConfig, pipeline: Pipeline, metrics: Metrics) -> None:
+        import os
+        import uuid
+
+        from processor.placement.host import HostSpec
+
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.spec = HostSpec(config, uuid.uuid4().hex[:12], os.urandom(16), snapshot_location(config))
+        self.owners: dict[int, tuple[str, int]] = {}  # slice -> the shard host holding it
+
+    def apply(self, spark: SparkSession, df) -> BatchReport:
+        from processor.placement.spark import apply_batch
+
+        started = time.perf_counter()
+        version = self.pipeline.state.last_batch_id + 1
+        log.info("applying batch %d on the executors", version)
+        applied, responses = apply_batch(spark, df, self.pipeline, self.spec, self.owners)  # type: ignore[arg-type]
+        report = self.pipeline.publish(applied, version, started)
+        for r in responses:
+            self.metrics.observe_slice(r)
+        log.info(
+            "batch %d: %d records, %s applied, %d dead letters, %.3fs (slices: %s)",
+            report.batch_id, report.records, report.applied, report.dead_letters, report.seconds,
+            ", ".join(f"{r.index}@{r.host}{' rebuilt' if r.rebuilt else ''}" for r in responses),
+        )  # fmt: skip
+        return report
+
+    def stop(self) -> None:
+        """Stop the shard hosts of this run (their slices are in their snapshots and the topics)."""
+        from processor.placement.host import tell
+
+        for address in set(self.owners.values()):
+            try:
+                tell(address, self.spec.authkey, "stop", timeout=2.0)
+            except Exception as err:  # a host already gone exits on its own when idle
+                log.debug("stopping shard host %s: %s", address, err)
 
 
 def _bounded(step: Callable[[], object], what: str) -> threading.Thread:

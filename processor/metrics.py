@@ -219,6 +219,22 @@ class Metrics:
             "ivm_shard_updates_applied_total", "Updates applied by one shard (replicas included)",
             ["query", "shard"], registry=r,
         )  # fmt: skip
+        # -- slices on the executors (placement = "executors") ---------------------------------------------
+        self.slice_tuples = Gauge(
+            "ivm_slice_tuples", "Relation tuples kept by one slice of the state in its shard host",
+            ["slice", "host", "executor"], registry=r,
+        )  # fmt: skip
+        self.slice_apply_seconds = Histogram(
+            "ivm_slice_apply_seconds", "Time a shard host took to apply one batch to one slice (rebuilds included)",
+            ["slice"], buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30), registry=r,
+        )  # fmt: skip
+        self.slice_rebuilds = Counter(
+            "ivm_slice_rebuilds_total", "Slices rebuilt from a snapshot and a replay (a lost shard host or task)",
+            ["slice"], registry=r,
+        )  # fmt: skip
+        self.slice_replayed = Counter(
+            "ivm_slice_replayed_records_total", "Input records replayed by slice rebuilds", ["slice"], registry=r
+        )
         # -- recovery and snapshots ------------------------------------------------------------------
         self.recovery_seconds = Gauge(
             "ivm_recovery_seconds", "Time the last start took to restore the snapshot and replay", registry=r
@@ -257,6 +273,7 @@ class Metrics:
             "ivm_gc_frozen_objects", "Objects moved out of the collector's reach by the last gc.freeze()", registry=r
         )
         self._seen: dict[tuple[Any, ...], float] = {}  # last value of each engine-side cumulative count
+        self._slice_places: dict[tuple[str, str, str], bool] = {}  # (slice, host, executor) exported
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Expose ``/metrics`` on ``addr:port``; returns the bound port."""
@@ -347,6 +364,21 @@ class Metrics:
         engines = [s.engine for s in shards]
         self._observe_ivm_eps(query, engines)
         self._observe_fivm(query, engines)
+
+    def observe_slice(self, response: Any) -> None:
+        """One slice's answer to a batch (``processor.placement.slices.SliceResponse``): where it lives,
+        its tuples, its apply time, whether it was rebuilt."""
+        index = str(response.index)
+        for (slice_, host, executor), _child in list(self._slice_places.items()):
+            if slice_ == index and (host, executor) != (response.host, response.executor):
+                self.slice_tuples.remove(slice_, host, executor)  # the slice moved
+                del self._slice_places[(slice_, host, executor)]
+        self._slice_places[(index, response.host, response.executor)] = True
+        self.slice_tuples.labels(index, response.host, response.executor).set(response.tuples)
+        self.slice_apply_seconds.labels(index).observe(response.seconds)
+        if response.rebuilt:
+            self.slice_rebuilds.labels(index).inc()
+            self.slice_replayed.labels(index).inc(response.replayed)
 
     def _observe_ivm_eps(self, query: str, engines: Sequence[Any]) -> None:
         """Heavy and light keys and the threshold per relation (summed over shards)."""

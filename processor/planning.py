@@ -224,6 +224,25 @@ class PipelinePlan:
         raise KeyError(name)
 
 
+def placement_errors(config: PipelineConfig) -> list[str]:
+    """What ``[processor] placement = "executors"`` cannot serve (``processor.placement``), one line each."""
+    if config.placement != "executors":
+        return []
+    errors = []
+    windowed = [r.name for r in config.relations if r.window_count is not None or r.window_seconds is not None]
+    if windowed:
+        errors.append(
+            f'[processor] placement: "executors" cannot keep sliding windows (relations {windowed}): a window '
+            f'expires tuples in the order of the whole input, which no slice sees; use placement = "driver"'
+        )
+    if not config.exactly_once:
+        errors.append(
+            '[processor] placement: "executors" needs exactly_once = true: the slices apply a batch on top of the '
+            "previous committed one, and rebuild from the committed positions"
+        )
+    return errors
+
+
 def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
     """Plan every query of ``config`` without connecting to anything; raise :class:`ConfigError`.
 
@@ -262,6 +281,7 @@ def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
     except (ValueError, TypeError) as err:
         errors.append(f"[relations] window: {err}")
         windows = None
+    errors += placement_errors(config)
     queries: list[QueryPlan] = []
     for q in config.queries:
         where = f"[queries.{q.name}]"

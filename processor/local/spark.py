@@ -75,6 +75,7 @@ def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str 
         .config("spark.sql.streaming.stopTimeout", "5s")  # a stop never waits on a Kafka fetch for long
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.speculation", "false")  # a second attempt of a batch would only cost (processor.placement)
     )
     if pinned:  # only the JVM launched now sees it: the environment of this process is left as it was
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -200,3 +200,31 @@ def assemble(
             if accepted.get(relation):
                 pipeline.metrics.updates_applied.labels(name, relation).inc(accepted[relation])
     return Applied(outcomes, dead, per_topic, oldest, accepted, refused)
+
+
+def recover_positions(pipeline: PlacedPipeline, bootstrap: str) -> None:
+    """Where the driver resumes: the last committed batch and its positions (``<pipeline>.progress``).
+
+    The driver has no state to recover: each slice rebuilds itself in its shard host when the first
+    batch reaches it (``host.py``).  A pipeline whose batch 0 was a bulk bootstrap is refused: its tuples
+    are in no topic, so a slice without a snapshot could not be rebuilt.
+    """
+    from processor.recovery import RecoveryError, _fix_origins, read_committed_progress
+
+    committed = read_committed_progress(bootstrap, pipeline.config.progress_topic)
+    if committed is not None:
+        if committed.get("bootstrapped"):
+            raise RecoveryError(
+                f"pipeline {pipeline.config.name!r} was bootstrapped (`ivm bootstrap`): those tuples are in no "
+                'topic, and placement = "executors" rebuilds slices from the topics; run it with placement = '
+                '"driver", or start over with `ivm reset` and without the bootstrap'
+            )
+        topics = set(pipeline.topics)
+        pipeline.state.positions = {
+            (o["topic"], o["partition"]): o["offset"] for o in committed["offsets"] if o["topic"] in topics
+        }
+        pipeline.state.origin = {
+            (o["topic"], o["partition"]): o["offset"] for o in committed.get("origin", []) if o["topic"] in topics
+        }
+        pipeline.state.last_batch_id = committed["batch_id"]
+    _fix_origins(pipeline, bootstrap)

@@ -110,9 +110,11 @@ class SliceTable:
                     raise Behind(-2, request.version - 1)
                 response = current.apply(request)
             except Behind as behind:
-                log.warning("slice %d: %s; rebuilding it", request.index, behind)
+                # the pipeline's first batch creates the slice; any later one rebuilds it from the history
+                rebuilt = request.version > 0
+                if rebuilt:
+                    log.warning("slice %d: %s; rebuilding it", request.index, behind)
                 current, replayed = self._rebuild(request)
-                rebuilt = True
                 response = current.apply(request)
             response.rebuilt, response.replayed = rebuilt, replayed
             response.seconds = time.perf_counter() - started
@@ -240,6 +242,8 @@ def serve(folder: Path) -> None:
     table.close()
     listener.close()
     shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        folder.parent.rmdir()  # the last host of the machine leaves no folder behind
 
 
 def _wake(address: tuple[str, int], authkey: bytes) -> None:
@@ -288,7 +292,7 @@ def connect(spec: HostSpec, owner: tuple[str, int] | None = None) -> tuple[Conne
             log.warning("shard host %s:%d does not answer (%s): this executor's host takes the slice", *owner, err)
     folder = host_folder(spec)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+    with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         address = _running(folder)
         if address is not None:

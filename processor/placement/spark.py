@@ -168,7 +168,9 @@ def apply_batch(
     answers = (
         routed.unionByName(beats)
         .groupBy("slice")
-        .applyInArrow(SliceFn(spec, version, before, dict(pipeline.state.origin), dict(owners), full), ANSWERS)
+        .applyInArrow(
+            _one_argument(SliceFn(spec, version, before, dict(pipeline.state.origin), dict(owners), full)), ANSWERS
+        )
         .toArrow()
     )
     responses: list[SliceResponse] = []
@@ -185,6 +187,16 @@ def apply_batch(
         host, _, port = response.host.rpartition(":")
         owners[response.index] = (host, int(port))
     return assemble(pipeline, responses, summaries), responses
+
+
+def _one_argument(fn: SliceFn) -> Any:
+    """``applyInArrow`` tells ``f(table)`` from ``f(key, table)`` by the arguments it sees, and counts a
+    callable object's ``self``: hand it a plain function."""
+
+    def call(table: pa.Table) -> pa.Table:
+        return fn(table)
+
+    return call
 
 
 def _holding(pipeline: PlacedPipeline, index: int) -> list[Any]:

@@ -1,0 +1,119 @@
+"""``placement = "executors"`` on a multi-process Spark cluster on this machine (``local-cluster[2,1,1024]``:
+two executor JVMs, each with its own Python workers), against a real broker.
+
+The state lives in shard hosts started by the executors' tasks (``processor.placement``): the driver holds
+no engine state.  The tests check the results against brute force, that every batch is published once and
+in order (read_committed), and that killing a shard host with SIGKILL while the stream runs loses nothing:
+the next batch's task rebuilds its slices from their snapshots and a replay of the committed inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from processor.config import QueryConfig
+from processor.recovery import read_committed_progress
+from processor.subscribe import reflects
+from processor.topics import create_topics, end_offsets
+from tests.integration.helpers import pipeline_config, read_until
+from tests.integration.test_stops import _produce, _start, _triangles, _wait_for
+
+pytestmark = pytest.mark.integration
+MASTER = "local-cluster[2,1,1024]"
+
+
+def _hosts(tmp: Path) -> list[int]:
+    """The pids of the shard hosts running for this test (their folders are under its TMPDIR)."""
+    root = tmp / "ivm-hosts"
+    pids = []
+    for folder in root.glob("*") if root.exists() else []:
+        try:
+            pids.append(int((folder / "host.txt").read_text().split()[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, tmp_path, monkeypatch) -> None:
+    domain = 200
+    topics = {r: f"{topic_prefix}{r}" for r in "RST"}
+    config = pipeline_config(
+        kafka.bootstrap, topic_prefix, tmp_path / "state", spark_master=MASTER, max_offsets_per_trigger=2000,
+        snapshot_every=2, placement="executors", shards=4, engine="auto",
+    )  # fmt: skip
+    create_topics(kafka.bootstrap, list(topics.values()))
+    _produce(kafka.bootstrap, topics, 12_000, domain, seed=21)
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    proc = _start(tmp_path, config, kafka.bootstrap, "placed", monkeypatch)
+    tmp = tmp_path / "tmp"
+    try:
+        _wait_for(lambda: proc.batches_logged() >= 3, "no batch committed on the executors", 240)
+        hosts = _hosts(tmp)
+        assert hosts, "the executors' tasks started shard hosts"
+        for pid in hosts:
+            os.kill(pid, signal.SIGKILL)
+        _produce(kafka.bootstrap, topics, 6_000, domain, seed=22)
+        final = end_offsets(kafka.bootstrap, list(topics.values()))
+        _wait_for(
+            lambda: (
+                (c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
+                and reflects(c, final)
+            ),
+            "the stream did not complete after the shard hosts were killed",
+            timeout=300,
+        )
+        log = proc.log_path.read_text(errors="replace")
+        assert "rebuilt" in log, "the slices were rebuilt after their hosts were killed"
+    finally:
+        proc.stop()
+    results = read_until(kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
+    assert [r["batch_id"] for r in results] == list(range(len(results))), "a batch is missing or duplicated"
+    assert int(results[-1]["value"]) == _triangles(kafka.bootstrap, topics, domain)
+    _wait_for(lambda: not _hosts(tmp), "the shard hosts did not stop with the driver", 30)
+
+
+def test_executors_placement_equals_driver_placement(kafka, topic_prefix, tmp_path, monkeypatch) -> None:
+    """A group-by and a self-join over 8 and 2 shards: the result topics of both placements are equal."""
+    domain = 60
+    topics = {r: f"{topic_prefix}{r}" for r in "RST"}
+    create_topics(kafka.bootstrap, list(topics.values()))
+    _produce(kafka.bootstrap, topics, 4_000, domain, seed=23)
+    queries = (
+        QueryConfig(f"{topic_prefix}groups", "Q(a) :- R(a,b), S(b,c)", shards=2),
+        QueryConfig(f"{topic_prefix}selfjoin", "Q() :- R(a,b), R(b,c), R(c,a)", shards=8),
+    )
+    final = end_offsets(kafka.bootstrap, list(topics.values()))
+    tables = {}
+    for placement in ("driver", "executors"):
+        config = pipeline_config(
+            kafka.bootstrap, f"{topic_prefix}{placement}-", tmp_path / placement, spark_master=MASTER,
+            placement=placement, queries=tuple(
+                QueryConfig(f"{q.name}-{placement}", q.query, shards=q.shards) for q in queries
+            ), relations=pipeline_config(kafka.bootstrap, topic_prefix, tmp_path).relations,
+        )  # fmt: skip
+        (tmp_path / placement).mkdir()
+        proc = _start(tmp_path / placement, config, kafka.bootstrap, placement, monkeypatch)
+        try:
+            _wait_for(
+                lambda config=config: (
+                    (c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
+                    and reflects(c, final)
+                ),
+                f"the {placement} run did not complete",
+                timeout=300,
+            )
+        finally:
+            proc.stop()
+        tables[placement] = {}
+        for q in config.queries:
+            records = read_until(kafka.bootstrap, q.result_topic, lambda rs: False, idle_timeout=5)
+            table = {}
+            for r in records:
+                table[r["group"]] = r["value"]
+            tables[placement][q.name.rsplit("-", 1)[0]] = table
+    assert tables["executors"] == tables["driver"]
+    assert any(v not in ("0", None) for v in tables["driver"][f"{topic_prefix}groups"].values())
