@@ -14,8 +14,8 @@ C loop over the blocks, summed per ``y`` in a growing open-addressing table: O(|
 expected, every product and sum checked for int64 overflow (``None`` then, and the caller takes
 the Python rule, exact over Python ints).  Linear probing over power-of-two tables at most half
 full, splitmix64 hashing, backward-shift deletion (no tombstones).  Memory: 16 bytes per row in
-the blocks (doubling capacity) plus 48 bytes per slot of the row table and 16 per slot of the
-bound table.
+the blocks (doubling capacity) plus 24 bytes per slot of the row table (a slot's bound value,
+other value and place together, one cache line per probe) and 16 per slot of the bound table.
 """
 
 from cpython.dict cimport PyDict_Next
@@ -41,6 +41,12 @@ cdef extern from *:
 ctypedef struct Row:
     int64_t other
     int64_t payload
+
+
+ctypedef struct Slot:  # a slot of the row table: one cache line per probe
+    int64_t bound
+    int64_t other
+    int64_t place  # EMPTY: a free slot
 
 
 cdef int64_t EMPTY = -1
@@ -110,9 +116,7 @@ cdef class BucketIndex:
     cdef int64_t* free_ids
     cdef Py_ssize_t nfree
     # row table: (bound, other) -> place in its block (EMPTY: free slot)
-    cdef int64_t* rbound
-    cdef int64_t* rother
-    cdef int64_t* rplace
+    cdef Slot* slots
     cdef uint64_t rmask
     cdef Py_ssize_t rused
 
@@ -122,7 +126,7 @@ cdef class BucketIndex:
         self.bound_pos = bound
         self.other_pos = 1 - bound
         self.bkeys = self.bids = NULL
-        self.rbound = self.rother = self.rplace = NULL
+        self.slots = NULL
         self.blocks = NULL
         self.lengths = self.capacities = self.owners = self.free_ids = NULL
         self._bound_table(16)
@@ -144,9 +148,7 @@ cdef class BucketIndex:
         free(self.free_ids)
         free(self.bkeys)
         free(self.bids)
-        free(self.rbound)
-        free(self.rother)
-        free(self.rplace)
+        free(self.slots)
 
     # -- tables ------------------------------------------------------------------------
 
@@ -174,32 +176,23 @@ cdef class BucketIndex:
         free(old_ids)
 
     cdef void _row_table(self, Py_ssize_t size) except *:
-        cdef int64_t* bounds = <int64_t*> malloc(size * sizeof(int64_t))
-        cdef int64_t* others = <int64_t*> malloc(size * sizeof(int64_t))
-        cdef int64_t* places = <int64_t*> malloc(size * sizeof(int64_t))
-        if bounds == NULL or others == NULL or places == NULL:
-            free(bounds)
-            free(others)
-            free(places)
+        cdef Slot* slots = <Slot*> malloc(size * sizeof(Slot))
+        if slots == NULL:
             raise MemoryError()
-        memset(places, 0xFF, size * sizeof(int64_t))
-        cdef int64_t* old_bounds = self.rbound
-        cdef int64_t* old_others = self.rother
-        cdef int64_t* old_places = self.rplace
-        cdef Py_ssize_t old_size = 0 if old_places == NULL else <Py_ssize_t>(self.rmask + 1), i
+        cdef Py_ssize_t i
+        for i in range(size):
+            slots[i].place = EMPTY
+        cdef Slot* old = self.slots
+        cdef Py_ssize_t old_size = 0 if old == NULL else <Py_ssize_t>(self.rmask + 1)
         cdef uint64_t j
-        self.rbound, self.rother, self.rplace, self.rmask = bounds, others, places, size - 1
+        self.slots, self.rmask = slots, size - 1
         for i in range(old_size):
-            if old_places[i] != EMPTY:
-                j = mix2(old_bounds[i], old_others[i]) & self.rmask
-                while places[j] != EMPTY:
+            if old[i].place != EMPTY:
+                j = mix2(old[i].bound, old[i].other) & self.rmask
+                while slots[j].place != EMPTY:
                     j = (j + 1) & self.rmask
-                bounds[j] = old_bounds[i]
-                others[j] = old_others[i]
-                places[j] = old_places[i]
-        free(old_bounds)
-        free(old_others)
-        free(old_places)
+                slots[j] = old[i]
+        free(old)
 
     cdef void _grow_blocks(self) except *:
         cdef Py_ssize_t room = 16 if self.block_room == 0 else 2 * self.block_room
@@ -236,8 +229,8 @@ cdef class BucketIndex:
     cdef inline uint64_t _row_slot(self, int64_t bound, int64_t other) noexcept nogil:
         """The slot of ``(bound, other)`` in the row table, or the free slot where it would go."""
         cdef uint64_t i = mix2(bound, other) & self.rmask
-        while self.rplace[i] != EMPTY:
-            if self.rbound[i] == bound and self.rother[i] == other:
+        while self.slots[i].place != EMPTY:
+            if self.slots[i].bound == bound and self.slots[i].other == other:
                 return i
             i = (i + 1) & self.rmask
         return i
@@ -296,15 +289,13 @@ cdef class BucketIndex:
         cdef uint64_t j = i, home
         while True:
             j = (j + 1) & self.rmask
-            if self.rplace[j] == EMPTY:
+            if self.slots[j].place == EMPTY:
                 break
-            home = mix2(self.rbound[j], self.rother[j]) & self.rmask
+            home = mix2(self.slots[j].bound, self.slots[j].other) & self.rmask
             if ((j - home) & self.rmask) >= ((j - i) & self.rmask):
-                self.rbound[i] = self.rbound[j]
-                self.rother[i] = self.rother[j]
-                self.rplace[i] = self.rplace[j]
+                self.slots[i] = self.slots[j]
                 i = j
-        self.rplace[i] = EMPTY
+        self.slots[i].place = EMPTY
         self.rused -= 1
 
     # -- rows --------------------------------------------------------------------------
@@ -315,9 +306,9 @@ cdef class BucketIndex:
         cdef int64_t b, place, last
         cdef Row* block
         cdef Row* grown
-        if self.rplace[i] != EMPTY:
+        if self.slots[i].place != EMPTY:
             b = self._block_of(bound)
-            place = self.rplace[i]
+            place = self.slots[i].place
             block = self.blocks[b]
             if payload != 0:
                 block[place].payload = payload
@@ -326,7 +317,7 @@ cdef class BucketIndex:
             if place != last:  # the block's last row fills the hole
                 block[place] = block[last]
                 j = self._row_slot(bound, block[place].other)
-                self.rplace[j] = place
+                self.slots[j].place = place
             self.lengths[b] = last
             self._row_delete(i)
             if last == 0:
@@ -350,9 +341,9 @@ cdef class BucketIndex:
         if 2 * (self.rused + 1) > <Py_ssize_t>(self.rmask + 1):
             self._row_table(2 * <Py_ssize_t>(self.rmask + 1))
             i = self._row_slot(bound, other)
-        self.rbound[i] = bound
-        self.rother[i] = other
-        self.rplace[i] = place
+        self.slots[i].bound = bound
+        self.slots[i].other = other
+        self.slots[i].place = place
         self.rused += 1
         return 0
 
@@ -513,7 +504,7 @@ cdef class BucketIndex:
         for i in range(self.nblocks):
             total += self.capacities[i] * sizeof(Row)
         total += <Py_ssize_t>(self.bmask + 1) * 2 * sizeof(int64_t)
-        total += <Py_ssize_t>(self.rmask + 1) * 3 * sizeof(int64_t)
+        total += <Py_ssize_t>(self.rmask + 1) * sizeof(Slot)
         return total + self.block_room * (sizeof(Row*) + 4 * sizeof(int64_t))
 
     def __reduce__(self):

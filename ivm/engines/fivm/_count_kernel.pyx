@@ -120,3 +120,32 @@ def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t row
         free(keys)
         free(sums)
         free(used)
+
+
+cdef extern from "Python.h":
+    PyObject* PyDict_SetDefault(object d, object key, object default) except NULL
+    Py_ssize_t PyDict_GET_SIZE(object d)
+
+
+def sum_by_key(list keys, list values):
+    """``{key: Σ value}`` over pairs ``(keys[i], values[i])`` (first-occurrence order, sums of 0 kept).
+
+    One C loop: one hash per distinct key (``PyDict_SetDefault``) and one more per repeat, the
+    sums by Python's ``+`` (exact for any payload with ``+``).  O(n) expected.
+
+    >>> sum_by_key([(1,), (2,), (1,)], [5, 1, -5])
+    {(1,): 0, (2,): 1}
+    """
+    cdef Py_ssize_t i, n = len(keys), size
+    cdef dict out = {}
+    cdef PyObject* found
+    if len(values) != n:
+        raise ValueError("one value per key")
+    for i in range(n):
+        key = keys[i]
+        value = values[i]
+        size = PyDict_GET_SIZE(out)
+        found = PyDict_SetDefault(out, key, value)
+        if PyDict_GET_SIZE(out) == size:  # the key was there: add
+            out[key] = <object>found + value
+    return out

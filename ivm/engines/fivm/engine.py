@@ -79,9 +79,9 @@ Delta = dict[tuple[Any, ...], Any]
 
 
 try:  # the compiled index-join sum (``_count_kernel.pyx``), present when pip install compiled it
-    from ivm.engines.fivm._count_kernel import scan_sum
-except ImportError:  # no compiler at install time: the numpy rule below
-    scan_sum = None
+    from ivm.engines.fivm._count_kernel import scan_sum, sum_by_key
+except ImportError:  # no compiler at install time: the numpy rule and the loop below
+    scan_sum = sum_by_key = None
 
 _NO_BUCKET: dict[Any, Any] = {}  # the bucket of an absent index key (never written)
 
@@ -142,6 +142,8 @@ def _sum_by_key(keys: list[Any], values: list[Any]) -> Delta:
     """``{key: Σ value}``: one ``dict`` build when the keys are distinct, else one tight loop."""
     out = dict(zip(keys, values, strict=True))
     if len(out) < len(keys):  # output keys repeat: sum them
+        if sum_by_key is not None:
+            return sum_by_key(keys, values)  # the same loop in C
         out = {}
         get = out.get
         for key, value in zip(keys, values, strict=True):

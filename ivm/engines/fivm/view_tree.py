@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import add, itemgetter
+from itertools import compress, repeat
+from operator import add, itemgetter, not_
 from typing import Any
 
 from ivm.query.model import Query
@@ -125,16 +125,13 @@ class Store:
         if self._buckets:
             self._bucket_write(delta, news)
         if 0 in news:  # keys that drop to 0 leave; the rest are written below
-            keep = {}
-            projected = self._projected
-            for key, new in zip(delta, news, strict=True):
-                if new == 0:
-                    if key in data:
-                        if projected:
-                            self._unindex(key)
-                        del data[key]
-                else:
-                    keep[key] = new
+            zeros = list(compress(delta, map(not_, news)))
+            zeros = list(compress(zeros, map(data.__contains__, zeros)))  # (a key absent with δ = 0 stays so)
+            if self._projected:
+                for key in zeros:
+                    self._unindex(key)
+            list(map(data.__delitem__, zeros))
+            keep = dict(compress(zip(delta, news, strict=True), news))
             data.update(keep)
             written = keep.items()
         else:

@@ -236,3 +236,23 @@ def test_the_hybrid_refuses_deletes_of_absent_tuples_as_the_reference() -> None:
         for relation in ("R1", "R2", "R3"):
             rows = [(x, y) for x in range(6) for y in range(6)]
             assert fast.engine.multiplicities(relation, rows) == ref.engine.multiplicities(relation, rows)
+
+
+def test_sum_by_key_equals_the_python_loop() -> None:
+    from ivm.engines.fivm import engine as fivm_engine
+
+    kernel = fivm_engine.sum_by_key
+    assert kernel is not None
+    rng = random.Random(13)
+    for _ in range(300):
+        n = rng.randrange(0, 60)
+        keys = [(rng.randrange(8),) if rng.random() < 0.8 else ("s", rng.randrange(3)) for _ in range(n)]
+        values = [rng.choice([1, -1, 0, 7, 2**70, -(2**70), 1.5]) for _ in range(n)]
+        want: dict[Any, Any] = {}
+        for key, value in zip(keys, values, strict=True):
+            want[key] = want.get(key, 0) + value
+        got = kernel(keys, values)
+        assert got == want and list(got) == list(want)
+        assert fivm_engine._sum_by_key(keys, values) == want
+    with pytest.raises(ValueError):
+        kernel([(1,)], [])
