@@ -130,3 +130,33 @@ def apply_to_base(base: dict[Row, int], delta: dict[Row, int]) -> list[int]:
             if not new:
                 del base[row]
     return olds
+
+
+def distinct_delta(
+    updates: Sequence[Update], relations: set[str] | None = None, mults: set[int] | None = None
+) -> dict[str, dict[Row, int]] | None:
+    """:func:`by_relation` of a batch of one relation's distinct rows under one int multiplicity, else ``None``.
+
+    The common shape of a chunk of inserts or deletes: the Z-set is ``{row: m}``, built by one
+    ``dict.fromkeys`` pass (one hash per row) instead of counting.  ``relations`` and ``mults``
+    are the batch's sets of relations and multiplicities when the caller has them.  O(|batch|).
+
+    >>> distinct_delta([("R", (1,), -1), ("R", (2,), -1)]), distinct_delta([("R", (1,), 1), ("R", (1,), 1)])
+    ({'R': {(1,): -1, (2,): -1}}, None)
+    """
+    if not isinstance(updates, list | tuple) or len(updates) < 2:
+        return None
+    relations = set(map(relation_of, updates)) if relations is None else relations
+    if len(relations) != 1:
+        return None
+    mults = set(map(mult_of, updates)) if mults is None else mults
+    if len(mults) != 1:
+        return None
+    (m,) = mults
+    if type(m) is not int or not m:
+        return None
+    delta = dict.fromkeys(map(row_of, updates), m)
+    if len(delta) < len(updates):  # a row twice: its multiplicities add up (by_relation)
+        return None
+    (relation,) = relations
+    return {relation: delta}

@@ -70,7 +70,7 @@ from ivm.rings.covariance import Covariance, CovarianceRing
 from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
 from ivm.rings.numeric import NumericRing, SumRing
 from ivm.rings.relational import Relation, RelationalRing
-from ivm.updates import Row, Update, apply_to_base, by_relation
+from ivm.updates import Row, Update, apply_to_base, by_relation, distinct_delta
 
 RING_NAMES = ("count", "sum", "covariance", "generalized_covariance", "listing", "factorized")
 TREE_NAMES = ("tau", "nu")
@@ -385,7 +385,7 @@ class FIVM(Engine):
     # ---------------------------------------------------------------- updates
     def apply(self, updates: Sequence[Update]) -> None:
         """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4)."""
-        self.apply_deltas(by_relation(updates))
+        self.apply_deltas(distinct_delta(updates) or by_relation(updates))
 
     def apply_deltas(self, deltas: dict[str, dict[Row, int]]) -> dict[str, list[int]]:
         """:meth:`apply` of a batch already pre-aggregated per relation (:func:`~ivm.updates.by_relation`'s

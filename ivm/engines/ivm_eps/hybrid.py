@@ -54,7 +54,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
-from operator import add, itemgetter, sub
+from operator import add, countOf, itemgetter, sub
 from typing import Any
 
 from ivm.engines.base import Engine
@@ -62,7 +62,7 @@ from ivm.query.four_path import four_path
 from ivm.query.loomis_whitney import loomis_whitney
 from ivm.query.model import Query
 from ivm.query.three_relations import as_distinct_relations, three_relation_class
-from ivm.updates import Row, Update, by_relation, mult_of, relation_of, row_of
+from ivm.updates import Row, Update, by_relation, distinct_delta, mult_of, relation_of, row_of
 
 DEFAULT_SKEW = 32.0
 DEFAULT_DWELL = 0.25
@@ -272,22 +272,30 @@ class SkewHybrid(Engine):
         if not self._shared or not isinstance(updates, list | tuple) or not updates:
             return False
         relations = set(map(relation_of, updates))
-        mults = list(map(mult_of, updates))
         if not relations <= self.base.keys() or set(map(type, map(row_of, updates))) != {tuple}:
             return False
+        mults = set(map(mult_of, updates))
         if set(map(type, mults)) != {int}:
             return False
-        deltas = by_relation(updates)
+        deltas = distinct_delta(updates, relations, mults) or by_relation(updates)
         olds_of = self.engine.apply_deltas(deltas)  # type: ignore[attr-defined]
         gain = 0
         for relation, delta in deltas.items():
             olds = olds_of[relation]
-            steps = list(map(sub, map(bool, map(add, olds, delta.values())), map(bool, olds)))
-            if not any(steps):
-                continue
-            rows = list(delta)
-            up = list(compress(rows, map((1).__eq__, steps)))
-            down = list(compress(rows, map((-1).__eq__, steps)))
+            was = list(map(bool, olds))
+            if not any(was):  # every tuple was absent (a δ payload is not 0): each appears
+                up, down = list(delta), []
+            else:
+                now = list(map(bool, map(add, olds, delta.values())))
+                if all(was) and not any(now):  # every tuple vanishes
+                    up, down = [], list(delta)
+                else:
+                    steps = list(map(sub, now, was))
+                    if not any(steps):
+                        continue
+                    rows = list(delta)
+                    up = list(compress(rows, map((1).__eq__, steps)))
+                    down = list(compress(rows, map((-1).__eq__, steps)))
             self.size += len(up) - len(down)
             for w in self.watch[relation]:
                 column, value_of = self.degrees[w], itemgetter(w[1])
@@ -303,7 +311,7 @@ class SkewHybrid(Engine):
                     if 0 in left:
                         for value in compress(counts, map((0).__eq__, left)):
                             del column[value]
-        self.updates_applied += len(mults) - mults.count(0)
+        self.updates_applied += len(updates) - (countOf(map(mult_of, updates), 0) if 0 in mults else 0)
         if not self.N // 4 <= self.size < self.N:
             self._resize()
         bound = getattr(self, "_bound", None)

@@ -123,3 +123,25 @@ def test_snapshots_keep_one_copy_and_old_snapshots_share_again() -> None:
         for i in range(600, len(stream), 100):
             copy.apply(stream[i : i + 100])
         check(copy, query, stream)
+
+
+def test_distinct_delta_is_by_relation_or_declines() -> None:
+    from ivm.updates import by_relation, distinct_delta
+
+    rng = random.Random(17)
+    taken = 0
+    for _ in range(500):
+        n = rng.randrange(0, 12)
+        relations = rng.choice([["R"], ["R", "S"]])
+        mults = rng.choice([[1], [-1], [3], [1, -1], [0], [True], [1, True]])
+        batch = [(rng.choice(relations), (rng.randrange(30),), rng.choice(mults)) for _ in range(n)]
+        got = distinct_delta(batch)
+        if got is None:
+            continue
+        taken += 1
+        want = by_relation(batch)
+        assert got == want and all(type(m) is int for d in got.values() for m in d.values())
+        assert [list(d) for d in got.values()] == [list(d) for d in want.values()]  # first-occurrence order
+    assert taken > 50
+    assert distinct_delta([("R", (1,), 1)]) is None  # by_relation's own single-update path
+    assert distinct_delta(iter([("R", (1,), 1), ("R", (2,), 1)])) is None  # type: ignore[arg-type]
