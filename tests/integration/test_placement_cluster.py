@@ -51,7 +51,8 @@ def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, t
     proc = _start(tmp_path, config, kafka.bootstrap, "placed", monkeypatch)
     tmp = tmp_path / "tmp"
     try:
-        _wait_for(lambda: proc.batches_logged() >= 3, "no batch committed on the executors", 240)
+        _wait_for(lambda: proc.batches_logged() >= 3 or not proc.alive(), "no batch committed on the executors", 240)
+        assert proc.alive(), proc.tail()
         hosts = _hosts(tmp)
         assert hosts, "the executors' tasks started shard hosts"
         for pid in hosts:
@@ -90,22 +91,23 @@ def test_executors_placement_equals_driver_placement(kafka, topic_prefix, tmp_pa
     tables = {}
     for placement in ("driver", "executors"):
         config = pipeline_config(
-            kafka.bootstrap, f"{topic_prefix}{placement}-", tmp_path / placement, spark_master=MASTER,
-            placement=placement, queries=tuple(
-                QueryConfig(f"{q.name}-{placement}", q.query, shards=q.shards) for q in queries
-            ), relations=pipeline_config(kafka.bootstrap, topic_prefix, tmp_path).relations,
+            kafka.bootstrap, topic_prefix, tmp_path / placement, spark_master=MASTER, placement=placement,
+            queries=tuple(QueryConfig(f"{q.name}-{placement}", q.query, shards=q.shards) for q in queries),
+            name=f"{topic_prefix}{placement}", dead_letter_topic=f"{topic_prefix}{placement}.dead",
         )  # fmt: skip
         (tmp_path / placement).mkdir()
         proc = _start(tmp_path / placement, config, kafka.bootstrap, placement, monkeypatch)
         try:
             _wait_for(
-                lambda config=config: (
-                    (c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
-                    and reflects(c, final)
+                lambda config=config, proc=proc: (
+                    not proc.alive()
+                    or ((c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
+                    and reflects(c, final))
                 ),
                 f"the {placement} run did not complete",
                 timeout=300,
             )
+            assert proc.alive(), proc.tail()
         finally:
             proc.stop()
         tables[placement] = {}
