@@ -35,6 +35,10 @@ try:  # the compiled secondary index (``_bucket_index.pyx``), present when pip i
     from ivm.engines.fivm._bucket_index import BucketIndex
 except ImportError:  # no compiler at install time: the dict indices alone
     BucketIndex = None
+try:  # V += δV in one C loop (``_store_kernel.pyx``)
+    from ivm.engines.fivm._store_kernel import add_numbers as add_numbers_kernel
+except ImportError:  # the C-level passes of Store.add_numbers
+    add_numbers_kernel = None
 
 
 class Store:
@@ -121,6 +125,11 @@ class Store:
         in one call).
         """
         data = self.data
+        if add_numbers_kernel is not None and not self._projected:  # one C loop (no dict index to keep)
+            news = add_numbers_kernel(data, delta)
+            if self._buckets:
+                self._bucket_write(delta, news)
+            return
         news = list(map(add, map(data.get, delta, repeat(0, len(delta))), delta.values()))
         if self._buckets:
             self._bucket_write(delta, news)

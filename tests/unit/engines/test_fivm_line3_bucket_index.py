@@ -2,7 +2,7 @@
 
 - :class:`BucketIndex` against a dict under random writes, deletes and scans, and its refusals
   (keys that are not int pairs, payloads outside int64, overflowing sums);
-- F-IVM with the compiled index against F-IVM with the dict indices alone (the Python reference)
+- F-IVM with the compiled kernels against F-IVM without them (dict indices, the Python reference)
   on random insert/delete streams: multiplicities other than 1, negative multiplicities,
   self-joins, skewed values, big payloads that overflow int64, non-int keys arriving mid-stream;
   the result and every stored view equal after each batch, and equal to a brute-force count;
@@ -24,6 +24,7 @@ import pytest
 
 import ivm
 from ivm.engines.fivm import FIVM, view_tree
+from ivm.engines.fivm import engine as fivm_engine
 from ivm.query import parse
 
 BucketIndex = view_tree.BucketIndex
@@ -37,13 +38,13 @@ SELF = "Q() :- E(a,b), E(b,c), E(c,d)"
 
 @contextmanager
 def dict_indices_only() -> Iterator[None]:
-    """F-IVM without the compiled index: the Python reference path."""
-    saved = view_tree.BucketIndex
-    view_tree.BucketIndex = None
+    """F-IVM without the compiled index, store update and key sums: the Python reference path."""
+    saved = view_tree.BucketIndex, view_tree.add_numbers_kernel, fivm_engine.sum_by_key
+    view_tree.BucketIndex = view_tree.add_numbers_kernel = fivm_engine.sum_by_key = None
     try:
         yield
     finally:
-        view_tree.BucketIndex = saved
+        view_tree.BucketIndex, view_tree.add_numbers_kernel, fivm_engine.sum_by_key = saved
 
 
 def brute_count(query: str, base: dict[str, dict[tuple[Any, ...], int]]) -> int:
@@ -239,8 +240,6 @@ def test_the_hybrid_refuses_deletes_of_absent_tuples_as_the_reference() -> None:
 
 
 def test_sum_by_key_equals_the_python_loop() -> None:
-    from ivm.engines.fivm import engine as fivm_engine
-
     kernel = fivm_engine.sum_by_key
     assert kernel is not None
     rng = random.Random(13)
@@ -256,3 +255,23 @@ def test_sum_by_key_equals_the_python_loop() -> None:
         assert fivm_engine._sum_by_key(keys, values) == want
     with pytest.raises(ValueError):
         kernel([(1,)], [])
+
+
+def test_store_add_numbers_kernel_equals_the_python_passes() -> None:
+    kernel = view_tree.add_numbers_kernel
+    assert kernel is not None
+    rng = random.Random(21)
+    for _ in range(300):
+        fast, ref = view_tree.Store(), view_tree.Store()
+        for _ in range(rng.randrange(1, 8)):
+            delta = {
+                (rng.randrange(10),): rng.choice([1, -1, 2, -2, 2**70, -(2**70), 0.5, -0.5, 0])
+                for _ in range(rng.randrange(0, 12))
+            }
+            fast.add_numbers(dict(delta))
+            with dict_indices_only():
+                ref.add_numbers(dict(delta))
+            assert fast.data == ref.data and list(fast.data) == list(ref.data)
+            assert 0 not in fast.data.values()
+    data = {(1,): 2}
+    assert kernel(data, {(1,): -2, (2,): 0, (3,): 1}) == [0, 0, 1] and data == {(3,): 1}
