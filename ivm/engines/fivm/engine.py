@@ -79,9 +79,9 @@ Delta = dict[tuple[Any, ...], Any]
 
 
 try:  # the compiled index-join sum (``_count_kernel.pyx``), present when pip install compiled it
-    from ivm.engines.fivm._count_kernel import scan_sum, sum_by_key
-except ImportError:  # no compiler at install time: the numpy rule and the loop below
-    scan_sum = sum_by_key = None
+    from ivm.engines.fivm._count_kernel import direct_count, scan_sum, sum_by_key
+except ImportError:  # no compiler at install time: the numpy rule and the loops below
+    direct_count = scan_sum = sum_by_key = None
 
 _NO_BUCKET: dict[Any, Any] = {}  # the bucket of an absent index key (never written)
 
@@ -875,6 +875,17 @@ class FIVM(Engine):
             lookups.append((store.data, project))
         key_of = None if direct.identity else direct.key
         if type(self.ring) is NumericRing:  # counts: lookups, products and sums in C-level passes
+            if direct_count is not None:  # one C loop
+                whole = tuple(range(len(plan.child.keys)))
+                out = direct_count(
+                    delta,
+                    [data for data, _ in lookups],
+                    [None if p == whole else p for p in direct.sibling_positions],
+                    None if key_of is None or direct.key_positions == whole else direct.key_positions,
+                    not plan.key_slots,
+                )
+                if out is not None:
+                    return out
             keys, payloads, n = list(delta), list(delta.values()), len(delta)
             for data, project in lookups:
                 payloads = list(map(mul, payloads, map(data.get, map(project, keys), repeat(0, n))))

@@ -39,12 +39,12 @@ SELF = "Q() :- E(a,b), E(b,c), E(c,d)"
 @contextmanager
 def dict_indices_only() -> Iterator[None]:
     """F-IVM without the compiled index, store update and key sums: the Python reference path."""
-    saved = view_tree.BucketIndex, view_tree.add_numbers_kernel, fivm_engine.sum_by_key
-    view_tree.BucketIndex = view_tree.add_numbers_kernel = fivm_engine.sum_by_key = None
+    saved = view_tree.BucketIndex, view_tree.add_numbers_kernel, fivm_engine.sum_by_key, fivm_engine.direct_count
+    view_tree.BucketIndex = view_tree.add_numbers_kernel = fivm_engine.sum_by_key = fivm_engine.direct_count = None
     try:
         yield
     finally:
-        view_tree.BucketIndex, view_tree.add_numbers_kernel, fivm_engine.sum_by_key = saved
+        view_tree.BucketIndex, view_tree.add_numbers_kernel, fivm_engine.sum_by_key, fivm_engine.direct_count = saved
 
 
 def brute_count(query: str, base: dict[str, dict[tuple[Any, ...], int]]) -> int:
@@ -275,3 +275,38 @@ def test_store_add_numbers_kernel_equals_the_python_passes() -> None:
             assert 0 not in fast.data.values()
     data = {(1,): 2}
     assert kernel(data, {(1,): -2, (2,): 0, (3,): 1}) == [0, 0, 1] and data == {(3,): 1}
+
+
+def test_direct_count_equals_the_python_passes() -> None:
+    kernel = fivm_engine.direct_count
+    assert kernel is not None
+    rng = random.Random(23)
+    for _ in range(300):
+        delta = {
+            (rng.randrange(6), rng.randrange(6), rng.randrange(3)): rng.choice([1, -1, 3, 2**70, 0.5])
+            for _ in range(rng.randrange(0, 15))
+        }
+        siblings = [rng.choice([(0,), (1,), (2, 0), (0, 1, 2), None]) for _ in range(rng.randrange(0, 3))]
+        datas = [
+            {
+                tuple(rng.randrange(6) for _ in (p or (0, 1, 2))): rng.choice([1, 2, -1, 2**65])
+                for _ in range(rng.randrange(0, 20))
+            }
+            for p in siblings
+        ]
+        out_positions = rng.choice([(0,), (1, 0), (2,), None])
+        scalar = rng.random() < 0.3
+        payloads = list(delta.values())
+        for data, p in zip(datas, siblings, strict=True):
+            probes = [k if p is None else tuple(k[i] for i in p) for k in delta]
+            payloads = [m * data.get(k, 0) for k, m in zip(probes, payloads, strict=True)]
+        if scalar:
+            want: dict[Any, Any] = {(): sum(payloads)}
+        else:
+            keys = [k if out_positions is None else tuple(k[i] for i in out_positions) for k in delta]
+            want = {}
+            for k, m in zip(keys, payloads, strict=True):
+                want[k] = want.get(k, 0) + m
+        assert kernel(delta, datas, siblings, out_positions, scalar) == want
+    assert kernel({(1,): 1}, [{}], [(3,)], None, False) is None  # a key too short for a position
+    assert kernel({"x": 1}, [], [], None, False) is None
