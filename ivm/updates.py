@@ -137,7 +137,7 @@ def distinct_delta(
 ) -> dict[str, dict[Row, int]] | None:
     """:func:`by_relation` of a batch of one relation's distinct rows under one int multiplicity, else ``None``.
 
-    The common shape of a chunk of inserts or deletes: the Z-set is ``{row: m}``, built by one
+    The common shape of a chunk of inserts or deletes: the Z-set (IVM^eps §1.1) is ``{row: m}``, built by one
     ``dict.fromkeys`` pass (one hash per row) instead of counting.  ``relations`` and ``mults``
     are the batch's sets of relations and multiplicities when the caller has them.  O(|batch|).
 

@@ -393,7 +393,8 @@ class FIVM(Engine):
 
         For a caller that keeps statistics over the base relations (the skew hybrid's degrees):
         it reads what changed from the old multiplicities instead of keeping its own copy of the
-        relations.  Same cost as :meth:`apply`: O(|δR|) base updates plus the delta view trees.
+        relations.  Same cost as :meth:`apply`: O(|δR|) base updates plus the delta view trees
+        (§4; Theorem 13 bounds a single-tuple update).
         """
         rebuild = False
         out: dict[str, list[int]] = {}
