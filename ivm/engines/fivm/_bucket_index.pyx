@@ -21,8 +21,8 @@ other value and place together, one cache line per probe) and 16 per slot of the
 from cpython.dict cimport PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
-from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memset
 
 
@@ -119,6 +119,9 @@ cdef class BucketIndex:
     cdef Slot* slots
     cdef uint64_t rmask
     cdef Py_ssize_t rused
+    # the least and the greatest other value ever indexed (lo > hi: none yet); never narrowed
+    cdef int64_t lo
+    cdef int64_t hi
 
     def __cinit__(self, Py_ssize_t bound):
         if bound not in (0, 1):
@@ -134,6 +137,8 @@ cdef class BucketIndex:
         self.block_room = 0
         self.nblocks = 0
         self.nfree = 0
+        self.lo = INT64_MAX
+        self.hi = INT64_MIN
         self._grow_blocks()
 
     def __dealloc__(self):
@@ -336,6 +341,10 @@ cdef class BucketIndex:
             self.capacities[b] = 2 * self.capacities[b] + 2
         place = self.lengths[b]
         self.blocks[b][place].other = other
+        if other < self.lo:
+            self.lo = other
+        if other > self.hi:
+            self.hi = other
         self.blocks[b][place].payload = payload
         self.lengths[b] = place + 1
         if 2 * (self.rused + 1) > <Py_ssize_t>(self.rmask + 1):
@@ -400,15 +409,76 @@ cdef class BucketIndex:
         """``{(y,): Σ_{key ∈ δ} Σ_{(x, y) ∈ V, x = key[position]} V[x, y] · δ[key]}``, zero sums left out.
 
         The index join of Fig. 7 for one sibling: each delta key's bound value meets its block.
-        ``None`` when a delta key's value or payload is not an int64 int, or a product or sum
-        overflows int64.  O(|δ| + |join| + |output|) expected.
+        The sums go to an array indexed by ``y`` when every ``y`` ever indexed lies in a range of
+        at most ``4·|join| + 1024`` values (the range is kept on insert, never narrowed), else to
+        an open-addressing table grown as keys arrive.  ``None`` when a delta key's value or
+        payload is not an int64 int, or a product or sum overflows int64.  O(|δ| + |join| +
+        |output|) expected (the array's range counts as output: at most 4·|join| + 1024).
         """
-        cdef Py_ssize_t pos = 0, size = 1024, i, r, found = 0, length
-        cdef uint64_t mask = size - 1, slot
+        cdef Py_ssize_t pos = 0, n = len(delta), count = 0, j, r, length, total = 0
         cdef PyObject* k
         cdef PyObject* v
-        cdef long long x, m, product
-        cdef int64_t b, y
+        cdef long long x, m
+        cdef int64_t b
+        cdef int64_t* ids = <int64_t*> malloc((n + 1) * sizeof(int64_t))
+        cdef long long* mults = <long long*> malloc((n + 1) * sizeof(long long))
+        if ids == NULL or mults == NULL:
+            free(ids)
+            free(mults)
+            raise MemoryError()
+        try:
+            while PyDict_Next(delta, &pos, &k, &v):  # each delta key's block, and the join's size
+                key = <object>k
+                if not PyTuple_CheckExact(key) or PyTuple_GET_SIZE(key) <= position:
+                    return None
+                if not as_int64(PyTuple_GET_ITEM(key, position), &x) or not as_int64(v, &m):
+                    return None
+                b = self._block_of(x)
+                if b == EMPTY:
+                    continue
+                ids[count] = b
+                mults[count] = m
+                count += 1
+                total += self.lengths[b]
+            if total == 0:
+                return {}
+            if self.hi >= self.lo and <uint64_t>self.hi - <uint64_t>self.lo < <uint64_t>(4 * total + 1024):
+                return self._scan_dense(ids, mults, count)
+            return self._scan_hashed(ids, mults, count)
+        finally:
+            free(ids)
+            free(mults)
+
+    cdef object _scan_dense(self, int64_t* ids, long long* mults, Py_ssize_t count):
+        """:meth:`scan`'s sums in an array over ``[lo, hi]``."""
+        cdef Py_ssize_t span = <Py_ssize_t>(<uint64_t>self.hi - <uint64_t>self.lo) + 1, j, r
+        cdef long long* sums = <long long*> calloc(span, sizeof(long long))
+        cdef long long product
+        cdef Row* block
+        if sums == NULL:
+            raise MemoryError()
+        try:
+            for j in range(count):
+                block = self.blocks[ids[j]]
+                for r in range(self.lengths[ids[j]]):
+                    if mul_overflow(block[r].payload, mults[j], &product):
+                        return None
+                    if add_overflow(sums[block[r].other - self.lo], product, &sums[block[r].other - self.lo]):
+                        return None
+            out = {}
+            for r in range(span):
+                if sums[r] != 0:
+                    out[(self.lo + r,)] = sums[r]
+            return out
+        finally:
+            free(sums)
+
+    cdef object _scan_hashed(self, int64_t* ids, long long* mults, Py_ssize_t count):
+        """:meth:`scan`'s sums in an open-addressing table, at most half full, grown as keys arrive."""
+        cdef Py_ssize_t size = 1024, i, j, r, found = 0, length
+        cdef uint64_t mask = size - 1, slot
+        cdef long long m, product
+        cdef int64_t y
         cdef Row* block
         cdef int64_t* keys = <int64_t*> malloc(size * sizeof(int64_t))
         cdef long long* sums = <long long*> malloc(size * sizeof(long long))
@@ -424,17 +494,10 @@ cdef class BucketIndex:
             raise MemoryError()
         memset(used, 0, size)
         try:
-            while PyDict_Next(delta, &pos, &k, &v):
-                key = <object>k
-                if not PyTuple_CheckExact(key) or PyTuple_GET_SIZE(key) <= position:
-                    return None
-                if not as_int64(PyTuple_GET_ITEM(key, position), &x) or not as_int64(v, &m):
-                    return None
-                b = self._block_of(x)
-                if b == EMPTY:
-                    continue
-                block = self.blocks[b]
-                length = self.lengths[b]
+            for j in range(count):
+                block = self.blocks[ids[j]]
+                length = self.lengths[ids[j]]
+                m = mults[j]
                 if 2 * (found + length) > size:  # keep the table at most half full
                     old_keys, old_sums, old_used, old_size = keys, sums, used, size
                     while 2 * (found + length) > size:

@@ -83,11 +83,18 @@ def compiled_indices(engine: FIVM) -> list[Any]:
 # -- the kernel ---------------------------------------------------------------------------
 
 
-def test_bucket_index_matches_a_dict_under_random_writes_and_scans() -> None:
+@pytest.mark.parametrize(
+    "universe",
+    [
+        [*range(-5, 40)],  # a narrow range of values: the sums go to an array
+        [-(2**63), 2**63 - 1, *range(-5, 40)],  # the widest: to a hash table
+        [*range(-5, 40), *range(10**6, 10**6 + 5)],  # wider than 4·|join| + 1024: to a hash table
+    ],
+)
+def test_bucket_index_matches_a_dict_under_random_writes_and_scans(universe: list[int]) -> None:
     rng = random.Random(11)
     for bound in (0, 1):
         index, ref = BucketIndex(bound), {}
-        universe = [-(2**63), 2**63 - 1, *range(-5, 40)]
         for step in range(400):
             keys = [(rng.choice(universe), rng.choice(universe)) for _ in range(rng.randrange(1, 30))]
             payloads = [rng.choice([0, 0, 1, -1, 7, 2**40, -(2**62)]) for _ in keys]
