@@ -101,6 +101,10 @@ class Heartbeat:
         self._thread.start()
         return self
 
+    def set_slices(self, slices: list[dict[str, Any]]) -> None:
+        """Where each slice of the state lives (``placement = "executors"``), written with the next beat."""
+        self.record["slices"] = slices
+
     def beat(self) -> None:
         """Refresh the heartbeat time in the file."""
         self.record["heartbeat_at"] = iso(time.time())
@@ -161,6 +165,7 @@ class Liveness:
     stopped_at: float | None = None
     metrics_url: str | None = None
     file: str | None = None
+    slices: list[dict[str, Any]] | None = None  # placement = "executors": where each slice of the state lives
 
     @property
     def running(self) -> bool:
@@ -188,6 +193,7 @@ class Liveness:
             "heartbeat_age_seconds": None if self.heartbeat_age is None else round(self.heartbeat_age, 3),
             "stopped_at": _iso_or_none(self.stopped_at),
             "metrics_url": self.metrics_url,
+            "slices": self.slices,
             "file": self.file,
         }
 
@@ -299,4 +305,5 @@ def _from_record(record: Mapping[str, Any], now: float, host: str, file: str) ->
         stopped_at=when("stopped_at"),
         metrics_url=record.get("metrics_url") if isinstance(record.get("metrics_url"), str) else None,
         file=file,
+        slices=record.get("slices") if isinstance(record.get("slices"), list) else None,
     )

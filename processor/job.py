@@ -253,7 +253,7 @@ def run_job(
             log.info("snapshot %s (%d bytes, %.2fs)", written.path.rsplit("/", 1)[-1], written.size, written.seconds)
 
     handoff = Handoff(apply) if config.exactly_once and not placed else None
-    executors = Executors(config, pipeline, metrics) if placed else None
+    executors = Executors(config, pipeline, metrics, heartbeat) if placed else None
 
     stopping = threading.Event()
 
@@ -335,7 +335,7 @@ class Executors:
     """The batches of ``placement = "executors"``: applied by the slices in their shard hosts on Spark's
     executors (``processor.placement.spark``), then published and committed by the driver."""
 
-    def __init__(self, config: PipelineConfig, pipeline: Pipeline, metrics: Metrics) -> None:
+    def __init__(self, config: PipelineConfig, pipeline: Pipeline, metrics: Metrics, heartbeat: Heartbeat) -> None:
         import os
         import uuid
 
@@ -343,8 +343,11 @@ class Executors:
 
         self.pipeline = pipeline
         self.metrics = metrics
+        self.heartbeat = heartbeat
+        self.rebuilds: dict[int, int] = {}
         self.spec = HostSpec(config, uuid.uuid4().hex[:12], os.urandom(16), snapshot_location(config))
         self.owners: dict[int, tuple[str, int]] = {}  # slice -> the shard host holding it
+        self.hosts: set[tuple[str, int]] = set()  # every shard host of this run
 
     def apply(self, spark: SparkSession, df) -> BatchReport:
         from processor.placement.spark import apply_batch
@@ -352,10 +355,16 @@ class Executors:
         started = time.perf_counter()
         version = self.pipeline.state.last_batch_id + 1
         log.info("applying batch %d on the executors", version)
-        applied, responses = apply_batch(spark, df, self.pipeline, self.spec, self.owners)  # type: ignore[arg-type]
+        applied, responses = apply_batch(spark, df, self.pipeline, self.spec, self.owners, self.hosts)  # type: ignore[arg-type]
         report = self.pipeline.publish(applied, version, started)
         for r in responses:
             self.metrics.observe_slice(r)
+            self.rebuilds[r.index] = self.rebuilds.get(r.index, 0) + int(r.rebuilt)
+        self.heartbeat.set_slices([
+            {"slice": r.index, "host": r.host, "pid": r.pid, "executor": r.executor, "batch": r.version,
+             "tuples": r.tuples, "snapshot": r.snapshot, "rebuilds": self.rebuilds[r.index]}
+            for r in sorted(responses, key=lambda r: r.index)
+        ])  # fmt: skip
         log.info(
             "batch %d: %d records, %s applied, %d dead letters, %.3fs (slices: %s)",
             report.batch_id, report.records, report.applied, report.dead_letters, report.seconds,
@@ -367,7 +376,7 @@ class Executors:
         """Stop the shard hosts of this run (their slices are in their snapshots and the topics)."""
         from processor.placement.host import tell
 
-        for address in set(self.owners.values()):
+        for address in self.hosts | set(self.owners.values()):
             try:
                 tell(address, self.spec.authkey, "stop", timeout=2.0)
             except Exception as err:  # a host already gone exits on its own when idle

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,12 +201,30 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
     :class:`RecoveryError` if a partition no longer holds the records between them (retention):
     they would be missing from the state without a word.
     """
-    from confluent_kafka import Consumer, TopicPartition
-
     todo = {tp: stop for tp, stop in end.items() if stop > pipeline.positions.get(tp, 0)}
     if not todo:
         return 0
-    gone = missing_history(bootstrap, {tp: pipeline.positions.get(tp, 0) for tp in todo}, sorted({t for t, _ in todo}))
+    replayed = 0
+    for records in read_range(bootstrap, {tp: pipeline.positions.get(tp, 0) for tp in todo}, todo, chunk):
+        replayed += pipeline.replay(records)
+    for tp, stop in todo.items():  # records compacted away or control markers: the position is the end
+        pipeline.positions[tp] = max(pipeline.positions.get(tp, 0), stop)
+    return replayed
+
+
+def read_range(bootstrap: str, start: Positions, end: Positions, chunk: int = 100_000) -> Iterator[list[Record]]:
+    """The input records from ``start`` (absent: 0) up to ``end`` (exclusive) of each partition in ``end``,
+    in chunks, each partition's in offset order.
+
+    :class:`RecoveryError` if a partition no longer holds them (retention deleted some): never a
+    silent jump over the gap (Spark's ``failOnDataLoss``).
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    todo = {tp: stop for tp, stop in end.items() if stop > start.get(tp, 0)}
+    if not todo:
+        return
+    gone = missing_history(bootstrap, {tp: start.get(tp, 0) for tp in todo}, sorted({t for t, _ in todo}))
     if gone:
         raise RecoveryError(
             f"the committed inputs after the state's snapshot are no longer in Kafka: {'; '.join(gone)}. "
@@ -221,8 +240,8 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
             **CLIENT_DEFAULTS,
         }
     )
-    consumer.assign([TopicPartition(t, p, pipeline.positions.get((t, p), 0)) for (t, p) in todo])
-    replayed, pending = 0, []
+    consumer.assign([TopicPartition(t, p, start.get((t, p), 0)) for (t, p) in todo])
+    pending: list[Record] = []
     remaining = set(todo)
     deadline = time.monotonic() + 600
     try:
@@ -237,7 +256,7 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
                     raise TimeoutError(f"replay did not reach {todo}")
                 continue
             if msg.error():
-                _raise_lost(msg, pipeline.positions)
+                _raise_lost(msg, start)
                 continue
             tp = (msg.topic(), msg.partition())
             if tp not in remaining or msg.offset() >= todo[tp]:
@@ -248,14 +267,12 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
             if msg.offset() >= todo[tp] - 1:
                 remaining.discard(tp)
             if len(pending) >= chunk:
-                replayed += pipeline.replay(pending)
+                yield pending
                 pending = []
-        replayed += pipeline.replay(pending)
+        if pending:
+            yield pending
     finally:
         consumer.close()
-    for tp, stop in todo.items():  # records compacted away or control markers: the position is the end
-        pipeline.positions[tp] = max(pipeline.positions.get(tp, 0), stop)
-    return replayed
 
 
 def _raise_lost(msg: Any, positions: Positions) -> None:

@@ -212,6 +212,15 @@ def render_text(status: Mapping[str, Any], partitions: bool = False, now: float 
             text = text if len(text) <= 100 else text[:97] + "..."
             age = f", {ago(now - parse_iso(r['produced_at']))} ago" if r["produced_at"] else ""
             lines.append(f"  {r['query']} = {text}  (batch {r['batch_id']}{age})")
+    slices = status.get("process", {}).get("slices")
+    if slices:
+        lines.append("slices of the state (placement = executors):")
+        for s in slices:
+            snapshot = "none yet" if s.get("snapshot") is None else f"batch {s['snapshot']}"
+            lines.append(
+                f"  slice {s['slice']}: shard host {s['host']} (pid {s.get('pid')}), executor {s['executor']}, "
+                f"batch {s['batch']}, {s['tuples']:,} tuples, last snapshot {snapshot}, {s['rebuilds']} rebuilds"
+            )
     lines.append(f"snapshots in {status['state_dir']}: {', '.join(status['snapshots']) or 'none'}")
     return lines
 

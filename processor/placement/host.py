@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from processor.config import PipelineConfig
+from processor.pipeline import Record, RecordBatch
 from processor.placement.routing import slice_count
-from processor.placement.slices import Behind, Slice, SlicePipeline, SliceRequest, SliceResponse
+from processor.placement.slices import Piece, Seal, Slice, SlicePipeline, SliceRequest, SliceResponse
 from processor.relations import fingerprint
 from processor.snapshots import BackgroundSnapshots, StateStore
 
@@ -73,7 +74,7 @@ def slice_store(spec: HostSpec, index: int, config_fingerprint: str) -> StateSto
 
 
 class SliceTable:
-    """The slices a host keeps, by index: versions, rebuilds and snapshots (module docstring).
+    """The slices a host keeps, by index: staged pieces, versions, rebuilds and snapshots (module docstring).
 
     Thread safe: one lock around every slice operation (the GIL runs one at a time anyway, and a
     snapshot's fork then never copies another thread's half-done update).
@@ -84,7 +85,9 @@ class SliceTable:
         self.config = spec.config
         self.slices: dict[int, Slice] = {}
         self.rebuilds = 0
+        self._staged: dict[int, dict[int, dict[tuple[str, int, int], Piece]]] = {}  # slice -> batch -> pieces
         self._snapshots: dict[int, BackgroundSnapshots] = {}
+        self._snapshotted: dict[int, int] = {}  # slice -> the batch of the newest snapshot started
         self._lock = threading.Lock()
         self._fingerprint = ""
 
@@ -96,69 +99,130 @@ class SliceTable:
             self._fingerprint = fingerprint({"state": probe.fingerprints, "slices": slice_count(self.config)})
         return self._fingerprint
 
-    def apply(self, request: SliceRequest) -> SliceResponse:
-        """Apply ``request`` to its slice, rebuilding the slice first when it is not at ``version - 1``."""
+    def stage(self, pieces: list[Piece]) -> None:
+        """Keep ``pieces`` until their batch is sealed (a retried task's piece replaces the first one)."""
+        with self._lock:
+            for piece in pieces:
+                current = self.slices.get(piece.index)
+                if current is not None and piece.version <= current.version:
+                    continue  # a late retry of a batch applied already
+                self._staged.setdefault(piece.index, {}).setdefault(piece.version, {})[piece.key] = piece
+
+    def seal(self, seal: Seal) -> SliceResponse:
+        """Apply batch ``seal.version`` to its slice: its staged pieces, and from Kafka the records of the
+        partitions whose pieces are missing; first the slice is rebuilt if it is not at ``version - 1``.
+        Sealing the batch applied last answers with the stored outputs."""
         with self._lock:
             started = time.perf_counter()
-            current = self.slices.get(request.index)
+            index = seal.index
+            current = self.slices.get(index)
+            empty = RecordBatch.of([])
+            if current is not None and current.version == seal.version:
+                return current.apply(SliceRequest(index, seal.version, empty, seal.before, full=seal.full))
             rebuilt, replayed = False, 0
-            if current is not None and current.version == request.version - 1:
-                current.advance(request.before)
-                self._snapshot(request.index, current)
-            try:
-                if current is None:
-                    raise Behind(-2, request.version - 1)
-                response = current.apply(request)
-            except Behind as behind:
+            if current is None or current.version != seal.version - 1:
                 # the pipeline's first batch creates the slice; any later one rebuilds it from the history
-                rebuilt = request.version > 0
+                rebuilt = seal.version > 0
                 if rebuilt:
-                    log.warning("slice %d: %s; rebuilding it", request.index, behind)
-                current, replayed = self._rebuild(request)
-                response = current.apply(request)
-            response.rebuilt, response.replayed = rebuilt, replayed
+                    have = "no state" if current is None else f"batch {current.version}"
+                    log.warning("slice %d: %s, the batch builds on %d; rebuilding it", index, have, seal.version - 1)
+                current, replayed = self._rebuild(seal)
+            current.advance(seal.before)
+            self._snapshot(index, current)
+            records, quiet, fetched = self._records(current, seal)
+            request = SliceRequest(index, seal.version, records, seal.before, seal.origin, quiet, seal.full)
+            response = current.apply(request)
+            for other, staged in self._staged.items():  # pieces of older batches are of no more use
+                for version in [v for v in staged if v < seal.version or (other == index and v == seal.version)]:
+                    del staged[version]
+            response.rebuilt, response.replayed = rebuilt, replayed + fetched
+            response.snapshot = self._snapshotted.get(index)
             response.seconds = time.perf_counter() - started
             return response
 
-    def _rebuild(self, request: SliceRequest) -> tuple[Slice, int]:
-        """Slice ``request.index`` at batch ``version - 1``: its newest snapshot (or empty, at the
-        history's origin) plus the committed inputs after it."""
+    def _records(self, current: Slice, seal: Seal) -> tuple[RecordBatch, set[tuple[str, int, int]], int]:
+        """Batch ``seal.version``'s records of the slice, in (topic, partition, offset) order, with the
+        quiet ones (another slice reports their dead letters), and how many were read from Kafka."""
+        from processor.recovery import read_range
+
+        pieces = self._staged.get(seal.index, {}).get(seal.version, {})
+        by_partition: dict[tuple[str, int], list[Piece]] = {}
+        for piece in pieces.values():
+            by_partition.setdefault(piece.tp, []).append(piece)
+        records: list[Record] = []
+        quiet: set[tuple[str, int, int]] = set()
+        missing = {}
+        for tp, count in seal.expected.items():
+            parts = sorted(by_partition.get(tp, []), key=lambda p: p.key)
+            if sum(len(p.records) for p in parts) != count:
+                missing[tp] = seal.after[tp]
+                continue
+            for part in parts:
+                records += (part.records.record(i) for i in range(len(part.records)))
+                quiet |= {(*tp, offset) for offset in part.quiet}
+        fetched = 0
+        if missing:  # pieces lost with a host, or sent to another one: read the partitions' part of the batch
+            pipeline = current.pipeline
+            log.warning("slice %d, batch %d: reading %s from Kafka", seal.index, seal.version, sorted(missing))
+            for chunk in read_range(self.config.bootstrap, {tp: seal.before.get(tp, 0) for tp in missing}, missing):
+                for record in chunk:
+                    where = pipeline.slices_of(record)
+                    if seal.index in where:
+                        records.append(record)
+                        fetched += 1
+                        if where[0] != seal.index:
+                            quiet.add((record.topic, record.partition, record.offset))
+        records.sort(key=lambda r: (r.topic, r.partition, r.offset))
+        return RecordBatch.of(records), quiet, fetched
+
+    def _rebuild(self, seal: Seal) -> tuple[Slice, int]:
+        """Slice ``seal.index`` at batch ``version - 1``: its newest snapshot (or empty, at the history's
+        origin) plus the committed inputs after it."""
         from processor.recovery import replay
 
-        pipeline = SlicePipeline(self.config, request.index)
-        snapshot = slice_store(self.spec, request.index, self.fingerprint).load()
-        if snapshot is not None and snapshot.last_batch_id <= request.version - 1:
+        pipeline = SlicePipeline(self.config, seal.index)
+        snapshot = slice_store(self.spec, seal.index, self.fingerprint).load()
+        if snapshot is not None and snapshot.last_batch_id <= seal.version - 1:
             pipeline.state = snapshot
         else:
-            pipeline.state.positions = dict(request.origin)
-            pipeline.state.origin = dict(request.origin)
-        replayed = replay(pipeline, self.config.bootstrap, request.before)
-        pipeline.state.positions.update(request.before)
-        pipeline.state.last_batch_id = request.version - 1
+            pipeline.state.positions = dict(seal.origin)
+            pipeline.state.origin = dict(seal.origin)
+        replayed = replay(pipeline, self.config.bootstrap, seal.before)
+        pipeline.state.positions.update(seal.before)
+        pipeline.state.last_batch_id = seal.version - 1
         rebuilt = Slice(pipeline)
         rebuilt.baseline()
-        self.slices[request.index] = rebuilt
+        self.slices[seal.index] = rebuilt
         self.rebuilds += 1
-        log.warning(
-            "slice %d rebuilt at batch %d: snapshot of batch %s, %d records replayed",
-            request.index, request.version - 1, snapshot.last_batch_id if snapshot else None, replayed,
-        )  # fmt: skip
+        if seal.version > 0:
+            log.warning(
+                "slice %d rebuilt at batch %d: snapshot of batch %s, %d records replayed",
+                seal.index, seal.version - 1, snapshot.last_batch_id if snapshot else None, replayed,
+            )  # fmt: skip
         return rebuilt, replayed
 
     def _snapshot(self, index: int, current: Slice) -> None:
         """Snapshot slice ``index`` at its committed version when one is due (in a forked child)."""
         every = self.config.snapshot_every
         version = current.version
-        if not every or version < 0 or version % every:
+        if not every or version < 0 or version % every or self._snapshotted.get(index) == version:
             return
         writer = self._snapshots.get(index)
         if writer is None:
             writer = self._snapshots[index] = BackgroundSnapshots(slice_store(self.spec, index, self.fingerprint))
         writer.poll()
-        writer.take(current.pipeline.state)
+        if writer.take(current.pipeline.state):
+            self._snapshotted[index] = version
+
+    def drop(self, indexes: list[int]) -> None:
+        """Forget slices that another host holds now (the driver moved them)."""
+        with self._lock:
+            for index in indexes:
+                self.slices.pop(index, None)
+                self._staged.pop(index, None)
 
     def status(self) -> list[dict[str, Any]]:
-        """Per slice: version, stored tuples, rebuilds of this host."""
+        """Per slice: version and stored tuples."""
         with self._lock:
             return [
                 {"slice": i, "batch": s.version, "tuples": sum(len(c) for c in s.pipeline.state.relations.values())}
@@ -183,6 +247,7 @@ def serve(folder: Path) -> None:
     listener = Listener((bind, 0), authkey=spec.authkey)
     advertised = bind if bind != "0.0.0.0" else socket.gethostname()
     address = (advertised, listener.address[1])
+    where = f"{address[0]}:{address[1]}"
     last = [time.monotonic()]
     stopping = threading.Event()
 
@@ -195,11 +260,25 @@ def serve(folder: Path) -> None:
                     return
                 last[0] = time.monotonic()
                 try:
-                    if kind == "apply":
-                        reply: Any = table.apply(body)
-                        reply.host = f"{address[0]}:{address[1]}"
+                    if kind == "stage":
+                        table.stage(body)
+                        reply: Any = where
+                    elif kind == "seal":
+                        reply = []
+                        for seal in body:
+                            try:
+                                response = table.seal(seal)
+                            except Exception as err:  # this slice's seal fails; the others' stand
+                                log.exception("sealing batch %d of slice %d failed", seal.version, seal.index)
+                                reply.append(err)
+                                continue
+                            response.host, response.pid = where, os.getpid()
+                            reply.append(response)
+                    elif kind == "drop":
+                        table.drop(body)
+                        reply = "dropped"
                     elif kind == "status":
-                        reply = {"host": f"{address[0]}:{address[1]}", "pid": os.getpid(), "slices": table.status()}
+                        reply = {"host": where, "pid": os.getpid(), "slices": table.status()}
                     elif kind == "stop":
                         stopping.set()
                         reply = "stopping"
@@ -344,13 +423,13 @@ def _start(spec: HostSpec, folder: Path) -> tuple[Connection, tuple[str, int]]:
     raise TimeoutError(f"the shard host in {folder} did not start within {START_TIMEOUT:.0f}s (see host.log)")
 
 
-def call(spec: HostSpec, request: SliceRequest, owner: tuple[str, int] | None) -> SliceResponse:
-    """Send ``request`` to the slice's host (module docstring) and return its response; one retry on a
-    fresh connection if the kept one broke.  A host's failure is raised here (the task fails)."""
+def stage(spec: HostSpec, pieces: list[Piece], owner: tuple[str, int] | None) -> tuple[str, int]:
+    """Send ``pieces`` (of one slice) to the slice's host (``owner`` if it answers, else this executor's);
+    returns the address of the host that took them.  One retry on a fresh connection."""
     for attempt in (1, 2):
         conn, address = connect(spec, owner)
         try:
-            conn.send(("apply", request))
+            conn.send(("stage", pieces))
             reply = conn.recv()
         except (OSError, EOFError):
             forget(address)
@@ -360,20 +439,26 @@ def call(spec: HostSpec, request: SliceRequest, owner: tuple[str, int] | None) -
             continue
         if isinstance(reply, BaseException):
             raise reply
-        return reply
+        return address
     raise AssertionError("unreachable")
+
+
+def request(address: tuple[str, int], authkey: bytes, kind: str, body: Any = None, timeout: float | None = None) -> Any:
+    """One request to the host at ``address`` on a connection of its own (from the driver): its reply,
+    ``TimeoutError`` after ``timeout`` seconds."""
+    conn = Client(address, authkey=authkey)
+    try:
+        conn.send((kind, body))
+        if timeout is not None and not conn.poll(timeout):
+            raise TimeoutError(f"shard host {address[0]}:{address[1]} did not answer {kind} in {timeout:.0f}s")
+        return conn.recv()
+    finally:
+        conn.close()
 
 
 def tell(address: tuple[str, int], authkey: bytes, kind: str, timeout: float = 5.0) -> Any:
     """Send a ``status`` or ``stop`` request to the host at ``address`` (from the driver)."""
-    conn = Client(address, authkey=authkey)
-    try:
-        conn.send((kind, None))
-        if conn.poll(timeout):
-            return conn.recv()
-        return None
-    finally:
-        conn.close()
+    return request(address, authkey, kind, None, timeout)
 
 
 if __name__ == "__main__":

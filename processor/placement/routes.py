@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from processor.config import PipelineConfig
 from processor.control import control_topic
-from processor.pipeline import Positions, RecordBatch, relation_codecs
+from processor.pipeline import RecordBatch, relation_codecs
 from processor.placement.driver import PartitionSummary
 from processor.placement.routing import Placement
 
@@ -70,11 +70,3 @@ class Router:
                     if k:
                         out.quiet.setdefault(s, set()).add(i)
         return out
-
-
-def positions_after(positions: Positions, routed: Routed) -> Positions:
-    """``positions`` moved past the routed batch's records."""
-    out = dict(positions)
-    for s in routed.summaries:
-        out[(s.topic, s.partition)] = max(out.get((s.topic, s.partition), 0), s.last_offset + 1)
-    return out

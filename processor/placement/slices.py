@@ -91,13 +91,17 @@ class SlicePipeline(Pipeline):
 
     def holds(self, record: Record) -> bool:
         """Whether ``record`` goes to this slice (``routing.py``; undecodable records go to slice 0)."""
+        return self.index in self.slices_of(record)
+
+    def slices_of(self, record: Record) -> list[int]:
+        """The slices ``record`` goes to, its primary first (``routing.py``)."""
         codec = self.codecs.get(record.topic)
         if codec is None or record.topic == self.control_topic:
-            return self.index == 0
+            return [0]
         decoded, _mults, errors = codec.decode_many([record.value])
         if errors:
-            return self.index == 0
-        return self.index in self.placement.slices_of(codec.relation, decoded[0])
+            return [0]
+        return self.placement.slices_of(codec.relation, decoded[0])
 
 
 class Behind(Exception):
@@ -129,6 +133,40 @@ class SliceRequest:
 
 
 @dataclass
+class Piece:
+    """The records of batch ``version`` that one Spark task read from input partition ``tp`` and routed
+    to slice ``index`` (``routes.py``), sent to the slice's host ahead of the batch's seal; ``quiet``
+    the offsets whose dead letters another slice reports."""
+
+    index: int
+    version: int
+    tp: tuple[str, int]
+    records: RecordBatch
+    quiet: set[int] = field(default_factory=set)
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """What tells two pieces of one partition apart (a task's first offset): a retried task's piece
+        replaces the first attempt's."""
+        return (*self.tp, self.records.offset[0] if len(self.records) else -1)
+
+
+@dataclass
+class Seal:
+    """The driver's word that batch ``version`` is complete for slice ``index``: the batch runs from the
+    committed positions ``before`` to ``after``, and ``expected`` says how many records of each input
+    partition the tasks routed to the slice.  A host missing some reads them from Kafka."""
+
+    index: int
+    version: int
+    before: Positions
+    after: Positions
+    expected: dict[tuple[str, int], int]
+    origin: Positions = field(default_factory=dict)
+    full: bool = False
+
+
+@dataclass
 class SliceResponse:
     """What slice ``index`` did with batch ``version``: per query its part of the result (a scalar,
     or for a group-by the groups changed, ``None`` for a group gone), applied counts and stats; the
@@ -142,7 +180,9 @@ class SliceResponse:
     dead: list[tuple[Record, str, str, str | None, str | None]]
     full: bool
     host: str = ""
+    pid: int = 0
     executor: str = ""
+    snapshot: int | None = None  # the batch of the slice's newest snapshot taken by its host
     rebuilt: bool = False
     replayed: int = 0
     seconds: float = 0.0

@@ -1,55 +1,64 @@
 """The Spark plan of one micro-batch when the state lives on the executors.
 
-Per micro-batch, one Spark job and no record through the driver:
+Per micro-batch, one Spark stage, no shuffle and no record through the driver:
 
-1. ``mapInArrow`` (on the executors): decode and route each fresh record to the
-   slices holding its tuple (``routes.py``), and summarize each input partition;
-2. a heartbeat row per slice is added, so that every slice takes part in every
-   batch (its version moves on even when no record went to it);
-3. ``groupBy("slice").applyInArrow`` (on the executors): each slice's records go
-   to the shard host that holds the slice (``host.py``), which applies them and
-   answers with the slice's part of each result and its dead letters;
-4. the driver collects one small row per slice and the summaries, adds the
-   parts up (``driver.py``), publishes and commits the batch's transaction.
+1. ``mapInArrow`` over the Kafka source's partitions (on the executors): each
+   task decodes its records, routes each to the slices holding its tuple
+   (``routes.py``) and sends each slice's records, a :class:`Piece`, to the
+   shard host that holds the slice (``host.py``), directly; it returns one small
+   row per piece and per input partition (counts, offsets, the oldest time);
+2. the driver *seals* the batch: it tells each slice's host that the batch is
+   complete (its positions, and how many records of each partition the tasks
+   routed to the slice), every host at once, each on its own thread; a host
+   applies its slices' pieces in (topic, partition, offset) order, exactly as
+   the driver's placement would, and answers with the slices' parts of the
+   results and their dead letters;
+3. the driver adds the parts up (``driver.py``), publishes and commits.
 
-A task that fails (an executor lost, a Python worker killed, a shard host gone)
-is retried by Spark: the slice's host answers a repeated batch with the outputs
-it stored, or rebuilds the slice first.  Speculative execution must be off (a
-second attempt of the same batch may run anywhere; the versions make it
-harmless, but it costs a second apply); ``spark_session`` sets it off.
+Pieces are data, not state: a host that lost some (it was restarted, or a slice
+moved) reads those partitions' part of the batch from Kafka when it is sealed,
+and a slice whose host died is sealed on another host, which rebuilds it from
+its snapshot and a replay first.  A Spark task that fails (an executor lost, a
+Python worker killed) is retried by Spark and sends its pieces again; they
+replace the first attempt's.  The hosts are started at the first batch by a
+small job with one task per core (:func:`start_hosts`), and again whenever none
+answers; the slices are spread over them.  Speculative execution is off
+(``spark_session``): a second attempt would only cost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from processor.pipeline import Positions, RecordBatch
 from processor.placement.driver import PartitionSummary, PlacedPipeline, assemble
-from processor.placement.host import HostSpec, call, executor_name
-from processor.placement.slices import SliceRequest, SliceResponse
+from processor.placement.host import HostSpec, connect, executor_name, request, stage
+from processor.placement.slices import Piece, Seal, SliceResponse
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-ROUTED = (
-    "slice int, topic string, partition int, offset long, key binary, value binary, timestamp_ms long, "
-    "primary boolean, n long"
-)
-ANSWERS = "slice int, payload binary"
+SENT = "slice int, topic string, partition int, last long, n long, oldest long, host string"
+SEAL_TIMEOUT = 600.0  # a host that does not answer a seal this long is taken for lost
+_ROUTERS: dict[bytes, Any] = {}  # per worker process: the router of each configuration
 _SUMMARY = -1  # the slice column of a partition's summary row
 
-_ROUTERS: dict[bytes, Any] = {}  # per worker process: the router of each configuration
+Address = tuple[str, int]
 
 
 class RouteFn:
-    """``mapInArrow``'s function: route a batch's records to their slices (step 1)."""
+    """``mapInArrow``'s function: route the task's records and send each slice its piece (step 1)."""
 
-    def __init__(self, spec: HostSpec, positions: Positions) -> None:
+    def __init__(self, spec: HostSpec, version: int, positions: Positions, owners: dict[int, Address]) -> None:
         self.spec = spec
+        self.version = version
         self.positions = positions
+        self.owners = owners
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -60,94 +69,77 @@ class RouteFn:
         router = _ROUTERS.get(key)
         if router is None:
             router = _ROUTERS[key] = Router(self.spec.config)
-        for arrow in batches:
-            table = pa.Table.from_batches([arrow])
-            routed = router.split(RecordBatch.from_arrow(table), self.positions)
-            for s, rows in routed.rows.items():
-                part = table.take(pa.array(rows, pa.int64()))
-                quiet = routed.quiet.get(s, set())
-                yield from _with(part, s, [i not in quiet for i in rows], 1).to_batches()
-            if routed.summaries:
-                yield _summaries(routed.summaries)
-
-
-def _with(part: pa.Table, index: int, primary: list[bool], n: int) -> pa.Table:
-    import pyarrow as pa
-
-    size = part.num_rows
-    return pa.table(
-        {
-            "slice": pa.array([index] * size, pa.int32()),
-            "topic": part.column("topic"),
-            "partition": part.column("partition").cast(pa.int32()),
-            "offset": part.column("offset").cast(pa.int64()),
-            "key": part.column("key").cast(pa.binary()),
-            "value": part.column("value").cast(pa.binary()),
-            "timestamp_ms": part.column("timestamp_ms").cast(pa.int64()),
-            "primary": pa.array(primary, pa.bool_()),
-            "n": pa.array([n] * size, pa.int64()),
+        arrow = list(batches)
+        if not arrow:
+            return
+        batch = RecordBatch.from_arrow(pa.Table.from_batches(arrow))
+        routed = router.split(batch, self.positions)
+        rows: dict[str, list[Any]] = {
+            name: [] for name in ("slice", "topic", "partition", "last", "n", "oldest", "host")
         }
-    )
+
+        def row(index: int, tp: tuple[str, int], last: int, n: int, oldest: int, host: str) -> None:
+            for name, value in zip(rows, (index, tp[0], tp[1], last, n, oldest, host), strict=True):
+                rows[name].append(value)
+
+        for s in routed.summaries:
+            row(_SUMMARY, (s.topic, s.partition), s.last_offset, s.records, s.oldest_ms, "")
+        for index, where in sorted(routed.rows.items()):
+            quiet = routed.quiet.get(index, set())
+            pieces = []
+            by_partition: dict[tuple[str, int], list[int]] = {}
+            for i in where:
+                by_partition.setdefault((batch.topic[i], batch.partition[i]), []).append(i)
+            for tp, members in sorted(by_partition.items()):
+                records = RecordBatch.of([batch.record(i) for i in members])
+                pieces.append(Piece(index, self.version, tp, records, {batch.offset[i] for i in members if i in quiet}))
+            address = stage(self.spec, pieces, self.owners.get(index))
+            for piece in pieces:
+                row(index, piece.tp, piece.records.offset[-1], len(piece.records), 0, f"{address[0]}:{address[1]}")
+        yield pa.RecordBatch.from_pydict(
+            rows,
+            schema=pa.schema(
+                [
+                    ("slice", pa.int32()),
+                    ("topic", pa.string()),
+                    ("partition", pa.int32()),
+                    ("last", pa.int64()),
+                    ("n", pa.int64()),
+                    ("oldest", pa.int64()),
+                    ("host", pa.string()),
+                ]
+            ),
+        )
 
 
-def _summaries(summaries: list[PartitionSummary]) -> pa.RecordBatch:
-    import pyarrow as pa
+class HostFn:
+    """``mapInArrow``'s function of :func:`start_hosts`: this executor's shard host, started if needed."""
 
-    size = len(summaries)
-    return pa.RecordBatch.from_pydict(
-        {
-            "slice": pa.array([_SUMMARY] * size, pa.int32()),
-            "topic": pa.array([s.topic for s in summaries], pa.string()),
-            "partition": pa.array([s.partition for s in summaries], pa.int32()),
-            "offset": pa.array([s.last_offset for s in summaries], pa.int64()),
-            "key": pa.array([None] * size, pa.binary()),
-            "value": pa.array([None] * size, pa.binary()),
-            "timestamp_ms": pa.array([s.oldest_ms for s in summaries], pa.int64()),
-            "primary": pa.array([True] * size, pa.bool_()),
-            "n": pa.array([s.records for s in summaries], pa.int64()),
-        }
-    )
-
-
-class SliceFn:
-    """``applyInArrow``'s function: one slice's records to its shard host (step 3)."""
-
-    def __init__(
-        self,
-        spec: HostSpec,
-        version: int,
-        before: Positions,
-        origin: Positions,
-        owners: dict[int, tuple[str, int]],
-        full: set[int],
-    ) -> None:
+    def __init__(self, spec: HostSpec) -> None:
         self.spec = spec
-        self.version = version
-        self.before = before
-        self.origin = origin
-        self.owners = owners
-        self.full = full
 
-    def __call__(self, table: pa.Table) -> pa.Table:
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        index = table.column("slice")[0].as_py()
-        if index == _SUMMARY:
-            rows = table.to_pylist()
-            summaries = [
-                PartitionSummary(r["topic"], r["partition"], r["offset"], r["n"], r["timestamp_ms"]) for r in rows
-            ]
-            return pa.table({"slice": pa.array([index], pa.int32()), "payload": [pickle.dumps(summaries)]})
-        records = table.filter(pc.equal(table.column("n"), 1))
-        records = records.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        batch = RecordBatch.from_arrow(records)
-        primary = records.column("primary").to_pylist()
-        quiet = {(batch.topic[i], batch.partition[i], batch.offset[i]) for i, p in enumerate(primary) if not p}
-        request = SliceRequest(index, self.version, batch, self.before, self.origin, quiet, index in self.full)
-        response = call(self.spec, request, self.owners.get(index))
-        response.executor = executor_name()
-        return pa.table({"slice": pa.array([index], pa.int32()), "payload": [pickle.dumps(response)]})
+        for _ in batches:
+            pass
+        _conn, address = connect(self.spec)
+        yield pa.RecordBatch.from_pydict(
+            {"host": [f"{address[0]}:{address[1]}"], "executor": [executor_name()]},
+            schema=pa.schema([("host", pa.string()), ("executor", pa.string())]),
+        )
+
+
+def start_hosts(spark: SparkSession, spec: HostSpec) -> list[Address]:
+    """One task per core: each executor's shard host, started where it is not running; their addresses."""
+    tasks = max(1, spark.sparkContext.defaultParallelism)
+    found = spark.range(tasks, numPartitions=tasks).mapInArrow(HostFn(spec), "host string, executor string")
+    return sorted({_address(row["host"]) for row in found.collect()})
+
+
+def _address(text: str) -> Address:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
 
 
 def apply_batch(
@@ -155,48 +147,114 @@ def apply_batch(
     df: DataFrame,
     pipeline: PlacedPipeline,
     spec: HostSpec,
-    owners: dict[int, tuple[str, int]],
+    owners: dict[int, Address],
+    known: set[Address],
 ) -> tuple[Any, list[SliceResponse]]:
     """Apply the micro-batch ``df`` on the executors (module docstring); returns the batch's
     :class:`~processor.pipeline.Applied` and the slices' responses.  ``owners`` (slice -> host address)
-    is updated with where each slice now lives."""
+    is updated with where each slice now lives, ``known`` with every host started (the stop ends them)."""
     version = pipeline.state.last_batch_id + 1
     before = dict(pipeline.positions)
-    full = {s for s in range(pipeline.slices) if any(not v.has_part(s) for v in _holding(pipeline, s))}
-    routed = df.mapInArrow(RouteFn(spec, before), ROUTED)
-    beats = spark.createDataFrame([(s, "", 0, -1, None, None, 0, True, 0) for s in range(pipeline.slices)], ROUTED)
-    answers = (
-        routed.unionByName(beats)
-        .groupBy("slice")
-        .applyInArrow(
-            _one_argument(SliceFn(spec, version, before, dict(pipeline.state.origin), dict(owners), full)), ANSWERS
-        )
-        .toArrow()
-    )
-    responses: list[SliceResponse] = []
-    summaries: list[PartitionSummary] = []
-    for index, payload in zip(answers.column("slice").to_pylist(), answers.column("payload").to_pylist(), strict=True):
-        if index == _SUMMARY:
-            summaries += pickle.loads(payload)
-        else:
-            responses.append(pickle.loads(payload))
-    missing = set(range(pipeline.slices)) - {r.index for r in responses}
-    if missing:
-        raise RuntimeError(f"batch {version}: no answer from slices {sorted(missing)}")
-    for response in responses:
-        host, _, port = response.host.rpartition(":")
-        owners[response.index] = (host, int(port))
+    if len(owners) < pipeline.slices:
+        hosts = start_hosts(spark, spec)
+        known.update(hosts)
+        _spread(owners, pipeline.slices, hosts)
+    sent = df.mapInArrow(RouteFn(spec, version, before, dict(owners)), SENT).toArrow().to_pylist()
+    summaries = [
+        PartitionSummary(r["topic"], r["partition"], r["last"], r["n"], r["oldest"]) for r in sent if r["slice"] < 0
+    ]
+    after = dict(before)
+    for s in summaries:
+        after[(s.topic, s.partition)] = max(after.get((s.topic, s.partition), 0), s.last_offset + 1)
+    expected: dict[int, dict[tuple[str, int], int]] = {index: {} for index in range(pipeline.slices)}
+    received: dict[int, dict[Address, int]] = {}
+    for r in sent:
+        if r["slice"] >= 0:
+            tp = (r["topic"], r["partition"])
+            expected[r["slice"]][tp] = expected[r["slice"]].get(tp, 0) + r["n"]
+            known.add(_address(r["host"]))
+            took = received.setdefault(r["slice"], {})
+            took[_address(r["host"])] = took.get(_address(r["host"]), 0) + r["n"]
+    previous = dict(owners)
+    for index, took in received.items():  # the host that took most of a slice's records holds it from now on
+        if owners.get(index) not in took:
+            owners[index] = max(took, key=lambda a: (took[a], a))
+    holding = {s for s in range(pipeline.slices) if any(not v.has_part(s) for v in _holding(pipeline, s))}
+    seals = {
+        index: Seal(index, version, before, after, expected[index], dict(pipeline.state.origin), index in holding)
+        for index in range(pipeline.slices)
+    }
+    responses = _seal(spark, spec, seals, owners, known)
+    _forget_moved(spec, previous, owners)
     return assemble(pipeline, responses, summaries), responses
 
 
-def _one_argument(fn: SliceFn) -> Any:
-    """``applyInArrow`` tells ``f(table)`` from ``f(key, table)`` by the arguments it sees, and counts a
-    callable object's ``self``: hand it a plain function."""
+def _forget_moved(spec: HostSpec, previous: dict[int, Address], owners: dict[int, Address]) -> None:
+    """Tell the hosts that held slices now held elsewhere to drop them (their state is stale)."""
+    moved: dict[Address, list[int]] = {}
+    for index, address in previous.items():
+        if owners.get(index) != address:
+            moved.setdefault(address, []).append(index)
+    for address, indexes in moved.items():
+        with contextlib.suppress(OSError, EOFError, TimeoutError):  # a host that is gone holds nothing
+            request(address, spec.authkey, "drop", indexes, 5.0)
 
-    def call(table: pa.Table) -> pa.Table:
-        return fn(table)
 
-    return call
+def _seal(
+    spark: SparkSession, spec: HostSpec, seals: dict[int, Seal], owners: dict[int, Address], known: set[Address]
+) -> list[SliceResponse]:
+    """Seal every slice on its host, all hosts at once; a slice whose host does not answer is sealed on
+    another (which rebuilds it), and when no host answers, new ones are started."""
+    todo = dict(seals)
+    out: dict[int, SliceResponse] = {}
+    for _attempt in range(3):
+        by_host: dict[Address, list[Seal]] = {}
+        for index, seal in todo.items():
+            by_host.setdefault(owners[index], []).append(seal)
+        replies: dict[Address, Any] = {}
+        threads = [
+            threading.Thread(target=_seal_on, args=(spec, address, batch, replies), daemon=True)
+            for address, batch in by_host.items()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        lost = []
+        for address, reply in replies.items():
+            if isinstance(reply, BaseException):
+                lost.append(address)
+                continue
+            for seal, response in zip(by_host[address], reply, strict=True):
+                if isinstance(response, BaseException):
+                    raise RuntimeError(f"slice {seal.index}, batch {seal.version}: {response}") from response
+                out[seal.index] = response
+                todo.pop(seal.index)
+        if not todo:
+            return [out[i] for i in sorted(out)]
+        alive = sorted(set(owners.values()) - set(lost))
+        known.difference_update(lost)
+        if not alive:
+            alive = start_hosts(spark, spec)
+            known.update(alive)
+        for index in todo:  # the slices of lost hosts go to the others, round robin
+            owners[index] = alive[index % len(alive)]
+    raise RuntimeError(f"batch {next(iter(seals.values())).version}: no shard host could seal slices {sorted(todo)}")
+
+
+def _seal_on(spec: HostSpec, address: Address, seals: list[Seal], replies: dict[Address, Any]) -> None:
+    """Seal ``seals`` on the host at ``address``; its reply (or the error) goes to ``replies``."""
+    try:
+        replies[address] = request(address, spec.authkey, "seal", seals, SEAL_TIMEOUT)
+    except (OSError, EOFError, TimeoutError) as err:
+        replies[address] = err
+
+
+def _spread(owners: dict[int, Address], slices: int, hosts: list[Address]) -> None:
+    """Give every slice without a host one, round robin over ``hosts``."""
+    for index in range(slices):
+        if index not in owners:
+            owners[index] = hosts[index % len(hosts)]
 
 
 def _holding(pipeline: PlacedPipeline, index: int) -> list[Any]:

@@ -22,7 +22,7 @@ from processor.placement.driver import PlacedPipeline, assemble
 from processor.placement.host import HostSpec, SliceTable
 from processor.placement.routes import Router
 from processor.placement.routing import Placement, slice_count
-from processor.placement.slices import Behind, Slice, SlicePipeline, SliceRequest
+from processor.placement.slices import Behind, Piece, Seal, Slice, SlicePipeline, SliceRequest
 from tests.unit.test_pipeline import MemorySink
 
 CODECS = load_relation_codecs()
@@ -107,7 +107,8 @@ def _outputs(sink: MemorySink) -> list[tuple[str, bytes | None, object]]:
 
 
 class InProcess:
-    """The executors' placement with the slices in this process (a ``SliceTable``, as a host keeps them)."""
+    """The executors' placement with the slices in this process (a ``SliceTable``, as a host keeps them):
+    the batch routed, each slice's piece staged, every slice sealed."""
 
     def __init__(self, config: PipelineConfig) -> None:
         self.sink = MemorySink()
@@ -121,16 +122,23 @@ class InProcess:
         before = dict(pipeline.positions)
         routed = self.router.split(batch, before)
         version = pipeline.state.last_batch_id + 1
-        responses = []
+        after = dict(before)
+        for s in routed.summaries:
+            after[(s.topic, s.partition)] = s.last_offset + 1
+        seals = []
         for s in range(pipeline.slices):
             rows = routed.rows.get(s, [])
-            part = RecordBatch.of([batch.record(i) for i in rows])
-            quiet = {(batch.topic[i], batch.partition[i], batch.offset[i]) for i in routed.quiet.get(s, ())}
+            expected: dict[tuple[str, int], int] = {}
+            for i in rows:
+                tp = (batch.topic[i], batch.partition[i])
+                expected[tp] = expected.get(tp, 0) + 1
+            for tp in expected:
+                members = [i for i in rows if (batch.topic[i], batch.partition[i]) == tp]
+                quiet = {batch.offset[i] for i in routed.quiet.get(s, ()) if i in members}
+                self.table.stage([Piece(s, version, tp, RecordBatch.of([batch.record(i) for i in members]), quiet)])
             full = any(s < len(v.shards) and not v.has_part(s) for v in pipeline.views.values())
-            request = SliceRequest(s, version, part, before, {}, quiet, full)
-            if version == 0:
-                self.table.slices[s] = Slice(SlicePipeline(pipeline.config, s))
-            responses.append(self.table.apply(request))
+            seals.append(Seal(s, version, before, after, expected, {}, full))
+        responses = [self.table.seal(seal) for seal in seals]
         pipeline.publish(assemble(pipeline, responses, routed.summaries))
 
 
