@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-choices bench-stops bench-snapshots bench-paper-queries clean
+.PHONY: setup demo test test-fast test-integration lint bench-triangles bench-qhier bench-fivm bench-patterns bench-e2e bench-placement bench-choices bench-stops bench-snapshots bench-paper-queries clean
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
@@ -61,6 +61,10 @@ bench-patterns: setup
 
 bench-e2e: setup
 	$(BIN)/python bench/e2e.py
+
+bench-placement: setup
+	$(BIN)/python bench/placement.py
+	$(BIN)/python bench/placement.py --memory
 
 bench-choices: setup
 	$(BIN)/python bench/choices.py

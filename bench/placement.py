@@ -197,6 +197,43 @@ def table(rows: list[dict], baseline: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], name: str, memory: bool = False) -> None:
+    """``bench/out/<name>.png``: throughput per cell, or the driver's and the hosts' peak memory against
+    the state size (``memory``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    if memory:
+        for placement, style in (("driver", "-o"), ("executors", "-s")):
+            sel = [r for r in rows if r["placement"] == placement]
+            ax.plot([r["n"] for r in sel], [r["driver_peak"] / 2**20 for r in sel], style, label=f"{placement}: driver")
+            if placement == "executors":
+                ax.plot([r["n"] for r in sel], [r["hosts_peak"] / 2**20 for r in sel], ":s", label="executors: hosts")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("state (tuples)")
+        ax.set_ylabel("peak RSS (MB)")
+        ax.set_title("Driver memory against state size (q-hierarchical count)")
+    else:
+        labels = [f"{r['workload']}\n{r['placement']} {r['master'].split('[')[0]} x{r['shards']}" for r in rows]
+        ax.bar(range(len(rows)), [r["steady"] for r in rows], color=["C0" if r["placement"] == "driver" else "C1"
+                                                                       for r in rows])  # fmt: skip
+        ax.set_xticks(range(len(rows)), labels, fontsize=7, rotation=45, ha="right")
+        ax.set_ylabel("updates/s after the first batch")
+        ax.set_title("End-to-end throughput: state in the driver (blue) or on the executors (orange)")
+    if memory:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(OUT / f"{name}.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cell", help=argparse.SUPPRESS)
@@ -224,6 +261,7 @@ def main() -> None:
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             (OUT / "placement-memory.json").write_text(json.dumps(rows, indent=1))
+            plot(rows, "placement-memory", memory=True)
             print("| state tuples | placement | driver peak | hosts peak | updates/s |\n|---|---|---|---|---|")
             for r in rows:
                 print(f"| {r['n']:,} | {r['placement']} | {r['driver_peak'] / 2**20:,.0f} MB "
@@ -247,6 +285,7 @@ def main() -> None:
         baseline = {r["workload"]: r["steady"] for r in rows if r["placement"] == "driver" and r["shards"] == 1}
         (OUT / "placement.json").write_text(json.dumps({"cells": rows, "fixed": fixed}, indent=1))
         print(table(rows, baseline))
+        plot(rows, "placement")
         print("\nfixed cost of a batch (median time of batches of 100 updates):")
         for r in fixed:
             print(f"  {r['placement']} on {r['master']}, {r['shards']} shards: {r['p50']:.3f} s")

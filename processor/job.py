@@ -339,13 +339,15 @@ class Executors:
         import os
         import uuid
 
-        from processor.placement.host import HostSpec
+        from processor.placement.host import IDLE_SECONDS, HostSpec
 
         self.pipeline = pipeline
         self.metrics = metrics
         self.heartbeat = heartbeat
         self.rebuilds: dict[int, int] = {}
-        self.spec = HostSpec(config, uuid.uuid4().hex[:12], os.urandom(16), snapshot_location(config))
+        # a host no request reached this long exits: its driver is gone (IVM_SHARD_HOST_IDLE_SECONDS, default 300)
+        idle = float(os.environ.get("IVM_SHARD_HOST_IDLE_SECONDS", IDLE_SECONDS))
+        self.spec = HostSpec(config, uuid.uuid4().hex[:12], os.urandom(16), snapshot_location(config), idle)
         self.owners: dict[int, tuple[str, int]] = {}  # slice -> the shard host holding it
         self.hosts: set[tuple[str, int]] = set()  # every shard host of this run
 

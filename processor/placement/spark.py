@@ -29,8 +29,10 @@ answers; the slices are spread over them.  Speculative execution is off
 from __future__ import annotations
 
 import contextlib
+import logging
 import pickle
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+log = logging.getLogger(__name__)
 SENT = "slice int, topic string, partition int, last long, n long, oldest long, host string"
 SEAL_TIMEOUT = 600.0  # a host that does not answer a seal this long is taken for lost
 _ROUTERS: dict[bytes, Any] = {}  # per worker process: the router of each configuration
@@ -159,7 +162,9 @@ def apply_batch(
         hosts = start_hosts(spark, spec)
         known.update(hosts)
         _spread(owners, pipeline.slices, hosts)
+    started = time.perf_counter()
     sent = df.mapInArrow(RouteFn(spec, version, before, dict(owners)), SENT).toArrow().to_pylist()
+    routed = time.perf_counter()
     summaries = [
         PartitionSummary(r["topic"], r["partition"], r["last"], r["n"], r["oldest"]) for r in sent if r["slice"] < 0
     ]
@@ -185,6 +190,10 @@ def apply_batch(
         for index in range(pipeline.slices)
     }
     responses = _seal(spark, spec, seals, owners, known)
+    log.info(
+        "batch %d: routed and sent in %.3fs, sealed in %.3fs (slowest slice %.3fs)",
+        version, routed - started, time.perf_counter() - routed, max(r.seconds for r in responses),
+    )  # fmt: skip
     _forget_moved(spec, previous, owners)
     return assemble(pipeline, responses, summaries), responses
 

@@ -10,12 +10,15 @@ tests/integration/test_placement_cluster.py.
 
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from processor.codec import OutputCodec, load_relation_codecs
+import ivm
+from processor.codec import OutputCodec, RelationCodec, load_relation_codecs
 from processor.config import PipelineConfig, QueryConfig, RelationConfig
 from processor.pipeline import Pipeline, Record, RecordBatch
 from processor.placement.driver import PlacedPipeline, assemble
@@ -23,6 +26,7 @@ from processor.placement.host import HostSpec, SliceTable
 from processor.placement.routes import Router
 from processor.placement.routing import Placement, slice_count
 from processor.placement.slices import Behind, Piece, Seal, Slice, SlicePipeline, SliceRequest
+from tests.unit.test_engine_protocol import CASES, random_stream
 from tests.unit.test_pipeline import MemorySink
 
 CODECS = load_relation_codecs()
@@ -110,11 +114,12 @@ class InProcess:
     """The executors' placement with the slices in this process (a ``SliceTable``, as a host keeps them):
     the batch routed, each slice's piece staged, every slice sealed."""
 
-    def __init__(self, config: PipelineConfig) -> None:
+    def __init__(self, config: PipelineConfig, location: str = "/nonexistent") -> None:
         self.sink = MemorySink()
         self.pipeline = PlacedPipeline(config, self.sink)
         self.router = Router(config)
-        self.table = SliceTable(HostSpec(config, "test", b"k", "/nonexistent"))
+        self.table = SliceTable(HostSpec(config, "test", b"k", location))
+        self.history: list[tuple[list[Piece], list[Seal]]] = []  # per batch: what the slices were sent
 
     def process(self, records: list[Record]) -> None:
         pipeline = self.pipeline
@@ -125,7 +130,7 @@ class InProcess:
         after = dict(before)
         for s in routed.summaries:
             after[(s.topic, s.partition)] = s.last_offset + 1
-        seals = []
+        seals, sent = [], []
         for s in range(pipeline.slices):
             rows = routed.rows.get(s, [])
             expected: dict[tuple[str, int], int] = {}
@@ -135,9 +140,12 @@ class InProcess:
             for tp in expected:
                 members = [i for i in rows if (batch.topic[i], batch.partition[i]) == tp]
                 quiet = {batch.offset[i] for i in routed.quiet.get(s, ()) if i in members}
-                self.table.stage([Piece(s, version, tp, RecordBatch.of([batch.record(i) for i in members]), quiet)])
+                piece = Piece(s, version, tp, RecordBatch.of([batch.record(i) for i in members]), quiet)
+                self.table.stage([piece])
+                sent.append(piece)
             full = any(s < len(v.shards) and not v.has_part(s) for v in pipeline.views.values())
             seals.append(Seal(s, version, before, after, expected, {}, full))
+        self.history.append((sent, seals))
         responses = [self.table.seal(seal) for seal in seals]
         pipeline.publish(assemble(pipeline, responses, routed.summaries))
 
@@ -204,3 +212,63 @@ def test_a_repeated_batch_returns_the_stored_outputs_and_a_gap_is_behind() -> No
 def test_slice_count_is_the_largest_shard_count() -> None:
     assert slice_count(_config(2, **QUERIES)) == 8
     assert slice_count(_config(3, single=QUERIES["single"])) == 3
+
+
+def _schema_file(folder: Path, relation: str, arity: int) -> Path:
+    path = folder / f"{relation}.avsc"
+    fields = [{"name": f"x{i}", "type": "long"} for i in range(arity)] + [{"name": "mult", "type": "long"}]
+    path.write_text(json.dumps({"type": "record", "name": relation, "fields": fields}))
+    return path
+
+
+@pytest.mark.parametrize(("engine", "text"), CASES)
+@pytest.mark.parametrize("shards", [1, 2, 4, 8])
+def test_every_engine_on_the_executors_publishes_what_the_driver_publishes(
+    engine: str, text: str, shards: int, tmp_path: Path
+) -> None:
+    """Every engine's sample query (the engine protocol's cases), on 1, 2, 4 and 8 shards."""
+    query = ivm.parse(text)
+    arity = dict(query.relations)
+    relations = tuple(RelationConfig(r, r, _schema_file(tmp_path, r, arity[r])) for r in sorted(arity))
+    config = PipelineConfig(
+        relations=relations, queries=(QueryConfig("q", text, engine, shards=shards),), snapshot_every=0
+    )
+    codecs = {r: RelationCodec.from_schema(json.loads((tmp_path / f"{r}.avsc").read_text())) for r in arity}
+    driver_sink = MemorySink()
+    driver = Pipeline(config, driver_sink)
+    placed = InProcess(config)
+    stream = random_stream(query, random.Random(shards), 200, domain=7)
+    offsets: dict[str, int] = {}
+    for start in range(0, len(stream), 25):
+        records = []
+        for relation, row, mult in stream[start : start + 25]:
+            offsets[relation] = offsets.get(relation, -1) + 1
+            records.append(Record(relation, 0, offsets[relation], *codecs[relation].encode(row, mult)))
+        report = driver.process(records)
+        placed.process(records)
+        assert placed.pipeline.views["q"].result() == report.results["q"]
+    assert _outputs(placed.sink) == _outputs(driver_sink)
+
+
+def test_a_new_host_rebuilds_each_slice_from_its_snapshot(tmp_path: Path) -> None:
+    """Batches 0-3 on one host, which snapshots every 2 committed batches (batch 2 when batch 3 is sealed,
+    in a forked child); a fresh host sealing batch 3 rebuilds every slice from that snapshot (no replay:
+    the snapshot is at the batch's start) and reaches the first host's state.  The store is
+    ``processor.snapshots`` over ``pyarrow.fs``, tested with URLs there."""
+    config = replace(_config(4, **QUERIES), snapshot_every=2)
+    first = InProcess(config, str(tmp_path / "snapshots"))
+    for records in _stream(7, batches=4, size=60):
+        first.process(records)
+    first.table.close()
+    second = SliceTable(first.table.spec)
+    pieces, seals = first.history[3]
+    second.stage(pieces)
+    for seal in seals:
+        response = second.seal(seal)
+        assert response.rebuilt and response.replayed == 0
+    for index, current in first.table.slices.items():
+        rebuilt = second.slices[index]
+        assert rebuilt.version == current.version == 3
+        for name in current.pipeline.held:
+            assert rebuilt.pipeline.views[name].result() == current.pipeline.views[name].result(), (index, name)
+        assert rebuilt.pipeline.state.relations == current.pipeline.state.relations
