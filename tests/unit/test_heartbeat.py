@@ -321,3 +321,27 @@ def test_the_status_document_is_strict_json(tmp_path: Path) -> None:
     assert lines[1].startswith("last committed batch 3 (1m 30s ago, ")
     assert "  by_a: 12 groups" in lines and "  empty: nothing published yet" in lines
     assert "  cov: cannot read cov.result: Kafka: timed out" in lines
+
+
+def test_the_slices_of_the_executors_placement_reach_ivm_status(tmp_path: Path) -> None:
+    beat = Heartbeat(tmp_path, None, pipeline="p").start()
+    slices = [
+        {"slice": 0, "host": "10.0.0.5:41000", "pid": 123, "executor": "1@node-a", "batch": 7, "tuples": 1500,
+         "snapshot": 6, "rebuilds": 0},
+        {"slice": 1, "host": "10.0.0.6:41001", "pid": 456, "executor": "2@node-b", "batch": 7, "tuples": 1499,
+         "snapshot": None, "rebuilds": 2},
+    ]  # fmt: skip
+    beat.set_slices(slices)
+    beat.beat()
+    process = liveness(tmp_path)
+    assert process.running and process.slices == slices
+    status = {
+        "pipeline": "p", "process": process.as_json(), "last_committed_batch": 7, "committed_at": "now",
+        "total_lag": 0, "lag_by_topic": {}, "results": [], "state_dir": str(tmp_path), "snapshots": [],
+    }  # fmt: skip
+    lines = render_text(status)
+    assert any(
+        "slice 0: shard host 10.0.0.5:41000 (pid 123), executor 1@node-a, batch 7, 1,500 tuples" in x for x in lines
+    )
+    assert any("slice 1:" in x and "last snapshot none yet, 2 rebuilds" in x for x in lines)
+    beat.stop()
