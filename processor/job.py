@@ -252,8 +252,17 @@ def run_job(
             metrics.snapshot_bytes.set(written.size)
             log.info("snapshot %s (%d bytes, %.2fs)", written.path.rsplit("/", 1)[-1], written.size, written.seconds)
 
-    handoff = Handoff(apply) if config.exactly_once and not placed else None
     executors = Executors(config, pipeline, metrics, heartbeat) if placed else None
+    if executors is not None:  # the hosts seal batch v while Spark routes v + 1
+
+        def seal(sent) -> None:
+            report = executors.seal(spark, sent)
+            if on_batch is not None:
+                on_batch(report)
+
+        handoff: Handoff | None = Handoff(seal)
+    else:
+        handoff = Handoff(apply) if config.exactly_once else None
 
     stopping = threading.Event()
 
@@ -261,9 +270,9 @@ def run_job(
         started = time.perf_counter()
         if executors is not None:
             if not stopping.is_set():
-                report = executors.apply(spark, df)
-                if on_batch is not None:
-                    on_batch(report)
+                sent = executors.send(spark, df)
+                if not stopping.is_set():
+                    handoff.put(sent, stopping)  # type: ignore[union-attr]
             return
         try:
             batch = RecordBatch.from_arrow(df.toArrow())
@@ -350,15 +359,28 @@ class Executors:
         self.spec = HostSpec(config, uuid.uuid4().hex[:12], os.urandom(16), snapshot_location(config), idle)
         self.owners: dict[int, tuple[str, int]] = {}  # slice -> the shard host holding it
         self.hosts: set[tuple[str, int]] = set()  # every shard host of this run
+        # the next batch to route: it starts where the batch routed last ends (sealed or not yet)
+        self.version = pipeline.state.last_batch_id + 1
+        self.positions = dict(pipeline.positions)
+        self.slices = getattr(pipeline, "slices", 1)
 
-    def apply(self, spark: SparkSession, df) -> BatchReport:
-        from processor.placement.spark import apply_batch
+    def send(self, spark: SparkSession, df):
+        """Route and send the micro-batch ``df`` to the shard hosts (on the executors)."""
+        from processor.placement.spark import send_batch
+
+        log.info("routing batch %d on the executors", self.version)
+        sent = send_batch(spark, df, self.spec, self.version, self.positions, self.slices, self.owners, self.hosts)
+        self.version += 1
+        self.positions = dict(sent.after)
+        return sent
+
+    def seal(self, spark: SparkSession, sent) -> BatchReport:
+        """Seal a sent batch on the hosts, publish the slices' merged parts and commit."""
+        from processor.placement.spark import seal_batch
 
         started = time.perf_counter()
-        version = self.pipeline.state.last_batch_id + 1
-        log.info("applying batch %d on the executors", version)
-        applied, responses = apply_batch(spark, df, self.pipeline, self.spec, self.owners, self.hosts)  # type: ignore[arg-type]
-        report = self.pipeline.publish(applied, version, started)
+        applied, responses = seal_batch(spark, sent, self.pipeline, self.spec, self.owners, self.hosts)  # type: ignore[arg-type]
+        report = self.pipeline.publish(applied, sent.version, started)
         for r in responses:
             self.metrics.observe_slice(r)
             self.rebuilds[r.index] = self.rebuilds.get(r.index, 0) + int(r.rebuilt)

@@ -74,6 +74,8 @@ def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str 
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.sql.streaming.stopTimeout", "5s")  # a stop never waits on a Kafka fetch for long
         .config("spark.driver.extraJavaOptions", java_options)
+        # the executors' JVMs the same way (a cluster's executors read Kafka; placement = "executors" runs there)
+        .config("spark.executor.extraJavaOptions", os.environ.get("IVM_SPARK_JAVA_OPTIONS", _JVM_OPTIONS))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.speculation", "false")  # a second attempt of a batch would only cost (processor.placement)
     )

@@ -88,7 +88,8 @@ class SliceTable:
         self._staged: dict[int, dict[int, dict[tuple[str, int, int], Piece]]] = {}  # slice -> batch -> pieces
         self._snapshots: dict[int, BackgroundSnapshots] = {}
         self._snapshotted: dict[int, int] = {}  # slice -> the batch of the newest snapshot started
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the slices
+        self._stage_lock = threading.Lock()  # the staged pieces: tasks stage batch v + 1 while v is sealed
         self._fingerprint = ""
 
     @property
@@ -101,7 +102,7 @@ class SliceTable:
 
     def stage(self, pieces: list[Piece]) -> None:
         """Keep ``pieces`` until their batch is sealed (a retried task's piece replaces the first one)."""
-        with self._lock:
+        with self._stage_lock:
             for piece in pieces:
                 current = self.slices.get(piece.index)
                 if current is not None and piece.version <= current.version:
@@ -132,9 +133,10 @@ class SliceTable:
             records, quiet, fetched = self._records(current, seal)
             request = SliceRequest(index, seal.version, records, seal.before, seal.origin, quiet, seal.full)
             response = current.apply(request)
-            for other, staged in self._staged.items():  # pieces of older batches are of no more use
-                for version in [v for v in staged if v < seal.version or (other == index and v == seal.version)]:
-                    del staged[version]
+            with self._stage_lock:  # pieces of older batches are of no more use
+                for other, staged in self._staged.items():
+                    for version in [v for v in staged if v < seal.version or (other == index and v == seal.version)]:
+                        del staged[version]
             response.rebuilt, response.replayed = rebuilt, replayed + fetched
             response.snapshot = self._snapshotted.get(index)
             response.seconds = time.perf_counter() - started
@@ -145,21 +147,23 @@ class SliceTable:
         quiet ones (another slice reports their dead letters), and how many were read from Kafka."""
         from processor.recovery import read_range
 
-        pieces = self._staged.get(seal.index, {}).get(seal.version, {})
+        with self._stage_lock:
+            pieces = dict(self._staged.get(seal.index, {}).get(seal.version, {}))
         by_partition: dict[tuple[str, int], list[Piece]] = {}
         for piece in pieces.values():
             by_partition.setdefault(piece.tp, []).append(piece)
-        records: list[Record] = []
+        taken: list[RecordBatch] = []
         quiet: set[tuple[str, int, int]] = set()
         missing = {}
-        for tp, count in seal.expected.items():
+        for tp, count in sorted(seal.expected.items()):
             parts = sorted(by_partition.get(tp, []), key=lambda p: p.key)
             if sum(len(p.records) for p in parts) != count:
                 missing[tp] = seal.after[tp]
                 continue
             for part in parts:
-                records += (part.records.record(i) for i in range(len(part.records)))
+                taken.append(part.records)
                 quiet |= {(*tp, offset) for offset in part.quiet}
+        records: list[Record] = []
         fetched = 0
         if missing:  # pieces lost with a host, or sent to another one: read the partitions' part of the batch
             pipeline = current.pipeline
@@ -172,8 +176,8 @@ class SliceTable:
                         fetched += 1
                         if where[0] != seal.index:
                             quiet.add((record.topic, record.partition, record.offset))
-        records.sort(key=lambda r: (r.topic, r.partition, r.offset))
-        return RecordBatch.of(records), quiet, fetched
+        # each partition's records in offset order (the pipeline puts the partitions in order)
+        return RecordBatch.concat([*taken, RecordBatch.of(records)]), quiet, fetched
 
     def _rebuild(self, seal: Seal) -> tuple[Slice, int]:
         """Slice ``seal.index`` at batch ``version - 1``: its newest snapshot (or empty, at the history's
@@ -219,7 +223,8 @@ class SliceTable:
         with self._lock:
             for index in indexes:
                 self.slices.pop(index, None)
-                self._staged.pop(index, None)
+                with self._stage_lock:
+                    self._staged.pop(index, None)
 
     def status(self) -> list[dict[str, Any]]:
         """Per slice: version and stored tuples."""

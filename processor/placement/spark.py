@@ -34,6 +34,7 @@ import pickle
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from processor.pipeline import Positions, RecordBatch
@@ -94,7 +95,7 @@ class RouteFn:
             for i in where:
                 by_partition.setdefault((batch.topic[i], batch.partition[i]), []).append(i)
             for tp, members in sorted(by_partition.items()):
-                records = RecordBatch.of([batch.record(i) for i in members])
+                records = batch.take(members)
                 pieces.append(Piece(index, self.version, tp, records, {batch.offset[i] for i in members if i in quiet}))
             address = stage(self.spec, pieces, self.owners.get(index))
             for piece in pieces:
@@ -145,57 +146,92 @@ def _address(text: str) -> Address:
     return host, int(port)
 
 
-def apply_batch(
+@dataclass
+class SentBatch:
+    """A micro-batch routed and sent to the shard hosts, not sealed yet (step 1 done)."""
+
+    version: int
+    before: Positions
+    after: Positions
+    summaries: list[PartitionSummary]
+    expected: dict[int, dict[tuple[str, int], int]]  # slice -> input partition -> records sent
+    moved: dict[int, Address]  # slices whose records went to another host than their owner: where
+    seconds: float
+
+    def __len__(self) -> int:
+        return sum(s.records for s in self.summaries)
+
+
+def send_batch(
     spark: SparkSession,
     df: DataFrame,
-    pipeline: PlacedPipeline,
     spec: HostSpec,
+    version: int,
+    before: Positions,
+    slices: int,
     owners: dict[int, Address],
     known: set[Address],
-) -> tuple[Any, list[SliceResponse]]:
-    """Apply the micro-batch ``df`` on the executors (module docstring); returns the batch's
-    :class:`~processor.pipeline.Applied` and the slices' responses.  ``owners`` (slice -> host address)
-    is updated with where each slice now lives, ``known`` with every host started (the stop ends them)."""
-    version = pipeline.state.last_batch_id + 1
-    before = dict(pipeline.positions)
-    if len(owners) < pipeline.slices:
+) -> SentBatch:
+    """Step 1 for the micro-batch ``df`` (module docstring): its records routed and sent to the hosts of
+    their slices.  ``owners`` (slice -> host) gets a host for every slice that has none (the hosts are
+    started), ``known`` every host seen."""
+    if len(owners) < slices:
         hosts = start_hosts(spark, spec)
         known.update(hosts)
-        _spread(owners, pipeline.slices, hosts)
+        _spread(owners, slices, hosts)
     started = time.perf_counter()
     sent = df.mapInArrow(RouteFn(spec, version, before, dict(owners)), SENT).toArrow().to_pylist()
-    routed = time.perf_counter()
     summaries = [
         PartitionSummary(r["topic"], r["partition"], r["last"], r["n"], r["oldest"]) for r in sent if r["slice"] < 0
     ]
     after = dict(before)
     for s in summaries:
         after[(s.topic, s.partition)] = max(after.get((s.topic, s.partition), 0), s.last_offset + 1)
-    expected: dict[int, dict[tuple[str, int], int]] = {index: {} for index in range(pipeline.slices)}
+    expected: dict[int, dict[tuple[str, int], int]] = {index: {} for index in range(slices)}
     received: dict[int, dict[Address, int]] = {}
     for r in sent:
         if r["slice"] >= 0:
-            tp = (r["topic"], r["partition"])
+            tp, where = (r["topic"], r["partition"]), _address(r["host"])
             expected[r["slice"]][tp] = expected[r["slice"]].get(tp, 0) + r["n"]
-            known.add(_address(r["host"]))
+            known.add(where)
             took = received.setdefault(r["slice"], {})
-            took[_address(r["host"])] = took.get(_address(r["host"]), 0) + r["n"]
+            took[where] = took.get(where, 0) + r["n"]
+    # a slice whose records went elsewhere (its host did not answer) moves to the host that took most
+    moved = {
+        index: max(took, key=lambda a: (took[a], a))
+        for index, took in received.items()
+        if owners.get(index) not in took
+    }
+    return SentBatch(version, before, after, summaries, expected, moved, time.perf_counter() - started)
+
+
+def seal_batch(
+    spark: SparkSession,
+    sent: SentBatch,
+    pipeline: PlacedPipeline,
+    spec: HostSpec,
+    owners: dict[int, Address],
+    known: set[Address],
+) -> tuple[Any, list[SliceResponse]]:
+    """Steps 2 and 3 (module docstring): seal batch ``sent`` on every slice's host; returns the batch's
+    :class:`~processor.pipeline.Applied` and the slices' responses.  ``owners`` is updated with where
+    each slice now lives; the hosts that held a slice that moved are told to drop it."""
+    started = time.perf_counter()
     previous = dict(owners)
-    for index, took in received.items():  # the host that took most of a slice's records holds it from now on
-        if owners.get(index) not in took:
-            owners[index] = max(took, key=lambda a: (took[a], a))
+    owners.update(sent.moved)
     holding = {s for s in range(pipeline.slices) if any(not v.has_part(s) for v in _holding(pipeline, s))}
+    origin = dict(pipeline.state.origin)
     seals = {
-        index: Seal(index, version, before, after, expected[index], dict(pipeline.state.origin), index in holding)
+        index: Seal(index, sent.version, sent.before, sent.after, sent.expected[index], origin, index in holding)
         for index in range(pipeline.slices)
     }
     responses = _seal(spark, spec, seals, owners, known)
     log.info(
         "batch %d: routed and sent in %.3fs, sealed in %.3fs (slowest slice %.3fs)",
-        version, routed - started, time.perf_counter() - routed, max(r.seconds for r in responses),
+        sent.version, sent.seconds, time.perf_counter() - started, max(r.seconds for r in responses),
     )  # fmt: skip
     _forget_moved(spec, previous, owners)
-    return assemble(pipeline, responses, summaries), responses
+    return assemble(pipeline, responses, sent.summaries), responses
 
 
 def _forget_moved(spec: HostSpec, previous: dict[int, Address], owners: dict[int, Address]) -> None:
