@@ -44,7 +44,7 @@ class Router:
     def split(self, batch: RecordBatch, positions: Mapping[tuple[str, int], int]) -> Routed:
         """Route the records of ``batch`` not before ``positions`` (module docstring)."""
         out = Routed()
-        slices_of = self.placement.slices_of
+        slices_of_many = self.placement.slices_of_many
         for tp, rows in batch.runs():
             start = positions.get(tp, 0)
             rows = [i for i in rows if batch.offset[i] >= start]
@@ -60,11 +60,16 @@ class Router:
                 continue
             decoded, _mults, errors = codec.decode_many([batch.value[i] for i in rows])
             relation = codec.relation
+            good = [j for j in range(len(rows)) if j not in errors] if errors else range(len(rows))
+            many = slices_of_many(relation, [decoded[j] for j in good])  # type: ignore[misc]
+            where: list[list[int] | None] = [None] * len(rows)
+            for j, targets in zip(good, many, strict=True):
+                where[j] = targets
             for j, i in enumerate(rows):
-                if j in errors:
+                targets = where[j]
+                if targets is None:  # undecodable: slice 0 dead-letters it
                     out.rows.setdefault(0, []).append(i)
                     continue
-                targets = slices_of(relation, decoded[j])  # type: ignore[arg-type]
                 for k, s in enumerate(targets):
                     out.rows.setdefault(s, []).append(i)
                     if k:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import ivm
 from ivm.query.model import Query
-from ivm.shards import HyperCube, stable_hash
+from ivm.shards import HyperCube, stable_hash, stable_hashes
 from ivm.updates import Row
 from processor.config import PipelineConfig
 
@@ -69,6 +69,23 @@ class Placement:
             router = HyperCube(query, shards) if shards > 1 else None
             for atom in query.atoms:
                 self._atoms.setdefault(atom.relation, []).append((router, atom.terms))
+
+    def slices_of_many(self, relation: str, rows: Sequence[Row]) -> list[list[int]]:
+        """:meth:`slices_of` for every row, the hashes computed with numpy (``HyperCube.bases``)."""
+        atoms = self._atoms.get(relation)
+        if not atoms:
+            return [[int(h % self.slices)] for h in stable_hashes(rows, _UNREAD_SALT)]
+        parts: list[list[int]] = []
+        for router, terms in atoms:
+            if router is None:
+                parts.append([0] * len(rows))
+                continue
+            fixed, spread = router.plan(tuple(terms))
+            bases = router.bases(fixed, rows).tolist()
+            if len(spread) == 1 and len(atoms) == 1:
+                return [[base + spread[0]] for base in bases]
+            parts += [[base + offset for base in bases] for offset in spread]
+        return [sorted(set(column)) for column in zip(*parts, strict=True)]
 
     def slices_of(self, relation: str, row: Row) -> list[int]:
         """The slices holding ``row`` of ``relation``, smallest (the primary) first."""

@@ -272,3 +272,12 @@ def test_a_new_host_rebuilds_each_slice_from_its_snapshot(tmp_path: Path) -> Non
         for name in current.pipeline.held:
             assert rebuilt.pipeline.views[name].result() == current.pipeline.views[name].result(), (index, name)
         assert rebuilt.pipeline.state.relations == current.pipeline.state.relations
+
+
+def test_routing_many_rows_at_once_equals_routing_each() -> None:
+    config = _config(4, **QUERIES)
+    placement = Placement(config, {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "A"], "U": ["A", "B"]})
+    rng = random.Random(3)
+    rows = [(rng.randrange(-50, 50), rng.choice([rng.randrange(9), 2**62, -(2**63)])) for _ in range(300)]
+    for relation in "RSTU":
+        assert placement.slices_of_many(relation, rows) == [placement.slices_of(relation, r) for r in rows]
