@@ -101,8 +101,10 @@ def test_executors_placement_equals_driver_placement(kafka, topic_prefix, tmp_pa
             _wait_for(
                 lambda config=config, proc=proc: (
                     not proc.alive()
-                    or ((c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
-                    and reflects(c, final))
+                    or (
+                        (c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
+                        and reflects(c, final)
+                    )
                 ),
                 f"the {placement} run did not complete",
                 timeout=300,
