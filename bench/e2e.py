@@ -23,6 +23,7 @@ interpreted).
 
     .venv/bin/python bench/e2e.py            # 1e6 updates per run (facebook: all 529,404)
     .venv/bin/python bench/e2e.py --quick    # 2e5 updates per run
+    .venv/bin/python bench/e2e.py --quick --executors   # the state in shard hosts on local-cluster[2,1,1024]
 
 Prints a table and saves bench/out/e2e.json.  ``E2E_LOG=1`` logs every batch.
 """
@@ -39,7 +40,9 @@ import statistics
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import ivm
 from ivm.policy import Policy
@@ -57,8 +60,9 @@ from processor.topics import create_topics, end_offsets
 ROOT = Path(__file__).resolve().parents[1]
 FACEBOOK = sample_graph()
 OUT = ROOT / "bench" / "out"
-SPARK: dict[str, int] = {}  # micro-batch settings given on the command line (default: the configuration's)
+SPARK: dict[str, Any] = {}  # micro-batch settings given on the command line (default: the configuration's)
 CODECS = load_relation_codecs()
+MASTER = ["local[2]"]  # --executors: the master of placement = "executors" runs
 WORKLOADS = {
     "triangle": ("Q() :- R(a,b), S(b,c), T(c,a)", "RST"),
     "q-hierarchical": ("Q() :- R(a,b), S(a,c)", "RS"),
@@ -182,6 +186,8 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
         broker.bootstrap, prefix, Path(tempfile.mkdtemp()), query=query, relations=relations,
         shards=shards, snapshot_every=1000, **SPARK,
     )  # fmt: skip
+    if spark is None:  # the job starts its own session (placement = "executors" on a multi-process master)
+        config = replace(config, spark_master=MASTER[0], placement="executors")
     topics = {r: f"{prefix}{r}" for r in relations}
     create_topics(broker.bootstrap, list(topics.values()))
     messages = [(topics[rel], *CODECS[rel].encode(row, m)) for rel, row, m in updates]
@@ -193,7 +199,7 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
     stop = threading.Event()
     job = threading.Thread(target=run_job, kwargs={"config": config, "stop": stop, "spark": spark}, daemon=True)
     job.start()
-    time.sleep(8)  # the stream starts; measure from the first produce
+    time.sleep(8 if spark is not None else 30)  # the stream starts; measure from the first produce
     jvms = spark_jvm_pids()
     cpu_before = {"broker": cpu_seconds(broker.proc.pid), "spark": sum(map(cpu_seconds, jvms)),
                   "python": time.process_time()}  # fmt: skip
@@ -244,6 +250,11 @@ def main() -> None:
     parser.add_argument("--workload", choices=list(WORKLOADS), action="append", help="only these workloads")
     parser.add_argument("--shards", type=int, action="append", help="only these shard counts (default 1 and 4)")
     parser.add_argument("--repeat", type=int, default=3, help="full-speed runs per cell; the median is reported")
+    parser.add_argument(
+        "--executors", metavar="MASTER", nargs="?", const="local-cluster[2,1,1024]",
+        help="placement = executors on this master (default local-cluster[2,1,1024]): every run starts its own "
+        "Spark (no warm-up carries over); the Python CPU column is then the driver's only",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.max_offsets:
         SPARK["max_offsets_per_trigger"] = args.max_offsets
@@ -253,7 +264,9 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
     with KafkaBroker.start() as broker:
-        spark = spark_session("ivm-bench", "local[2]")
+        if args.executors:
+            MASTER[0] = args.executors
+        spark = None if args.executors else spark_session("ivm-bench", "local[2]")
         for workload in args.workload or WORKLOADS:
             updates = updates_for(workload, n)
             alone = stages(workload, updates)
@@ -282,8 +295,9 @@ def main() -> None:
                     f"broker {r['cpu_broker']:.1f} spark {r['cpu_spark']:.1f} python {r['cpu_python']:.1f}",
                     flush=True,
                 )
-        spark.stop()
-    (OUT / "e2e.json").write_text(json.dumps(rows, indent=2))
+        if spark is not None:
+            spark.stop()
+    (OUT / ("e2e-executors.json" if args.executors else "e2e.json")).write_text(json.dumps(rows, indent=2))
     print(f"\nmedian of {args.repeat} full-speed runs (min-max); p50/p99 from one run at half the median rate")
     print("\n| workload | shards | e2e updates/s | p50 / p99 at half rate | decode/s | engine/s | pipeline/s "
           "| CPU µs/update: producer / broker / Spark JVM / processor (Python) |")  # fmt: skip

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import resource
@@ -101,9 +102,13 @@ def produce(bootstrap: str, topics: dict[str, str], updates) -> None:
         raise RuntimeError("undelivered messages")
 
 
+def produce_updates(bootstrap: str, topics: dict[str, str], workload: str, n: int) -> None:
+    produce(bootstrap, topics, updates_for(workload, n))
+
+
 def hosts_hwm(tmp: Path) -> int:
-    """Peak RSS (bytes) summed over the shard hosts running under ``tmp``."""
-    total = 0
+    """Peak RSS (bytes) summed over the shard hosts running under ``tmp``, and how many there are."""
+    total = count = 0
     for folder in (tmp / "ivm-hosts").glob("*"):
         try:
             pid = int((folder / "host.txt").read_text().split()[2])
@@ -113,7 +118,16 @@ def hosts_hwm(tmp: Path) -> int:
         for line in status.splitlines():
             if line.startswith("VmHWM:"):
                 total += int(line.split()[1]) * 1024
-    return total
+                count += 1
+    return total, count
+
+
+def _rss() -> int:
+    """This process's resident memory now (bytes)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def run_cell(bootstrap: str, workload: str, placement: str, master: str, shards: int, n: int, batch: int) -> dict:
@@ -126,7 +140,13 @@ def run_cell(bootstrap: str, workload: str, placement: str, master: str, shards:
     prefix = f"p{random.randrange(10**8)}."
     topics = {r: f"{prefix}{r}" for r in relations}
     create_topics(bootstrap, list(topics.values()))
-    produce(bootstrap, topics, updates_for(workload, n))
+    # in a process of its own: this process is the driver, whose peak memory the cell reports
+    context = multiprocessing.get_context("spawn")
+    producer = context.Process(target=produce_updates, args=(bootstrap, topics, workload, n))
+    producer.start()
+    producer.join()
+    if producer.exitcode:
+        raise RuntimeError(f"the producer failed with exit code {producer.exitcode}")
     tmp = Path(os.environ["TMPDIR"])
     config = PipelineConfig(
         bootstrap=bootstrap, dead_letter_topic=f"{prefix}dead", policy=Policy(),
@@ -136,11 +156,12 @@ def run_cell(bootstrap: str, workload: str, placement: str, master: str, shards:
         snapshot_every=1000,
     )  # fmt: skip
     reports: list[tuple[float, int, float]] = []  # (commit time, records, seconds)
-    hwm = [0]
+    hwm = [0, 0]  # the hosts' summed peak, and how many there were
 
     def on_batch(report) -> None:
         reports.append((time.perf_counter(), report.records, report.seconds))
-        hwm[0] = max(hwm[0], hosts_hwm(tmp))
+        peak, count = hosts_hwm(tmp)
+        hwm[0], hwm[1] = max(hwm[0], peak), max(hwm[1], count)
         if sum(r[1] for r in reports) >= n:
             stop.set()
 
@@ -165,6 +186,7 @@ def run_cell(bootstrap: str, workload: str, placement: str, master: str, shards:
         "batches": len(work), "throughput": n / (work[-1][0] - first_start), "steady": steady,
         "p50": statistics.median(seconds), "p99": seconds[int(0.99 * (len(seconds) - 1))],
         "driver_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "hosts_peak": hwm[0],
+        "driver_rss": _rss(), "hosts": hwm[1],
     }  # fmt: skip
 
 
@@ -262,10 +284,12 @@ def main() -> None:
                     rows.append(row)
             (OUT / "placement-memory.json").write_text(json.dumps(rows, indent=1))
             plot(rows, "placement-memory", memory=True)
-            print("| state tuples | placement | driver peak | hosts peak | updates/s |\n|---|---|---|---|---|")
+            print("| state tuples | placement | driver peak | driver at the end | hosts peak (hosts) | updates/s |")
+            print("|---|---|---:|---:|---:|---:|")
             for r in rows:
                 print(f"| {r['n']:,} | {r['placement']} | {r['driver_peak'] / 2**20:,.0f} MB "
-                      f"| {r['hosts_peak'] / 2**20:,.0f} MB | {r['throughput']:,.0f} |")  # fmt: skip
+                      f"| {r['driver_rss'] / 2**20:,.0f} MB | {r['hosts_peak'] / 2**20:,.0f} MB ({r['hosts']}) "
+                      f"| {r['throughput']:,.0f} |")  # fmt: skip
             return
         n = args.n or (10**5 if args.quick else 4 * 10**5)
         batch = args.batch or (10_000 if args.quick else 50_000)

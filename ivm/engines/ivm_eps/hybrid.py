@@ -25,8 +25,8 @@ kernels walk a list element in numpy, IVM^eps's updates run in Python, so the
 switch pays only for lists well above √N.  With the triangle's ``skew = 8`` the
 line-3 count over facebook (bench/line3.py, edges inserted in sorted order)
 switched when one hub of degree 1,045 met a small N (|D| ≈ 7,500) and ran its
-inserts at 125k/s instead of 651k/s; at ``skew = 32`` it stays on F-IVM (430k/s,
-the degree bookkeeping costs the rest), while the adversarial streams of
+inserts at 125k/s instead of 651k/s; at ``skew = 32`` it stays on F-IVM (631k-776k inserts/s
+and 409k-498k updates/s over the whole stream in bench/README), while the adversarial streams of
 bench/paper_queries.py, whose hubs grow with N, still switch.  ``floor = 1024``
 keeps short lists on F-IVM at small N.
 
