@@ -58,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
         for line in err.errors or str(err).splitlines():
             print(f"ivm reset: {line}", file=sys.stderr)
         return 2
+    from processor.placement.host import clear_slices, slice_stores
+
     store = StateStore(snapshot_location(config))
-    snapshots = store.snapshots()
+    snapshots = store.snapshots() + [p for s in slice_stores(snapshot_location(config)) for p in s.snapshots()]
     if args.query is not None:
         if args.query not in {q.name for q in config.queries}:
             known = ", ".join(q.name for q in config.queries)
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         if not _confirm(question, args.yes):
             return 1
         changed = store.drop_query(args.query)
+        changed += sum(s.drop_query(args.query) for s in slice_stores(snapshot_location(config)))
         print(f"query {args.query}: state dropped from {changed} snapshot(s); rebuilt at the next start")
         return 0
     from processor.topics import require_broker
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as err:
         print(f"ivm reset: cannot delete {config.progress_topic} at {config.bootstrap}: {err}", file=sys.stderr)
         return 1
-    removed = store.clear()
+    removed = store.clear() + clear_slices(snapshot_location(config))
     print(
         f"pipeline {config.name}: {removed} snapshot(s) removed, "
         f"{'topic ' + config.progress_topic + ' deleted' if deleted else 'no committed progress'}; "

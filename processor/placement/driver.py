@@ -17,6 +17,7 @@ once however many slices hold its tuple.
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from processor.placement.routing import slice_count
 from processor.placement.slices import SliceResponse
 from processor.planning import build_view, engine_of
 from processor.sink import Sink
+
+log = logging.getLogger(__name__)
 
 #: dead-letter kinds that are not the input policy's refusals
 _NOT_POLICY = frozenset({"malformed", "unknown_topic", "control"})
@@ -212,6 +215,13 @@ def recover_positions(pipeline: PlacedPipeline, bootstrap: str) -> None:
     from processor.recovery import RecoveryError, _fix_origins, read_committed_progress
 
     committed = read_committed_progress(bootstrap, pipeline.config.progress_topic)
+    if committed is None:  # a new history: slice snapshots of an earlier one (a reset) must never be read
+        from processor.job import snapshot_location
+        from processor.placement.host import clear_slices
+
+        removed = clear_slices(snapshot_location(pipeline.config))
+        if removed:
+            log.warning("no committed batch: %d slice snapshot(s) of an earlier history removed", removed)
     if committed is not None:
         if committed.get("bootstrapped"):
             raise RecoveryError(

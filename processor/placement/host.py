@@ -70,7 +70,33 @@ class HostSpec:
 def slice_store(spec: HostSpec, index: int, config_fingerprint: str) -> StateStore:
     """Where slice ``index``'s snapshots go: per configuration fingerprint, so a changed query never
     reads another definition's state."""
-    return StateStore(f"{spec.snapshot_location.rstrip('/')}/slices/{config_fingerprint}/{index}")
+    return StateStore(f"{slices_root(spec.snapshot_location)}/{config_fingerprint}/{index}")
+
+
+def slices_root(location: str) -> str:
+    """The folder (or URL) of every slice's snapshots under a pipeline's snapshot location."""
+    return f"{location.rstrip('/')}/slices"
+
+
+def slice_stores(location: str) -> list[StateStore]:
+    """The snapshot store of every slice found under ``location`` (every configuration's)."""
+    from pyarrow.fs import FileSelector, FileType
+
+    from processor.snapshots import filesystem
+
+    fs, root = filesystem(slices_root(location))
+    infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    folders = sorted({i.path.rsplit("/", 1)[0] for i in infos if i.type == FileType.File})
+    prefix = slices_root(location)
+    return [StateStore(prefix + folder[len(root) :]) for folder in folders]
+
+
+def clear_slices(location: str) -> int:
+    """Delete every slice snapshot under ``location`` (a new history of the pipeline starts, or a reset);
+    returns how many there were."""
+    stores = slice_stores(location)
+    removed = sum(store.clear() for store in stores)
+    return removed
 
 
 class SliceTable:
@@ -182,12 +208,14 @@ class SliceTable:
     def _rebuild(self, seal: Seal) -> tuple[Slice, int]:
         """Slice ``seal.index`` at batch ``version - 1``: its newest snapshot (or empty, at the history's
         origin) plus the committed inputs after it."""
-        from processor.recovery import replay
+        from processor.recovery import adopt, replay
 
         pipeline = SlicePipeline(self.config, seal.index)
         snapshot = slice_store(self.spec, seal.index, self.fingerprint).load()
         if snapshot is not None and snapshot.last_batch_id <= seal.version - 1:
-            pipeline.state = snapshot
+            # a query whose state `ivm reset QUERY` dropped is built again from the slice's relation contents
+            # (the tuples routed here, which are the ones its shard needs: the routing did not change)
+            adopt(pipeline, snapshot)
         else:
             pipeline.state.positions = dict(seal.origin)
             pipeline.state.origin = dict(seal.origin)

@@ -22,7 +22,7 @@ from processor.codec import OutputCodec, RelationCodec, load_relation_codecs
 from processor.config import PipelineConfig, QueryConfig, RelationConfig
 from processor.pipeline import Pipeline, Record, RecordBatch
 from processor.placement.driver import PlacedPipeline, assemble
-from processor.placement.host import HostSpec, SliceTable
+from processor.placement.host import HostSpec, SliceTable, clear_slices, slice_stores
 from processor.placement.routes import Router
 from processor.placement.routing import Placement, slice_count
 from processor.placement.slices import Behind, Piece, Seal, Slice, SlicePipeline, SliceRequest
@@ -250,16 +250,25 @@ def test_every_engine_on_the_executors_publishes_what_the_driver_publishes(
     assert _outputs(placed.sink) == _outputs(driver_sink)
 
 
-def test_a_new_host_rebuilds_each_slice_from_its_snapshot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reset", [None, "grouped", "selfjoin"])
+def test_a_new_host_rebuilds_each_slice_from_its_snapshot(tmp_path: Path, reset: str | None) -> None:
     """Batches 0-3 on one host, which snapshots every 2 committed batches (batch 2 when batch 3 is sealed,
     in a forked child); a fresh host sealing batch 3 rebuilds every slice from that snapshot (no replay:
-    the snapshot is at the batch's start) and reaches the first host's state.  The store is
-    ``processor.snapshots`` over ``pyarrow.fs``, tested with URLs there."""
+    the snapshot is at the batch's start) and reaches the first host's state.  ``reset``: that query's
+    state dropped from the slices' snapshots first (``ivm reset QUERY``): the fresh host builds it again
+    from the slices' relation contents.  The store is ``processor.snapshots`` over ``pyarrow.fs``,
+    tested with URLs there."""
     config = replace(_config(4, **QUERIES), snapshot_every=2)
-    first = InProcess(config, str(tmp_path / "snapshots"))
+    location = str(tmp_path / "snapshots")
+    first = InProcess(config, location)
     for records in _stream(7, batches=4, size=60):
         first.process(records)
     first.table.close()
+    stores = slice_stores(location)
+    assert len(stores) == first.pipeline.slices
+    if reset is not None:
+        assert sum(store.drop_query(reset) for store in stores) >= first.pipeline.slices  # each keeps two
+        assert all(reset not in store.load().views for store in stores)
     second = SliceTable(first.table.spec)
     pieces, seals = first.history[3]
     second.stage(pieces)
@@ -281,3 +290,15 @@ def test_routing_many_rows_at_once_equals_routing_each() -> None:
     rows = [(rng.randrange(-50, 50), rng.choice([rng.randrange(9), 2**62, -(2**63)])) for _ in range(300)]
     for relation in "RSTU":
         assert placement.slices_of_many(relation, rows) == [placement.slices_of(relation, r) for r in rows]
+
+
+def test_clear_slices_removes_every_slice_snapshot(tmp_path: Path) -> None:
+    config = replace(_config(2, triangle=QUERIES["triangle"]), snapshot_every=1)
+    location = str(tmp_path / "snapshots")
+    placed = InProcess(config, location)
+    for records in _stream(3, batches=3, size=20):
+        placed.process(records)
+    placed.table.close()
+    assert sum(len(store.snapshots()) for store in slice_stores(location)) >= 2
+    assert clear_slices(location) >= 2
+    assert slice_stores(location) == []
