@@ -376,9 +376,10 @@ class Metrics:
         self._slice_places[(index, response.host, response.executor)] = True
         self.slice_tuples.labels(index, response.host, response.executor).set(response.tuples)
         self.slice_apply_seconds.labels(index).observe(response.seconds)
+        rebuilds, replayed = self.slice_rebuilds.labels(index), self.slice_replayed.labels(index)  # exported at 0
         if response.rebuilt:
-            self.slice_rebuilds.labels(index).inc()
-            self.slice_replayed.labels(index).inc(response.replayed)
+            rebuilds.inc()
+            replayed.inc(response.replayed)
 
     def _observe_ivm_eps(self, query: str, engines: Sequence[Any]) -> None:
         """Heavy and light keys and the threshold per relation (summed over shards)."""

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import signal
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from processor.config import QueryConfig
+from processor.local.ports import free_port
 from processor.recovery import read_committed_progress
 from processor.subscribe import reflects
 from processor.topics import create_topics, end_offsets
@@ -48,11 +50,19 @@ def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, t
     create_topics(kafka.bootstrap, list(topics.values()))
     _produce(kafka.bootstrap, topics, 12_000, domain, seed=21)
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
-    proc = _start(tmp_path, config, kafka.bootstrap, "placed", monkeypatch)
+    proc = _start(tmp_path, config, kafka.bootstrap, "placed", monkeypatch, metrics_port=free_port())
     tmp = tmp_path / "tmp"
     try:
         _wait_for(lambda: proc.batches_logged() >= 3 or not proc.alive(), "no batch committed on the executors", 240)
         assert proc.alive(), proc.tail()
+        # the slices' metrics (the dashboard's placement row; test_prometheus runs the driver placement)
+        with urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=10) as answer:
+            exported = answer.read().decode()
+        for family in ("ivm_slice_tuples{", "ivm_slice_apply_seconds_bucket{", "ivm_slice_rebuilds_total{",
+                       "ivm_slice_replayed_records_total{"):  # fmt: skip
+            assert family in exported, f"{family} not exported"
+        tuples = [line for line in exported.splitlines() if line.startswith("ivm_slice_tuples{")]
+        assert len(tuples) == 4 and all('executor="' in line and 'host="' in line for line in tuples)
         hosts = _hosts(tmp)
         assert hosts, "the executors' tasks started shard hosts"
         for pid in hosts:
@@ -78,7 +88,8 @@ def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, t
 
 
 def test_executors_placement_equals_driver_placement(kafka, topic_prefix, tmp_path, monkeypatch) -> None:
-    """A group-by and a self-join over 8 and 2 shards: the result topics of both placements are equal."""
+    """A group-by and a self-join over 2 and 8 shards: the result topics of both placements are equal, with the
+    slices on two executor JVMs and on one (of two cores)."""
     domain = 60
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     create_topics(kafka.bootstrap, list(topics.values()))
@@ -89,14 +100,16 @@ def test_executors_placement_equals_driver_placement(kafka, topic_prefix, tmp_pa
     )
     final = end_offsets(kafka.bootstrap, list(topics.values()))
     tables = {}
-    for placement in ("driver", "executors"):
+    runs = {"driver": ("driver", MASTER), "executors": ("executors", MASTER),
+            "oneexecutor": ("executors", "local-cluster[1,2,2048]")}  # fmt: skip
+    for run, (placement, master) in runs.items():
         config = pipeline_config(
-            kafka.bootstrap, topic_prefix, tmp_path / placement, spark_master=MASTER, placement=placement,
-            queries=tuple(QueryConfig(f"{q.name}-{placement}", q.query, shards=q.shards) for q in queries),
-            name=f"{topic_prefix}{placement}", dead_letter_topic=f"{topic_prefix}{placement}.dead",
+            kafka.bootstrap, topic_prefix, tmp_path / run, spark_master=master, placement=placement,
+            queries=tuple(QueryConfig(f"{q.name}-{run}", q.query, shards=q.shards) for q in queries),
+            name=f"{topic_prefix}{run}", dead_letter_topic=f"{topic_prefix}{run}.dead",
         )  # fmt: skip
-        (tmp_path / placement).mkdir()
-        proc = _start(tmp_path / placement, config, kafka.bootstrap, placement, monkeypatch)
+        (tmp_path / run).mkdir()
+        proc = _start(tmp_path / run, config, kafka.bootstrap, run, monkeypatch)
         try:
             _wait_for(
                 lambda config=config, proc=proc: (
@@ -106,18 +119,19 @@ def test_executors_placement_equals_driver_placement(kafka, topic_prefix, tmp_pa
                         and reflects(c, final)
                     )
                 ),
-                f"the {placement} run did not complete",
+                f"the {run} run did not complete",
                 timeout=300,
             )
             assert proc.alive(), proc.tail()
         finally:
             proc.stop()
-        tables[placement] = {}
+        tables[run] = {}
         for q in config.queries:
             records = read_until(kafka.bootstrap, q.result_topic, lambda rs: False, idle_timeout=5)
             table = {}
             for r in records:
                 table[r["group"]] = r["value"]
-            tables[placement][q.name.rsplit("-", 1)[0]] = table
+            tables[run][q.name.rsplit("-", 1)[0]] = table
     assert tables["executors"] == tables["driver"]
+    assert tables["oneexecutor"] == tables["driver"]
     assert any(v not in ("0", None) for v in tables["driver"][f"{topic_prefix}groups"].values())

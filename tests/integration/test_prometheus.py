@@ -101,6 +101,8 @@ def test_prometheus_scrapes_the_processor(kafka, start_job, topic_prefix, tmp_pa
         for expr in dashboard_expressions() + rule_expressions():
             prom.query(expr)  # raises on a PromQL error
         for expr in dashboard_expressions():
+            if "ivm_slice_" in expr:  # placement = "executors" only: test_placement_cluster checks them
+                continue
             assert prom.query(expr), f"dashboard expression returns no data: {expr}"
         for selector in rule_selectors():  # a renamed metric or label leaves an alert blind
             assert prom.query(selector), f"alert rule selector finds no data: {selector}"

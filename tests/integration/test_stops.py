@@ -43,14 +43,14 @@ def _produce(bootstrap: str, topics: dict[str, str], n: int, domain: int, seed: 
     producer.flush()
 
 
-def _start(tmp_path: Path, config, bootstrap: str, name: str, monkeypatch) -> ProcessorProcess:
+def _start(tmp_path: Path, config, bootstrap: str, name: str, monkeypatch, metrics_port: int = 0) -> ProcessorProcess:
     path = tmp_path / "pipeline.toml"
     path.write_text(dump_config(config))
     # the child's temporary folders land here, Python's and the JVM's (Spark's default checkpoint among them)
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     monkeypatch.setenv("IVM_SPARK_JAVA_OPTIONS", f"-Djava.io.tmpdir={tmp_path / 'tmp'} {_JVM_OPTIONS}")
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    proc = ProcessorProcess(path, bootstrap, tmp_path / f"{name}.log", metrics_port=0)
+    proc = ProcessorProcess(path, bootstrap, tmp_path / f"{name}.log", metrics_port=metrics_port)
     monkeypatch.delenv("TMPDIR")
     monkeypatch.delenv("IVM_SPARK_JAVA_OPTIONS")
     return proc

@@ -225,6 +225,27 @@ def test_inputs_latency_and_lag() -> None:
     assert _sample(m, "ivm_consumer_lag_records", topic="R", partition="1") == 5
 
 
+def test_slice_metrics_follow_the_slice_and_count_from_zero() -> None:
+    from processor.placement.slices import SliceResponse
+
+    m = Metrics()
+
+    def answer(host: str, rebuilt: bool = False, replayed: int = 0) -> SliceResponse:
+        return SliceResponse(index=3, version=1, parts={}, applied={}, stats={}, dead=[], full=False, host=host,
+                             executor="1", rebuilt=rebuilt, replayed=replayed, seconds=0.02, tuples=40)  # fmt: skip
+
+    m.observe_slice(answer("a"))
+    assert _sample(m, "ivm_slice_tuples", slice="3", host="a", executor="1") == 40
+    assert _sample(m, "ivm_slice_rebuilds_total", slice="3") == 0  # exported before the first rebuild
+    assert _sample(m, "ivm_slice_replayed_records_total", slice="3") == 0
+    m.observe_slice(answer("b", rebuilt=True, replayed=17))  # the slice moved to host b and was rebuilt there
+    assert _sample(m, "ivm_slice_tuples", slice="3", host="a", executor="1") is None
+    assert _sample(m, "ivm_slice_tuples", slice="3", host="b", executor="1") == 40
+    assert _sample(m, "ivm_slice_rebuilds_total", slice="3") == 1
+    assert _sample(m, "ivm_slice_replayed_records_total", slice="3") == 17
+    assert _sample(m, "ivm_slice_apply_seconds_count", slice="3") == 2
+
+
 def test_render_draws_one_png_per_dashboard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import processor.commands.dashboards as dashboards
 
