@@ -2,8 +2,11 @@
 
 Spark's own Kafka source reads the relation topics; each micro-batch is
 collected to the driver as an Arrow table and handed to the pipeline, which
-decodes, applies and publishes.  The engines' state lives in the driver, split
-into shards when the configuration asks for them.
+decodes, applies and publishes.  With ``[processor] placement = "driver"`` (the
+default) the engines' state lives in the driver, split into shards when the
+configuration asks for them; with ``"executors"`` it lives in shard hosts on
+Spark's executors and the driver only seals, merges and commits each batch
+(:mod:`processor.placement`).
 
 In exactly-once mode the pipeline runs on a worker thread (:class:`Handoff`):
 ``foreachBatch`` returns as soon as the batch is in Python, so Spark reads the
