@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import pairwise, repeat
+from itertools import compress, pairwise, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -187,16 +187,16 @@ class RecordBatch:
         Spark delivers each partition's messages together and in order, so this is
         usually one slice per partition, returned as a ``range`` (no list of indices);
         any other arrangement is sorted.  The boundaries and the order checks are
-        C-level passes (``map`` and numpy): O(n) with no Python step per record.
+        C-level passes (``map``, ``compress``): O(n) with no Python step per record.
         """
         n = len(self.offset)
         if not n:
             return []
         topic, partition = self.topic, self.partition
-        changed = np.fromiter(map(operator.ne, topic[1:], topic[:-1]), dtype=bool, count=n - 1)
+        changed: Iterable[bool] = map(operator.ne, topic[1:], topic)
         if len(set(partition)) > 1:
-            changed |= np.fromiter(map(operator.ne, partition[1:], partition[:-1]), dtype=bool, count=n - 1)
-        bounds = [0, *(np.flatnonzero(changed) + 1).tolist(), n]
+            changed = map(operator.or_, changed, map(operator.ne, partition[1:], partition))
+        bounds = [0, *compress(range(1, n), changed), n]
         groups: dict[tuple[str, int], list[range]] = {}
         for start, stop in pairwise(bounds):
             groups.setdefault((topic[start], partition[start]), []).append(range(start, stop))
@@ -207,7 +207,7 @@ class RecordBatch:
             if len(ranges) == 1:
                 r = ranges[0]
                 offsets = offset[r.start : r.stop]
-                if len(offsets) < 2 or min(map(operator.sub, offsets[1:], offsets)) > 0:
+                if all(map(operator.lt, offsets, offsets[1:])):
                     out.append((tp, r))
                     continue
             out.append((tp, sorted((i for r in ranges for i in r), key=offset.__getitem__)))

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import compress, repeat
-from operator import add, not_
 from typing import Any
 
 from ivm.policy import Policy
 from ivm.updates import Row, Update
 
+try:
+    from processor import _admit_kernel
+except ImportError:  # the extension is optional: the Python loop admits then
+    _admit_kernel = None  # type: ignore[assignment]
+
 Contents = dict[Row, int]
-_BULK = 32  # from this many updates of a relation on, admit() works in C-level passes
+ADMIT_IMPLEMENTATIONS = ("auto", "compiled", "python")
 
 
 class RelationStore:
@@ -68,49 +70,36 @@ class RelationStore:
         mults: Sequence[int],
         skip: Mapping[int, Any] | None = None,
         initial: bool = False,
+        implementation: str = "auto",
     ) -> tuple[list[int], list[tuple[int, str, str]]]:
         """Apply the updates ``rows[j] ↦ mults[j]`` of ``relation`` in order, skipping the indices in
         ``skip``; returns the indices applied and ``(index, kind, reason)`` for each one the policy
         refused (the contents do not change for those).  ``initial``: the initial database (the
         bootstrap), which may insert into relations declared delete-only.
 
-        A batch in which no tuple occurs twice is admitted in C-level passes (every lookup in one
-        ``map``, the multiplicities summed by another, the policy's conditions tested on the whole
-        batch, the contents written by one ``dict.update``); the updates the policy refuses, if
-        any, are then found one by one.  A batch with a repeated tuple takes the update-by-update
-        loop (:meth:`admit_each`: a tuple's second update is checked against what its first left).
-        Both give the same result, contents and order.  O(batch) expected, one lookup and one
-        store per update.
+        Each update is checked against the contents the batch's earlier updates left, so a tuple
+        inserted and deleted in one batch is judged as the stream had it.  ``implementation``:
+        ``"compiled"`` the C loop (``processor/_admit_kernel.pyx``; ``ImportError`` if not built),
+        ``"python"`` :meth:`admit_each`, ``"auto"`` the C loop when built.  Both give the same
+        result, contents and contents order.  O(1) expected per update: one lookup, one store.
         """
-        if skip:
-            index: Sequence[int] = [j for j in range(len(rows)) if j not in skip]
-            rows = list(map(rows.__getitem__, index))
-            mults = list(map(mults.__getitem__, index))
-        else:
-            index = range(len(rows))
-        n = len(rows)
-        if n < _BULK or len(set(rows)) < n:
-            kept, refused = self.admit_each(relation, rows, mults, initial=initial)
-            return (list(map(index.__getitem__, kept)),
-                    [(index[j], kind, reason) for j, kind, reason in refused])  # fmt: skip
-        contents = self.contents[relation]
+        if implementation not in ADMIT_IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {ADMIT_IMPLEMENTATIONS}, got {implementation!r}")
+        if implementation == "compiled" and _admit_kernel is None:
+            raise ImportError("processor._admit_kernel is not built (pip install -e .)")
+        if _admit_kernel is None or implementation == "python":
+            return self.admit_each(relation, rows, mults, skip, initial)
         policy = self.policy.initial() if initial else self.policy
-        before = list(map(contents.get, rows, repeat(0)))
-        after = list(map(add, before, mults))
-        low, high = min(mults), max(mults)
-        if (
-            (policy.negative == "reject" and min(after) < 0)
-            or (policy.duplicate == "reject" and high > 0 and max(after) > 1)
-            or 0 in mults
-            or (high > 0 and policy.refuses_insert(relation))
-        ):  # some update is refused: the loop over the batch finds which (each tuple once: same outcome)
-            kept, refused = self.admit_each(relation, rows, mults, initial=initial)
-            return (list(map(index.__getitem__, kept)),
-                    [(index[j], kind, reason) for j, kind, reason in refused])  # fmt: skip
-        contents.update(zip(rows, after, strict=True))  # type: ignore[arg-type]
-        if low < 0 and 0 in after:
-            deque(map(contents.__delitem__, compress(rows, map(not_, after))), 0)  # tuples gone
-        return list(index), []
+        kept, refused = _admit_kernel.admit(
+            self.contents[relation],
+            rows if type(rows) is list else list(rows),
+            mults if type(mults) is list else list(mults),
+            sorted(skip) if skip else [],
+            policy.negative == "reject",
+            policy.duplicate == "reject",
+            policy.refuses_insert(relation),
+        )
+        return kept, [(j, *policy.check(before, mults[j], relation)) for j, before in refused]  # type: ignore[misc]
 
     def admit_each(
         self,
