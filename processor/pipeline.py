@@ -432,10 +432,12 @@ class Pipeline:
         contents under the input policy, and apply the admitted updates to every view.
 
         Every fresh record ends in exactly one place: applied (to its relation's contents and to
-        every query over that relation) or dead-lettered once, with its reason.  Updates keep their
+        every query over that relation) or dead-lettered once, with its reason; the dead letters in
+        (topic, partition, offset) order, as record-by-record processing gives them.  Updates keep their
         (topic, partition, offset) order, a window's expirations before the update that caused them;
         ``segments`` are runs of updates of one relation (``None``: mixed, when windows interleave
-        expirations).
+        expirations).  A view gets its relations' runs interleaved (:func:`interleave`), each
+        partition's updates in offset order.
         """
         batch = records if isinstance(records, RecordBatch) else RecordBatch.of(records)
         positions = self.state.positions
@@ -472,6 +474,7 @@ class Pipeline:
                 continue
             relation = codec.relation
             decoded, mults, errors = codec.decode_many(_gather(batch.value, rows))
+            mark = len(dead)
             for j, reason in errors.items():
                 dead.append((batch.record(rows[j]), reason, "malformed", None, relation))
             start = len(updates)
@@ -496,12 +499,14 @@ class Pipeline:
                     kept += 1
                 accepted[relation] = accepted.get(relation, 0) + kept
                 segments.append((None, start, len(updates)))
+                _in_offset_order(dead, mark)
                 continue
             keep, refused = store.admit(relation, decoded, mults, errors)
             if refused:
                 refusals[relation] = refusals.get(relation, 0) + len(refused)
             for j, kind, reason in refused:
                 dead.append((batch.record(rows[j]), reason, kind, None, relation))
+            _in_offset_order(dead, mark)
             if len(keep) < len(rows):
                 decoded = list(map(decoded.__getitem__, keep))
                 mults = list(map(mults.__getitem__, keep))
@@ -677,6 +682,13 @@ class Pipeline:
 
 
 _POSITIVE = (0).__lt__  # t > 0: a Kafka timestamp (-1 or 0: none)
+
+
+def _in_offset_order(dead: list[tuple[Record, str, str, str | None, str | None]], mark: int) -> None:
+    """Put the dead letters of one partition's run (``dead[mark:]``: its undecodable records, then
+    the ones the policy refused) in offset order, the order the records came in."""
+    if len(dead) - mark > 1:
+        dead[mark:] = sorted(dead[mark:], key=lambda d: d[0].offset)
 
 
 def _gather(column: list[Any], rows: Sequence[int]) -> list[Any]:
