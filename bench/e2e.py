@@ -25,7 +25,8 @@ interpreted).
     .venv/bin/python bench/e2e.py --quick    # 2e5 updates per run
     .venv/bin/python bench/e2e.py --quick --executors   # the state in shard hosts on local-cluster[2,1,1024]
 
-Prints a table and saves bench/out/e2e.json.  ``E2E_LOG=1`` logs every batch.
+Prints a table and saves bench/out/e2e.json, with the 1-minute load average after the stages and
+after each cell (other jobs on the machine change every column).  ``E2E_LOG=1`` logs every batch.
 """
 
 from __future__ import annotations
@@ -270,6 +271,9 @@ def main() -> None:
         for workload in args.workload or WORKLOADS:
             updates = updates_for(workload, n)
             alone = stages(workload, updates)
+            alone_load = os.getloadavg()[0]
+            print(f"{workload:<15} alone (load {alone_load:.2f}): decode {alone['decode']:,.0f}/s "
+                  f"engine {alone['engine']:,.0f}/s pipeline {alone['pipeline']:,.0f}/s", flush=True)  # fmt: skip
             # a long-running processor runs JIT-compiled: one unmeasured run warms the JVMs (Spark, broker)
             warm = e2e(broker, spark, workload, updates[:200_000], 1, rate=None)
             print(f"{workload:<15} warm-up run: {warm['throughput']:,.0f}/s (not reported)", flush=True)
@@ -279,6 +283,7 @@ def main() -> None:
                 full = runs[len(runs) // 2]
                 paced = e2e(broker, spark, workload, updates[: n // 2], shards, rate=full["throughput"] / 2)
                 rows.append({"workload": workload, "shards": shards, "n": len(updates), **alone,
+                             "load": os.getloadavg()[0], "stage_load": alone_load,
                              "e2e": full["throughput"], "e2e_min": runs[0]["throughput"],
                              "e2e_max": runs[-1]["throughput"], "produce": full["produce"],
                              "rate": full["throughput"] / 2,
@@ -292,7 +297,8 @@ def main() -> None:
                     f"at {r['rate']:,.0f}/s p50 {r['p50']:.2f}s p99 {r['p99']:.2f}s | "
                     f"alone: decode {r['decode']:>9,.0f}/s engine {r['engine']:>9,.0f}/s "
                     f"pipeline {r['pipeline']:>9,.0f}/s | CPU µs/update: producer {r['cpu_producer']:.1f} "
-                    f"broker {r['cpu_broker']:.1f} spark {r['cpu_spark']:.1f} python {r['cpu_python']:.1f}",
+                    f"broker {r['cpu_broker']:.1f} spark {r['cpu_spark']:.1f} python {r['cpu_python']:.1f} | "
+                    f"load {r['load']:.2f}",
                     flush=True,
                 )
         if spark is not None:
@@ -300,14 +306,14 @@ def main() -> None:
     (OUT / ("e2e-executors.json" if args.executors else "e2e.json")).write_text(json.dumps(rows, indent=2))
     print(f"\nmedian of {args.repeat} full-speed runs (min-max); p50/p99 from one run at half the median rate")
     print("\n| workload | shards | e2e updates/s | p50 / p99 at half rate | decode/s | engine/s | pipeline/s "
-          "| CPU µs/update: producer / broker / Spark JVM / processor (Python) |")  # fmt: skip
-    print("|---|---:|---:|---|---:|---:|---:|---|")
+          "| CPU µs/update: producer / broker / Spark JVM / processor (Python) | load (stages / e2e) |")  # fmt: skip
+    print("|---|---:|---:|---|---:|---:|---:|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['shards']} | {r['e2e']:,.0f} ({r['e2e_min']:,.0f}-{r['e2e_max']:,.0f}) | "
               f"{r['p50']:.2f} s / {r['p99']:.2f} s | "
               f"{r['decode']:,.0f} | {r['engine']:,.0f} | {r['pipeline']:,.0f} | "
               f"{r['cpu_producer']:.1f} / {r['cpu_broker']:.1f} / {r['cpu_spark']:.1f} / "
-              f"{r['cpu_python']:.1f} |")  # fmt: skip
+              f"{r['cpu_python']:.1f} | {r['stage_load']:.1f} / {r['load']:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
