@@ -420,3 +420,29 @@ def test_from_arrow_shares_one_string_per_topic() -> None:
     with_null = table.set_column(0, "topic", pa.array(["R", None, "R", "T"]))
     assert RecordBatch.from_arrow(with_null).topic == ["R", None, "R", "T"]
     assert len(RecordBatch.from_arrow(table.slice(0, 0))) == 0
+
+
+def test_the_collector_is_paused_during_a_batch_and_restored_after() -> None:
+    import gc
+
+    from processor.pipeline import collector_paused
+
+    seen: list[bool] = []
+    pipeline = Pipeline(_config(Policy()), MemorySink())
+    view = pipeline.views["triangle"]
+    original = view.apply_admitted
+    view.apply_admitted = lambda updates: (seen.append(gc.isenabled()), original(updates))[1]  # type: ignore[method-assign]
+    assert gc.isenabled()
+    key, value = CODECS["R"].encode((1, 2), 1)
+    pipeline.process([Record("R", 0, 0, key, value)], 0)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("a failing batch")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before: off after
+    finally:
+        gc.enable()
