@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
-$(STAMP): pyproject.toml setup.py $(wildcard ivm/*/_*.pyx ivm/*/*/_*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard ivm/*/_*.pyx ivm/*/*/_*.pyx processor/_*.pyx)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,bench]'

@@ -1,4 +1,5 @@
-"""Build the compiled kernels: every ``ivm/**/_*.pyx`` (Cython 3), each an optional extension.
+"""Build the compiled kernels: every ``ivm/**/_*.pyx`` and ``processor/**/_*.pyx`` (Cython 3), each an
+optional extension.
 
 Everything else is declared in ``pyproject.toml``; ``pip install -e '.[test,bench]'``
 cythonizes and compiles the extensions with no extra step.  They are optional:
@@ -21,7 +22,7 @@ KERNELS = [
         extra_compile_args=["-O3"],
         optional=True,
     )
-    for path in sorted((ROOT / "ivm").rglob("_*.pyx"))
+    for path in sorted([*(ROOT / "ivm").rglob("_*.pyx"), *(ROOT / "processor").rglob("_*.pyx")])
 ]
 
 setup(ext_modules=cythonize(KERNELS, language_level=3, quiet=True))

@@ -13,9 +13,11 @@ and 4 shards:
 - CPU microseconds per update of each process during the e2e run: the
   producer, the broker, Spark's JVM (Kafka source, Arrow hand-over) and the
   processor's Python (decoding, engine, outputs): where the time goes;
-- the stages alone on the same updates, in this process: Avro decoding,
+- the stages alone on the same updates, in this process: Avro decoding as
+  the pipeline decodes (``decode_many`` per relation, 5·10^4 records a call),
   the engine (``view.apply``), and the pipeline without Kafka or Spark
-  (decode + engine + output encoding).
+  (decode + input policy + engine + output encoding, ``Pipeline.process`` on
+  batches of 5·10^4 records).
 
 Before the measured runs of a workload one unmeasured run warms the JVMs (a
 processor runs for long; its first seconds run Spark's and Kafka's code
@@ -25,7 +27,8 @@ interpreted).
     .venv/bin/python bench/e2e.py --quick    # 2e5 updates per run
     .venv/bin/python bench/e2e.py --quick --executors   # the state in shard hosts on local-cluster[2,1,1024]
 
-Prints a table and saves bench/out/e2e.json.  ``E2E_LOG=1`` logs every batch.
+Prints a table and saves bench/out/e2e.json, with the 1-minute load average after the stages and
+after each cell (other jobs on the machine change every column).  ``E2E_LOG=1`` logs every batch.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from processor.local.kafka import KafkaBroker
 from processor.local.spark import spark_session
 from processor.pipeline import Pipeline, Record, RecordBatch
 from processor.produce import read_edges
+from processor.relations import RelationStore
 from processor.subscribe import follow, reflects
 from processor.topics import create_topics, end_offsets
 
@@ -104,10 +108,20 @@ class NullSink:
 def stages(workload: str, updates) -> dict[str, float]:
     query, relations = WORKLOADS[workload]
     encoded = [(rel, CODECS[rel].encode(row, m)[1]) for rel, row, m in updates]
-    t = time.perf_counter()
+    per_relation: dict[str, list[bytes]] = {}
     for rel, value in encoded:
-        CODECS[rel].decode(value)
+        per_relation.setdefault(rel, []).append(value)
+    decoded = []
+    t = time.perf_counter()
+    for rel, values in per_relation.items():  # as the pipeline decodes: a partition's run at a time
+        for i in range(0, len(values), 50_000):
+            decoded.append((rel, *CODECS[rel].decode_many(values[i : i + 50_000])))
     decode = len(encoded) / (time.perf_counter() - t)
+    store = RelationStore.empty(relations, Policy())
+    t = time.perf_counter()
+    for rel, rows, mults, errors in decoded:  # the relations' contents under the input policy
+        store.admit(rel, rows, mults, errors)
+    policy = len(encoded) / (time.perf_counter() - t)
     view = ivm.maintain(query)
     t = time.perf_counter()
     view.apply(updates)
@@ -125,8 +139,8 @@ def stages(workload: str, updates) -> dict[str, float]:
     t = time.perf_counter()
     for chunk in chunks:
         pipeline.process(chunk)
-    return {"decode": decode, "engine": engine, "pipeline": len(records) / (time.perf_counter() - t),
-            "engine_name": view.engine.name}  # fmt: skip
+    return {"decode": decode, "policy": policy, "engine": engine,
+            "pipeline": len(records) / (time.perf_counter() - t), "engine_name": view.engine.name}  # fmt: skip
 
 
 def cpu_seconds(pid: int) -> float:
@@ -270,6 +284,13 @@ def main() -> None:
         for workload in args.workload or WORKLOADS:
             updates = updates_for(workload, n)
             alone = stages(workload, updates)
+            alone_load = os.getloadavg()[0]
+            us = {k: 1e6 / alone[k] for k in ("decode", "policy", "engine", "pipeline")}
+            print(f"{workload:<15} alone (load {alone_load:.2f}): decode {alone['decode']:,.0f}/s "
+                  f"policy {alone['policy']:,.0f}/s engine {alone['engine']:,.0f}/s pipeline "
+                  f"{alone['pipeline']:,.0f}/s; µs per update: decode {us['decode']:.2f}, policy "
+                  f"{us['policy']:.2f}, engine {us['engine']:.2f} (alone, one measurement each) and the whole "
+                  f"pipeline {us['pipeline']:.2f}", flush=True)  # fmt: skip
             # a long-running processor runs JIT-compiled: one unmeasured run warms the JVMs (Spark, broker)
             warm = e2e(broker, spark, workload, updates[:200_000], 1, rate=None)
             print(f"{workload:<15} warm-up run: {warm['throughput']:,.0f}/s (not reported)", flush=True)
@@ -279,6 +300,7 @@ def main() -> None:
                 full = runs[len(runs) // 2]
                 paced = e2e(broker, spark, workload, updates[: n // 2], shards, rate=full["throughput"] / 2)
                 rows.append({"workload": workload, "shards": shards, "n": len(updates), **alone,
+                             "load": os.getloadavg()[0], "stage_load": alone_load,
                              "e2e": full["throughput"], "e2e_min": runs[0]["throughput"],
                              "e2e_max": runs[-1]["throughput"], "produce": full["produce"],
                              "rate": full["throughput"] / 2,
@@ -292,22 +314,24 @@ def main() -> None:
                     f"at {r['rate']:,.0f}/s p50 {r['p50']:.2f}s p99 {r['p99']:.2f}s | "
                     f"alone: decode {r['decode']:>9,.0f}/s engine {r['engine']:>9,.0f}/s "
                     f"pipeline {r['pipeline']:>9,.0f}/s | CPU µs/update: producer {r['cpu_producer']:.1f} "
-                    f"broker {r['cpu_broker']:.1f} spark {r['cpu_spark']:.1f} python {r['cpu_python']:.1f}",
+                    f"broker {r['cpu_broker']:.1f} spark {r['cpu_spark']:.1f} python {r['cpu_python']:.1f} | "
+                    f"load {r['load']:.2f}",
                     flush=True,
                 )
         if spark is not None:
             spark.stop()
     (OUT / ("e2e-executors.json" if args.executors else "e2e.json")).write_text(json.dumps(rows, indent=2))
     print(f"\nmedian of {args.repeat} full-speed runs (min-max); p50/p99 from one run at half the median rate")
-    print("\n| workload | shards | e2e updates/s | p50 / p99 at half rate | decode/s | engine/s | pipeline/s "
-          "| CPU µs/update: producer / broker / Spark JVM / processor (Python) |")  # fmt: skip
-    print("|---|---:|---:|---|---:|---:|---:|---|")
+    print("\n| workload | shards | e2e updates/s | p50 / p99 at half rate | decode/s | policy/s | engine/s "
+          "| pipeline/s | CPU µs/update: producer / broker / Spark JVM / processor (Python) "
+          "| load (stages / e2e) |")  # fmt: skip
+    print("|---|---:|---:|---|---:|---:|---:|---:|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['shards']} | {r['e2e']:,.0f} ({r['e2e_min']:,.0f}-{r['e2e_max']:,.0f}) | "
               f"{r['p50']:.2f} s / {r['p99']:.2f} s | "
-              f"{r['decode']:,.0f} | {r['engine']:,.0f} | {r['pipeline']:,.0f} | "
+              f"{r['decode']:,.0f} | {r['policy']:,.0f} | {r['engine']:,.0f} | {r['pipeline']:,.0f} | "
               f"{r['cpu_producer']:.1f} / {r['cpu_broker']:.1f} / {r['cpu_spark']:.1f} / "
-              f"{r['cpu_python']:.1f} |")  # fmt: skip
+              f"{r['cpu_python']:.1f} | {r['stage_load']:.1f} / {r['load']:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -179,6 +179,26 @@ class View:
         self._apply_valid(valid)
         return Outcome(applied=len(valid))
 
+    def apply_admitted(self, updates: list[Update | tuple[str, Row, int]]) -> Outcome:
+        """Hand a batch that was validated and admitted upstream to the state: :meth:`apply` without
+        the per-update checks, O(1) besides the engine's work.
+
+        The caller vouches that every update is a ``(relation, row, mult)`` of one of the query's
+        relations, ``row`` a tuple of the relation's arity and ``mult`` a non-zero ``int``, and that
+        it was admitted by an input policy (the runtime's relation contents, ``processor/relations.py``,
+        which decodes updates by the relations' schemas).  When this view's own policy can refuse
+        an update (deletes checked against the state, set semantics, delete-only relations) the
+        batch takes :meth:`apply`, so the outcome is always what :meth:`apply` would give.
+        """
+        policy = self.policy
+        if policy.negative == "reject" or policy.duplicate == "reject" or policy.delete_only:
+            return self.apply(updates)
+        if updates:
+            if type(self)._apply_valid is not View._apply_valid and set(map(type, updates)) != {Update}:
+                updates = list(map(tuple.__new__, repeat(Update), updates))  # a subclass's state wants Updates
+            self._apply_valid(updates)  # type: ignore[arg-type]
+        return Outcome(applied=len(updates))
+
     def apply_factorized(self, relation: str, factors: Sequence[Sequence[tuple[Any, Any]]]) -> Outcome:
         """Apply a factorizable update ``δR = ⊎_t ⊗_f factor_{t,f}`` (F-IVM §6), kept factorized by the engine.
 

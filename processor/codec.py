@@ -27,7 +27,7 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 
 from ivm.updates import Row
-from processor.varint import decode_varint_records
+from processor.varint import decode_varint_rows
 
 
 class DecodeError(ValueError):
@@ -129,18 +129,21 @@ class RelationCodec:
             raise DecodeError(f"multiplicity 0 in an update of {self.relation}: not an update")
         return tuple(record[a] for a in self.attributes), mult
 
-    def decode_many(self, values: Sequence[bytes | None]) -> tuple[list[Row | None], list[int], dict[int, str]]:
+    def decode_many(
+        self, values: Sequence[bytes | None], implementation: str = "auto"
+    ) -> tuple[list[Row | None], list[int], dict[int, str]]:
         """Decode a micro-batch: ``(rows, mults, errors)``, with ``errors[i]`` the reason record i is not
         an update (its row is ``None``).  Same results as :meth:`decode` one by one; relations whose
-        fields are all ``int``/``long`` are decoded in bulk (:mod:`processor.varint`)."""
+        fields are all ``int``/``long`` are decoded in bulk (:func:`processor.varint.decode_varint_rows`,
+        ``implementation`` its choice of decoder), the records it is unsure of one by one."""
         if self.varint_widths is None:
             return decode_each(self, values)
-        columns, unsure = decode_varint_records(values, self.varint_widths)
         index = {f["name"]: i for i, f in enumerate(self.value_schema["fields"])}
-        mults = columns[index["mult"]]
-        rows: list[Row | None] = list(zip(*(columns[index[a]] for a in self.attributes), strict=True))
+        fields = [index[a] for a in self.attributes]
+        rows: list[Row | None]
+        rows, mults, unsure = decode_varint_rows(values, self.varint_widths, index["mult"], fields, implementation)
         errors: dict[int, str] = {}
-        for i in unsure.tolist():
+        for i in unsure:
             try:
                 rows[i], mults[i] = self.decode(values[i])
             except DecodeError as err:

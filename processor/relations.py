@@ -29,7 +29,13 @@ from typing import Any
 from ivm.policy import Policy
 from ivm.updates import Row, Update
 
+try:
+    from processor import _admit_kernel
+except ImportError:  # the extension is optional: the Python loop admits then
+    _admit_kernel = None  # type: ignore[assignment]
+
 Contents = dict[Row, int]
+ADMIT_IMPLEMENTATIONS = ("auto", "compiled", "python")
 
 
 class RelationStore:
@@ -64,11 +70,47 @@ class RelationStore:
         mults: Sequence[int],
         skip: Mapping[int, Any] | None = None,
         initial: bool = False,
+        implementation: str = "auto",
     ) -> tuple[list[int], list[tuple[int, str, str]]]:
         """Apply the updates ``rows[j] ↦ mults[j]`` of ``relation`` in order, skipping the indices in
         ``skip``; returns the indices applied and ``(index, kind, reason)`` for each one the policy
         refused (the contents do not change for those).  ``initial``: the initial database (the
-        bootstrap), which may insert into relations declared delete-only."""
+        bootstrap), which may insert into relations declared delete-only.
+
+        Each update is checked against the contents the batch's earlier updates left, so a tuple
+        inserted and deleted in one batch is judged as the stream had it.  ``implementation``:
+        ``"compiled"`` the C loop (``processor/_admit_kernel.pyx``; ``ImportError`` if not built),
+        ``"python"`` :meth:`admit_each`, ``"auto"`` the C loop when built.  Both give the same
+        result, contents and contents order.  O(1) expected per update: one lookup, one store.
+        """
+        if implementation not in ADMIT_IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {ADMIT_IMPLEMENTATIONS}, got {implementation!r}")
+        if implementation == "compiled" and _admit_kernel is None:
+            raise ImportError("processor._admit_kernel is not built (pip install -e .)")
+        if _admit_kernel is None or implementation == "python":
+            return self.admit_each(relation, rows, mults, skip, initial)
+        policy = self.policy.initial() if initial else self.policy
+        kept, refused = _admit_kernel.admit(
+            self.contents[relation],
+            rows if type(rows) is list else list(rows),
+            mults if type(mults) is list else list(mults),
+            sorted(skip) if skip else [],
+            policy.negative == "reject",
+            policy.duplicate == "reject",
+            policy.refuses_insert(relation),
+        )
+        return kept, [(j, *policy.check(before, mults[j], relation)) for j, before in refused]  # type: ignore[misc]
+
+    def admit_each(
+        self,
+        relation: str,
+        rows: Sequence[Row | None],
+        mults: Sequence[int],
+        skip: Mapping[int, Any] | None = None,
+        initial: bool = False,
+    ) -> tuple[list[int], list[tuple[int, str, str]]]:
+        """:meth:`admit` one update at a time (the reference): each update is checked against the
+        contents the earlier ones left; O(1) expected per update."""
         contents = self.contents[relation]
         get = contents.get
         policy = self.policy.initial() if initial else self.policy
