@@ -45,6 +45,7 @@ from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.ref cimport PyObject
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memset
 
 from array import array
 import sys
@@ -437,30 +438,33 @@ cdef extern from *:
         return c;
     }
 
-    /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value) */
-    static void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc) {
-        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1;
-        const tk_adj *out = tk_row(&S[j].f, y), *into = tk_row(&S[k].b, x);
-        if (out == NULL || into == NULL) return;
-        const tk_mmap *oj = &S[j].o, *ok = &S[k].o;
+    /* Σ_z K_j(y,z)·K_k(z,x) over the ids z in both `out` (K_j(y,·)) and `into` (K_k(·,x), or the part of it
+       in one part of K_k): the smaller is scanned and the other probed; under set semantics (no multiplicity
+       other than 1 in either slot) a plain count (tk_common), else the products from the maps (default 1) */
+    static __int128 tk_wsum(const tk_adj *out, const tk_adj *into, const tk_mmap *oj, const tk_mmap *ok,
+                            uint32_t y, uint32_t x) {
         int out_small = out->n <= into->n;
         const tk_adj *small = out_small ? out : into, *big = out_small ? into : out;
-        if (oj->n == 0 && ok->n == 0) {
-            acc->v += (__int128)m * tk_common(small, big);
-            return;
-        }
-        /* weighted: the smaller's ids, multiplicities from the maps (default 1) */
+        if (oj->n == 0 && ok->n == 0) return tk_common(small, big);
         __int128 d = 0;
         uint32_t t;
         for (t = 0; t < small->n; t++) {
             uint32_t z = small->mem[t];
             if (!tk_has(big, z)) continue;
             int64_t a = 1, b = 1;
-            tk_mget(oj, tk_pair((uint32_t)y, z), &a);
-            tk_mget(ok, tk_pair(z, (uint32_t)x), &b);
+            tk_mget(oj, tk_pair(y, z), &a);
+            tk_mget(ok, tk_pair(z, x), &b);
             d += (__int128)a * b;
         }
-        acc->v += (__int128)m * d;
+        return d;
+    }
+
+    /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value) */
+    static void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc) {
+        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1;
+        const tk_adj *out = tk_row(&S[j].f, y), *into = tk_row(&S[k].b, x);
+        if (out == NULL || into == NULL) return;
+        acc->v += (__int128)m * tk_wsum(out, into, &S[j].o, &S[k].o, (uint32_t)y, (uint32_t)x);
     }
 
     /* K(x,y) += m on one slot (ids exist, nids numbered); +1 new tuple, 0, -1 removed,
@@ -525,6 +529,382 @@ cdef extern from *:
         return n;
     }
     static size_t tk_mmap_bytes(const tk_mmap *o) { return o->keys ? (size_t)16 * (o->mask + 1) : 0; }
+
+    /* ---- the partitioned state of IVM^eps (§3, Definitions 6-7; Appendix B for the self-join) ---- */
+
+    /* One slot's heavy/light partition on its first variable, beside the slot's tk_slot: heavy[x] = 1 iff
+       key x is heavy (all its tuples are in K^h, domain partition), hb the backward index of K^h alone
+       (y -> {x heavy : K(x,y) != 0}).  The tk_slot's forward index f and backward index b hold both parts,
+       so K^h(x,·) = K^l(x,·) = f[x] for a key of that part and K^l(·,y) = b[y] minus hb[y].  strict/up/down
+       are the integer cutoffs of theta = N^eps (ivm.engines.ivm_eps.partition.cutoffs). */
+    typedef struct { tk_index hb; uint8_t *heavy; uint32_t hlen; int64_t hsize; int64_t hkeys;
+                     int64_t strict, up, down; double eps; } tk_part;
+    /* A view V(u, w): (u << 32 | w) -> value, linear probing, backward-shift deletion, no zero value stored.
+       Values are 128-bit: a view sums fewer than 2^32 products of two multiplicities below 2^29. */
+    typedef struct { uint64_t *keys; __int128 *vals; uint64_t mask; uint64_t n; } tk_view;
+    /* what one OnUpdate reads and writes */
+    typedef struct { tk_slot *S; tk_part *P; tk_view *V; int selfjoin; int64_t N; int64_t *absmax; uint32_t nids;
+                     int64_t minors; int64_t moved; } tk_ctx;
+
+    static inline int tk_heavy(const tk_part *p, uint32_t x) { return x < p->hlen && p->heavy[x]; }
+
+    static int tk_hreserve(tk_part *p, uint32_t x) {
+        if (x < p->hlen) return 0;
+        uint64_t len = p->hlen ? 2 * (uint64_t)p->hlen : 16;
+        if (len <= x) len = (uint64_t)x + 1;
+        if (len > 0xFFFFFFFFull) len = 0xFFFFFFFFull;
+        uint8_t *h = (uint8_t *)realloc(p->heavy, len);
+        if (h == NULL) return -1;
+        memset(h + p->hlen, 0, len - p->hlen);
+        p->heavy = h;
+        p->hlen = (uint32_t)len;
+        return 0;
+    }
+
+    static void tk_part_free(tk_part *p) {
+        tk_index_free(&p->hb);
+        free(p->heavy);
+        p->heavy = NULL;
+        p->hlen = 0;
+        p->hsize = 0;
+        p->hkeys = 0;
+    }
+
+    static inline __int128 tk_vget(const tk_view *v, uint64_t key) {
+        if (v->n == 0) return 0;
+        uint64_t i = tk_mix(key) & v->mask;
+        for (;;) {
+            uint64_t k = v->keys[i];
+            if (k == key) return v->vals[i];
+            if (k == TK_MEMPTY) return 0;
+            i = (i + 1) & v->mask;
+        }
+    }
+
+    static int tk_vresize(tk_view *v, uint64_t cap) {
+        uint64_t *keys = (uint64_t *)malloc(cap * 8), j;
+        __int128 *vals = (__int128 *)malloc(cap * sizeof(__int128));
+        if (keys == NULL || vals == NULL) { free(keys); free(vals); return -1; }
+        memset(keys, 0xFF, cap * 8);
+        if (v->keys != NULL) {
+            for (j = 0; j <= v->mask; j++) {
+                if (v->keys[j] != TK_MEMPTY) {
+                    uint64_t i = tk_mix(v->keys[j]) & (cap - 1);
+                    while (keys[i] != TK_MEMPTY) i = (i + 1) & (cap - 1);
+                    keys[i] = v->keys[j];
+                    vals[i] = v->vals[j];
+                }
+            }
+            free(v->keys);
+            free(v->vals);
+        }
+        v->keys = keys;
+        v->vals = vals;
+        v->mask = cap - 1;
+        return 0;
+    }
+
+    static void tk_vfree(tk_view *v) {
+        free(v->keys);
+        free(v->vals);
+        v->keys = NULL;
+        v->vals = NULL;
+        v->mask = 0;
+        v->n = 0;
+    }
+
+    /* V(key) += d, the entry removed when it becomes 0 (digest §8 item 2); the table halves below load 1/8 */
+    static int tk_vadd(tk_view *v, uint64_t key, __int128 d) {
+        uint64_t i, j;
+        if (d == 0) return 0;
+        if (v->keys == NULL && tk_vresize(v, 16) < 0) return -9;
+        i = tk_mix(key) & v->mask;
+        for (;;) {
+            uint64_t k = v->keys[i];
+            if (k == key) break;
+            if (k == TK_MEMPTY) {
+                if (2 * (v->n + 1) > v->mask + 1) {
+                    if (tk_vresize(v, 2 * (v->mask + 1)) < 0) return -9;
+                    i = tk_mix(key) & v->mask;
+                    while (v->keys[i] != TK_MEMPTY) i = (i + 1) & v->mask;
+                }
+                v->keys[i] = key;
+                v->vals[i] = d;
+                v->n++;
+                return 0;
+            }
+            i = (i + 1) & v->mask;
+        }
+        v->vals[i] += d;
+        if (v->vals[i] != 0) return 0;
+        for (j = (i + 1) & v->mask; v->keys[j] != TK_MEMPTY; j = (j + 1) & v->mask) {
+            uint64_t h = tk_mix(v->keys[j]) & v->mask;
+            if (((j - h) & v->mask) >= ((j - i) & v->mask)) {
+                v->keys[i] = v->keys[j];
+                v->vals[i] = v->vals[j];
+                i = j;
+            }
+        }
+        v->keys[i] = TK_MEMPTY;
+        v->n--;
+        if (v->mask > 15 && 8 * v->n < v->mask + 1) tk_vresize(v, (v->mask + 1) / 2);  /* on failure: stays big */
+        return 0;
+    }
+
+    static inline int64_t tk_mult(const tk_mmap *o, uint32_t x, uint32_t y) {  /* K(x,y) of a stored tuple */
+        int64_t m = 1;
+        tk_mget(o, tk_pair(x, y), &m);
+        return m;
+    }
+
+    /* x joins (add) or leaves (!add) the heavy backward index at y */
+    static int tk_hb_set(tk_part *p, uint32_t y, uint32_t x, int add, uint32_t nids) {
+        if (add) {
+            if (tk_reserve(&p->hb, y) < 0) return -9;
+            if (tk_add(&p->hb.v[y], x, nids) < 0) return -9;
+            if (p->hb.v[y].n == 1) p->hb.keys++;
+        } else {
+            tk_remove(&p->hb.v[y], x);
+            if (p->hb.v[y].n == 0) p->hb.keys--;
+        }
+        return 0;
+    }
+
+    /* δQ of δK_i = {(x,y) ↦ m} (Figure 3 lines 3-6 in the generic form of the digest's §2.5, pre-update
+       values), added to acc: y heavy in K_j: m·(Σ_z K_j^h(y,z)·K_k^h(z,x) + V[j](y,x)), O(N^{1-eps});
+       y light: m·Σ_z K_j^l(y,z)·K_k(z,x) over both parts of K_k (the terms rlh and rll in one pass),
+       O(min(N^eps, deg)).  The self-join (App. B): one slot, one view, 3·m·(...) plus the self-loop terms. */
+    static void tk_pdelta(const tk_ctx *c, int i, uint32_t x, uint32_t y, int64_t m, tk_acc *acc) {
+        int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1);
+        const tk_slot *S = c->S;
+        const tk_adj *out = tk_row(&S[j].f, y), *into;
+        __int128 d = 0;
+        if (out != NULL) {
+            if (tk_heavy(&c->P[j], y)) {
+                into = tk_row(&c->P[k].hb, x);
+                if (into != NULL) d = tk_wsum(out, into, &S[j].o, &S[k].o, y, x);
+                d += tk_vget(&c->V[j], tk_pair(y, x));
+            } else {
+                into = tk_row(&S[k].b, x);
+                if (into != NULL) d = tk_wsum(out, into, &S[j].o, &S[k].o, y, x);
+            }
+        }
+        if (!sj) {
+            acc->v += (__int128)m * d;
+            return;
+        }
+        acc->v += (__int128)3 * m * d;
+        if (x == y) {  /* Figure 5 lines 7-9: 3·m²·R(x,x) + m³ */
+            const tk_adj *r = tk_row(&S[i].f, x);
+            __int128 self = (r != NULL && tk_has(r, x)) ? tk_mult(&S[i].o, x, x) : 0;
+            acc->v += (__int128)3 * m * m * self + (__int128)m * m * m;
+        }
+    }
+
+    /* the views' share of δK_i^r(x,y) = m (Figure 3 lines 8-11; Figure 5 lines 11 and 13, corrected):
+       r = h: Vh(x,g) += m·K_j^l(y,g) for g in K_j^l(y,·), O(N^eps); r = l: Vl(g,y) += K_k^h(g,x)·m for g in
+       K_k^h(·,x), O(N^{1-eps}) */
+    static int tk_pviews(const tk_ctx *c, int j, int k, tk_view *Vh, tk_view *Vl, uint32_t x, uint32_t y,
+                         int64_t m, int heavy) {
+        const tk_slot *S = c->S;
+        uint32_t t;
+        if (heavy) {
+            const tk_adj *row = tk_row(&S[j].f, y);
+            if (row == NULL || tk_heavy(&c->P[j], y)) return 0;
+            for (t = 0; t < row->n; t++) {
+                uint32_t g = row->mem[t];
+                if (tk_vadd(Vh, tk_pair(x, g), (__int128)m * tk_mult(&S[j].o, y, g)) < 0) return -9;
+            }
+        } else {
+            const tk_adj *col = tk_row(&c->P[k].hb, x);
+            if (col == NULL) return 0;
+            for (t = 0; t < col->n; t++) {
+                uint32_t g = col->mem[t];
+                if (tk_vadd(Vl, tk_pair(g, y), (__int128)tk_mult(&S[k].o, g, x) * m) < 0) return -9;
+            }
+        }
+        return 0;
+    }
+
+    /* K_i^r(x,y) += m (line 12): a new key takes part r; the heavy backward index, sizes and key counts kept */
+    static int tk_pchange(tk_slot *s, tk_part *p, uint32_t x, uint32_t y, int64_t m, int heavy, int64_t *absmax,
+                          uint32_t nids) {
+        int res = tk_change(s, x, y, m, absmax, nids);
+        if (res == 1) {
+            if (s->f.v[x].n == 1) {  /* a new key */
+                if (tk_hreserve(p, x) < 0) return -9;
+                p->heavy[x] = (uint8_t)(heavy != 0);
+                p->hkeys += heavy != 0;
+            }
+            if (tk_heavy(p, x)) {
+                if (tk_hb_set(p, y, x, 1, nids) < 0) return -9;
+                p->hsize++;
+            }
+        } else if (res == -1 && tk_heavy(p, x)) {
+            tk_hb_set(p, y, x, 0, nids);
+            p->hsize--;
+            if (s->f.v[x].n == 0) {
+                p->heavy[x] = 0;
+                p->hkeys--;
+            }
+        }
+        return res;
+    }
+
+    /* ApplyUpdate (Figure 3; Figure 5 corrected) of δK_i^r = {(x,y) ↦ m}: δQ into acc (when count), the views,
+       then the part; O(N^max(eps,1-eps)).  Returns tk_change's code (+1, 0, -1) or -9 (out of memory). */
+    static int tk_papply(tk_ctx *c, int i, uint32_t x, uint32_t y, int64_t m, int heavy, tk_acc *acc) {
+        int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1);
+        if (acc != NULL) tk_pdelta(c, i, x, y, m, acc);
+        if (tk_pviews(c, j, k, &c->V[i], &c->V[k], x, y, m, heavy) < 0) return -9;
+        return tk_pchange(&c->S[i], &c->P[i], x, y, m, heavy, c->absmax, c->nids);
+    }
+
+    /* MinorRebalancing (Figure 4): every tuple of key x of slot i moves to the other part; Q is unchanged.
+       The views change by the moved row E = K_i(x,·) as a whole: to heavy V[i] += E·K_j^l and V[k] -= K_k^h·E,
+       to light the opposite.  The self-join's one view V = R^h·R^l changes by E·R^l' - R^h·E to heavy and by
+       R^h'·E - E·R^l to light, where ' leaves out row x (the printed per-tuple moves give the same V).
+       Fewer than (3/2)N^eps + 1 tuples, each O(N^max): O(N^{eps+max}) (Proposition 12). */
+    static int tk_minor(tk_ctx *c, int i, uint32_t x, int to_heavy) {
+        int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1);
+        tk_slot *S = c->S;
+        tk_part *p = &c->P[i];
+        const tk_adj *row = &S[i].f.v[x], *col = tk_row(&c->P[k].hb, x);
+        tk_view *Vh = &c->V[i], *Vl = &c->V[k];
+        int64_t sign = to_heavy ? 1 : -1;
+        uint32_t t, u, n = row->n;
+        for (t = 0; t < n; t++) {
+            uint32_t b = row->mem[t];
+            int64_t e = tk_mult(&S[i].o, x, b);
+            const tk_adj *light = tk_row(&S[j].f, b);
+            if (light != NULL && !tk_heavy(&c->P[j], b) && !(sj && b == x)) {  /* ± E·K_j^l */
+                for (u = 0; u < light->n; u++) {
+                    uint32_t g = light->mem[u];
+                    __int128 d = (__int128)sign * e * tk_mult(&S[j].o, b, g);
+                    if (tk_vadd(Vh, tk_pair(x, g), d) < 0) return -9;
+                }
+            }
+            if (col != NULL) {  /* ∓ K_k^h·E */
+                for (u = 0; u < col->n; u++) {
+                    uint32_t a = col->mem[u];
+                    if (sj && a == x) continue;
+                    __int128 d = (__int128)(-sign) * tk_mult(&S[k].o, a, x) * e;
+                    if (tk_vadd(Vl, tk_pair(a, b), d) < 0) return -9;
+                }
+            }
+        }
+        if (tk_hreserve(p, x) < 0) return -9;
+        for (t = 0; t < n; t++) {
+            if (tk_hb_set(p, row->mem[t], x, to_heavy, c->nids) < 0) return -9;
+        }
+        p->heavy[x] = (uint8_t)(to_heavy != 0);
+        p->hsize += sign * (int64_t)n;
+        p->hkeys += sign;
+        c->minors++;
+        c->moved += n;
+        return 0;
+    }
+
+    /* OnUpdate (Figure 4) of δK_i = {(x,y) ↦ m}: route (x heavy or eps = 0: the heavy part), ApplyUpdate, then
+       the size invariant ⌊N/4⌋ ≤ |D| < N (returns 1 with *n the new N when it broke: the major rebalancing is
+       the caller's) or else the minor rebalancing of x when it crossed its part's cutoff.  0, 1 or -9. */
+    static int tk_on_update(tk_ctx *c, int i, uint32_t x, uint32_t y, int64_t m, tk_acc *acc, int64_t *n) {
+        tk_slot *S = c->S;
+        const tk_adj *row = tk_row(&S[i].f, x);
+        int heavy = row != NULL ? tk_heavy(&c->P[i], x) : c->P[i].eps == 0.0;
+        int64_t size;
+        if (tk_papply(c, i, x, y, m, heavy, acc) == -9) return -9;
+        size = c->selfjoin ? S[i].size : S[0].size + S[1].size + S[2].size;
+        if (size == c->N) { *n = 2 * c->N; return 1; }
+        if (size < c->N / 4) { *n = c->N / 2 - 1; return 1; }
+        row = tk_row(&S[i].f, x);
+        if (row != NULL) {
+            if (heavy && (int64_t)row->n < c->P[i].down) return tk_minor(c, i, x, 0);
+            if (!heavy && (int64_t)row->n >= c->P[i].up) return tk_minor(c, i, x, 1);
+        }
+        return 0;
+    }
+
+    /* heavy keys' rows into the heavy backward index (the flags set), sizes counted; O(|K^h|) */
+    static int tk_build_hb(tk_slot *s, tk_part *p, uint32_t nids) {
+        uint32_t x, t;
+        tk_index_free(&p->hb);
+        p->hsize = 0;
+        p->hkeys = 0;
+        for (x = 0; x < s->f.len && x < p->hlen; x++) {
+            const tk_adj *row = &s->f.v[x];
+            if (!p->heavy[x]) continue;
+            if (row->n == 0) { p->heavy[x] = 0; continue; }
+            p->hkeys++;
+            p->hsize += row->n;
+            for (t = 0; t < row->n; t++) {
+                if (tk_hb_set(p, row->mem[t], x, 1, nids) < 0) return -9;
+            }
+        }
+        return 0;
+    }
+
+    /* V = Σ_b K_s1^h(a,b)·K_s2^l(b,c) from scratch (Proposition 8, step 4): over the heavy tuples (a,b) of s1
+       and the light row of b in s2; the cost is the number of joining pairs, O(N^{1+min(eps,1-eps)}) */
+    static int tk_join(const tk_slot *S, const tk_part *P, int s1, int s2, tk_view *V) {
+        uint32_t a, t, u;
+        tk_vfree(V);
+        for (a = 0; a < S[s1].f.len; a++) {
+            const tk_adj *row = &S[s1].f.v[a];
+            if (row->n == 0 || !tk_heavy(&P[s1], a)) continue;
+            for (t = 0; t < row->n; t++) {
+                uint32_t b = row->mem[t];
+                const tk_adj *light = tk_row(&S[s2].f, b);
+                if (light == NULL || tk_heavy(&P[s2], b)) continue;
+                int64_t r = tk_mult(&S[s1].o, a, b);
+                for (u = 0; u < light->n; u++) {
+                    uint32_t g = light->mem[u];
+                    if (tk_vadd(V, tk_pair(a, g), (__int128)r * tk_mult(&S[s2].o, b, g)) < 0) return -9;
+                }
+            }
+        }
+        return 0;
+    }
+
+    static int tk_views(tk_ctx *c) {  /* every view from the current partitions */
+        int i;
+        if (c->selfjoin) return tk_join(c->S, c->P, 0, 0, &c->V[0]);
+        for (i = 0; i < 3; i++) {
+            if (tk_join(c->S, c->P, i, i == 2 ? 0 : i + 1, &c->V[i]) < 0) return -9;
+        }
+        return 0;
+    }
+
+    /* MajorRebalancing (Figure 4): each slot strictly partitioned (a key of degree >= strict is heavy: the
+       caller has set the cutoffs of the new N), then every view recomputed; Q is unchanged.
+       O(|D|^{1+min(eps,1-eps)}) (Proposition 11). */
+    static int tk_major(tk_ctx *c) {
+        int i, nslots = c->selfjoin ? 1 : 3;
+        uint32_t x;
+        for (i = 0; i < nslots; i++) {
+            tk_slot *s = &c->S[i];
+            tk_part *p = &c->P[i];
+            if (s->f.len && tk_hreserve(p, s->f.len - 1) < 0) return -9;
+            memset(p->heavy, 0, p->hlen);
+            for (x = 0; x < s->f.len; x++) {
+                uint32_t n = s->f.v[x].n;
+                p->heavy[x] = n != 0 && (int64_t)n >= p->strict;
+            }
+            if (tk_build_hb(s, p, c->nids) < 0) return -9;
+        }
+        return tk_views(c);
+    }
+
+    static size_t tk_view_bytes(const tk_view *v) { return v->keys ? (size_t)24 * (v->mask + 1) : 0; }
+    static inline void tk_vslot(const tk_view *v, uint64_t i, int64_t *hi, uint64_t *lo) {
+        *hi = (int64_t)(v->vals[i] >> 64);
+        *lo = (uint64_t)v->vals[i];
+    }
+    static inline void tk_vlookup(const tk_view *v, uint64_t key, int64_t *hi, uint64_t *lo) {
+        __int128 x = tk_vget(v, key);
+        *hi = (int64_t)(x >> 64);
+        *lo = (uint64_t)x;
+    }
     """
     ctypedef struct tk_adj:
         uint32_t *mem
@@ -570,6 +950,42 @@ cdef extern from *:
     uint64_t tk_acc_lo(const tk_acc *a)
     size_t tk_index_bytes(const tk_index *ix)
     size_t tk_mmap_bytes(const tk_mmap *o)
+    ctypedef struct tk_part:
+        tk_index hb
+        uint8_t *heavy
+        uint32_t hlen
+        int64_t hsize
+        int64_t hkeys
+        int64_t strict
+        int64_t up
+        int64_t down
+        double eps
+    ctypedef struct tk_view:
+        uint64_t *keys
+        uint64_t mask
+        uint64_t n
+    ctypedef struct tk_ctx:
+        tk_slot *S
+        tk_part *P
+        tk_view *V
+        int selfjoin
+        int64_t N
+        int64_t *absmax
+        uint32_t nids
+        int64_t minors
+        int64_t moved
+    int tk_heavy(const tk_part *p, uint32_t x)
+    void tk_part_free(tk_part *p)
+    void tk_vfree(tk_view *v)
+    int tk_papply(tk_ctx *c, int i, uint32_t x, uint32_t y, int64_t m, int heavy, tk_acc *acc)
+    int tk_on_update(tk_ctx *c, int i, uint32_t x, uint32_t y, int64_t m, tk_acc *acc, int64_t *n)
+    int tk_build_hb(tk_slot *s, tk_part *p, uint32_t nids)
+    int tk_views(tk_ctx *c)
+    int tk_major(tk_ctx *c)
+    int tk_hreserve(tk_part *p, uint32_t x)
+    size_t tk_view_bytes(const tk_view *v)
+    void tk_vslot(const tk_view *v, uint64_t i, int64_t *hi, uint64_t *lo)
+    void tk_vlookup(const tk_view *v, uint64_t key, int64_t *hi, uint64_t *lo)
 
 
 #: the largest |multiplicity| the compiled state applies or stores (products and sums stay exact in 128 bits)
@@ -592,14 +1008,28 @@ cdef object _flush(object count, tk_acc *acc):
         return count + lo
     if hi == -1 and lo >= (<uint64_t>1 << 63):
         return count + <int64_t>lo
-    return count + (hi << 64) + lo
+    return count + (<object> hi << 64) + lo
 
 
-def _rebuild(occurrences, values, slots):
-    """Unpickle a :class:`TriangleFirstOrder` (see its ``__reduce__``); O(|D|)."""
-    state = TriangleFirstOrder(occurrences)
-    state._load(values, slots)
+def _rebuild(occurrences, values, slots, partition=None):
+    """Unpickle a :class:`TriangleFirstOrder` (see its ``__reduce__``); O(|D|), plus the views
+    recomputed, O(|D|^{1+min(eps,1-eps)}), when it is partitioned."""
+    state = TriangleFirstOrder(occurrences, partition is not None and partition[0])
+    state._load(values, slots, partition)
     return state
+
+
+cdef object _int128(int64_t hi, uint64_t lo):
+    """The 128-bit value ``hi·2^64 + lo`` as a Python int."""
+    if hi == 0:
+        return lo
+    if hi == -1 and lo >= (<uint64_t>1 << 63):
+        return <int64_t>lo
+    return (<object> hi << 64) + lo
+
+
+#: events of :meth:`TriangleFirstOrder.apply_partitioned`
+EV_DONE, EV_MAJOR, EV_HIT, EV_CHECK, EV_BLOCKED = 0, 1, 2, 3, 4
 
 
 cdef class TriangleFirstOrder:
@@ -615,15 +1045,28 @@ cdef class TriangleFirstOrder:
     """
 
     cdef tk_slot s[3]
+    cdef tk_part p[3]
+    cdef tk_view v[3]
     cdef tk_imap ints
     cdef dict ids
     cdef list values
     cdef dict plan
     cdef object occurrences
     cdef int64_t absmax
+    cdef bint partitioned
+    cdef bint selfjoin
+    cdef int64_t N
 
-    def __cinit__(self, occurrences):
+    def __cinit__(self, occurrences, bint selfjoin=False):
         cdef int i
+        memset(self.p, 0, sizeof(self.p))
+        memset(self.v, 0, sizeof(self.v))
+        self.selfjoin = selfjoin
+        self.partitioned = selfjoin
+        self.N = 1
+        for i in range(3):
+            self.p[i].eps = 1.0
+            self.p[i].strict, self.p[i].up, self.p[i].down = 1, 2, 1
         for i in range(3):
             self.s[i].f.v = NULL
             self.s[i].f.len = 0
@@ -651,6 +1094,8 @@ cdef class TriangleFirstOrder:
             tk_index_free(&self.s[i].f)
             tk_index_free(&self.s[i].b)
             tk_mfree(&self.s[i].o)
+            tk_part_free(&self.p[i])
+            tk_vfree(&self.v[i])
         tk_ifree(&self.ints)
 
     # -- ids ---------------------------------------------------------------------------
@@ -727,6 +1172,8 @@ cdef class TriangleFirstOrder:
         cdef bint halt = False, blocked = False
         cdef tk_slot *S = self.s
         cdef dict plan = self.plan
+        if self.partitioned:
+            raise ValueError("the state is partitioned: apply_partitioned runs it")
         tk_acc_zero(&acc)
         size = S[0].size + S[1].size + S[2].size
         nxt = stop
@@ -814,12 +1261,20 @@ cdef class TriangleFirstOrder:
         """
         cdef TriangleFirstOrder other = _rebuild(*self.__reduce__()[1])
         cdef tk_slot tmp
+        cdef tk_part ptmp
+        cdef tk_view vtmp
         cdef tk_imap itmp
         cdef int i
         for i in range(3):
             tmp = self.s[i]
             self.s[i] = other.s[i]
             other.s[i] = tmp
+            ptmp = self.p[i]
+            self.p[i] = other.p[i]
+            other.p[i] = ptmp
+            vtmp = self.v[i]
+            self.v[i] = other.v[i]
+            other.v[i] = vtmp
         self.ids, other.ids = other.ids, self.ids
         itmp = self.ints
         self.ints = other.ints
@@ -837,6 +1292,8 @@ cdef class TriangleFirstOrder:
         cdef int res
         if not 0 <= slot < 3:
             raise IndexError(slot)
+        if self.partitioned:
+            raise ValueError("the state is partitioned: apply_update keeps its views")
         if not m:
             return 0
         mm = int(m)
@@ -947,6 +1404,7 @@ cdef class TriangleFirstOrder:
         cdef int i
         for i in range(3):
             n += tk_index_bytes(&self.s[i].f) + tk_index_bytes(&self.s[i].b) + tk_mmap_bytes(&self.s[i].o)
+            n += tk_index_bytes(&self.p[i].hb) + self.p[i].hlen + tk_view_bytes(&self.v[i])
         return n
 
     def state_bytes(self):
@@ -966,7 +1424,9 @@ cdef class TriangleFirstOrder:
     # -- snapshots ---------------------------------------------------------------------
 
     def __reduce__(self):
-        """Pickle as the used values and, per slot, its ``(x, y)`` ids and multiplicities (O(|D|))."""
+        """Pickle as the used values and, per slot, its ``(x, y)`` ids and multiplicities (O(|D|)); a
+        partitioned state adds N and, per slot, eps, the cutoffs and its heavy keys (the views are
+        recomputed from them when unpickled)."""
         cdef int i
         cdef tk_index *ix
         cdef tk_mmap *o
@@ -995,13 +1455,24 @@ cdef class TriangleFirstOrder:
                     pairs.append(remap[y])
                     mults.append(m)
             slots.append((pairs, mults))
-        return _rebuild, (self.occurrences, values, slots)
+        if not self.partitioned:
+            return _rebuild, (self.occurrences, values, slots)
+        parts = []
+        for i in range(3):
+            heavy = array("I")
+            for x in range(min(self.s[i].f.len, self.p[i].hlen)):
+                if self.s[i].f.v[x].n and self.p[i].heavy[x]:
+                    heavy.append(remap[x])
+            parts.append((self.p[i].eps, self.p[i].strict, self.p[i].up, self.p[i].down, heavy))
+        return _rebuild, (self.occurrences, values, slots, (bool(self.selfjoin), self.N, parts))
 
-    def _load(self, values, slots):
+    def _load(self, values, slots, partition=None):
         cdef int i
         cdef Py_ssize_t t
         cdef int res
         cdef int64_t m
+        cdef uint32_t x
+        cdef tk_ctx c
         if PyList_GET_SIZE(self.values):
             raise ValueError("_load needs an empty state")
         for v in values:
@@ -1012,3 +1483,362 @@ cdef class TriangleFirstOrder:
                 res = tk_change(&self.s[i], pairs[2 * t], pairs[2 * t + 1], m, &self.absmax, len(values))
                 if res == -9:
                     raise MemoryError()
+        if partition is None:
+            return
+        self.selfjoin, self.N, parts = partition
+        self.partitioned = True
+        for i, (eps, strict, up, down, heavy) in enumerate(parts):
+            self.p[i].eps = eps
+            self.p[i].strict, self.p[i].up, self.p[i].down = strict, up, down
+            for x in heavy:
+                if tk_hreserve(&self.p[i], x) < 0:
+                    raise MemoryError()
+                self.p[i].heavy[x] = 1
+            if tk_build_hb(&self.s[i], &self.p[i], len(values)) < 0:
+                raise MemoryError()
+        self._ctx(&c)
+        if tk_views(&c) < 0:
+            raise MemoryError()
+
+    # -- the partitioned state (IVM^eps §3-4; Appendix B for the self-join) --------------
+
+    cdef void _ctx(self, tk_ctx *c):
+        c.S = self.s
+        c.P = self.p
+        c.V = self.v
+        c.selfjoin = self.selfjoin
+        c.N = self.N
+        c.absmax = &self.absmax
+        c.nids = <uint32_t> PyList_GET_SIZE(self.values)
+        c.minors = 0
+        c.moved = 0
+
+    def is_partitioned(self):
+        """Whether the slots are heavy/light partitions with views (else first-order key sets), O(1)."""
+        return bool(self.partitioned)
+
+    def is_self_join(self):
+        """Whether the state is the self-join's one partitioned relation (slot 0, view 0), O(1)."""
+        return bool(self.selfjoin)
+
+    def set_partitioned(self, bint on):
+        """Enter or leave the partitioned mode, O(1).
+
+        Entering leaves every key light (flags clear, views empty) until the
+        caller's major rebalancing (:meth:`major`) partitions strictly; leaving
+        needs every heavy part and view empty (all slots at eps = 1 after a major
+        rebalancing), so the first-order :meth:`apply` runs on the same tables.
+        """
+        cdef int i
+        if self.selfjoin and not on:
+            raise ValueError("the self-join state is always partitioned")
+        if not on:
+            for i in range(3):
+                if self.p[i].hkeys or self.v[i].n:
+                    raise ValueError("heavy keys or view entries left: eps = 1 and a major rebalancing first")
+        self.partitioned = on
+
+    def eps(self, Py_ssize_t slot):
+        """The slot's exponent (routing: eps = 0 sends a new key to the heavy part), O(1)."""
+        return self.p[slot].eps
+
+    def set_eps(self, Py_ssize_t slot, double eps):
+        """Set the slot's exponent; the partition follows at the next major rebalancing, O(1)."""
+        if not 0.0 <= eps <= 1.0:
+            raise ValueError(f"eps must lie in [0, 1], got {eps}")
+        self.p[slot].eps = eps
+
+    def cutoffs(self, Py_ssize_t slot):
+        """``(strict, up, down)``: the slot's integer degree cutoffs of theta = N^eps, O(1)."""
+        return self.p[slot].strict, self.p[slot].up, self.p[slot].down
+
+    def set_cutoffs(self, Py_ssize_t slot, int64_t strict, int64_t up, int64_t down):
+        """Set the slot's cutoffs (:func:`ivm.engines.ivm_eps.partition.cutoffs` computes them), O(1)."""
+        self.p[slot].strict, self.p[slot].up, self.p[slot].down = strict, up, down
+
+    def threshold_base(self):
+        """N of the size invariant ``⌊N/4⌋ ≤ |D| < N`` (Definition 7), O(1)."""
+        return self.N
+
+    def set_threshold_base(self, int64_t n):
+        """Set N without rebalancing (preprocessing, Appendix A.3), O(1)."""
+        if n < 1:
+            raise ValueError(f"N must be at least 1, got {n}")
+        self.N = n
+
+    def major(self, int64_t n, cutoffs):
+        """MajorRebalancing (Figure 4) with the new threshold base ``n``: each slot's ``(strict, up,
+        down)`` from ``cutoffs``, strict partitions, every view recomputed; the count is unchanged.
+        O(|D|^{1+min(eps,1-eps)}) (Proposition 11)."""
+        cdef tk_ctx c
+        cdef int i
+        if not self.partitioned:
+            raise ValueError("the state is not partitioned")
+        if n < 1:
+            raise ValueError(f"N must be at least 1, got {n}")
+        self.N = n
+        for i, (strict, up, down) in enumerate(cutoffs):
+            self.p[i].strict, self.p[i].up, self.p[i].down = strict, up, down
+        self._ctx(&c)
+        if tk_major(&c) < 0:
+            raise MemoryError()
+
+    def apply_partitioned(
+        self,
+        updates,
+        Py_ssize_t start,
+        Py_ssize_t occ,
+        count,
+        Py_ssize_t hot=sys.maxsize,
+        Py_ssize_t until=sys.maxsize,
+    ):
+        """OnUpdate of IVM^eps (Figure 4; Figure 5 for the self-join) for ``updates[start:]`` in order;
+        O(N^max(eps,1-eps)) amortized per update (Theorem 3).
+
+        ``occ`` is the first of ``updates[start]``'s slot occurrences still to
+        apply (a relation of several atoms feeds its slots in turn).  Minor
+        rebalancing runs here; the call returns to the caller, between two slot
+        updates, when an event needs it:
+
+        - ``EV_MAJOR``: the size invariant broke after a slot update (``value``:
+          the new N; the caller runs :meth:`major` with its cutoffs);
+        - ``EV_HIT``: a key of a slot at eps = 1 reached degree ``hot`` (the
+          adaptive engine's skew test; ``value``: the degree);
+        - ``EV_CHECK``: ``until`` updates were completed (the adaptive engine's
+          check for fading skew);
+        - ``EV_BLOCKED``: ``updates[next]`` has a multiplicity the state does not
+          store (not an int of magnitude at most ``LIMIT``); nothing of it applied;
+        - ``EV_DONE``: all applied.
+
+        Returns ``(next update, next occurrence, count, updates completed,
+        event, slot, key, value, minor rebalancings, tuples moved, touched)``;
+        ``touched`` says whether any slot changed (the partition is then no
+        longer the strict one of the last major rebalancing).
+        """
+        cdef Py_ssize_t stop = len(updates), k = start, e = occ, ne, applied = 0
+        cdef tk_acc acc
+        cdef tk_ctx c
+        cdef object update, relation, row, mo, a, b, key = None
+        cdef PyObject *p
+        cdef tuple entries
+        cdef int64_t m = 0, aid, bid, xid, yid, n = 0, value = 0, ev_x = -1
+        cdef int ovf = 0, code, slot, res, event = 0, ev_slot = -1
+        cdef bint touched = False
+        cdef const tk_adj *r
+        cdef dict plan = self.plan
+        if not self.partitioned:
+            raise ValueError("the state is not partitioned: apply runs the first-order loop")
+        self._ctx(&c)
+        tk_acc_zero(&acc)
+        while k < stop:
+            update = updates[k]
+            if PyTuple_Check(update) and PyTuple_GET_SIZE(update) == 3:
+                relation = <object> PyTuple_GET_ITEM(update, 0)
+                row = <object> PyTuple_GET_ITEM(update, 1)
+                mo = <object> PyTuple_GET_ITEM(update, 2)
+            else:
+                relation, row, mo = update
+            if e == 0:
+                if not mo:
+                    k += 1
+                    continue  # m = 0 is a no-op (digest §8 item 3)
+                if PyLong_Check(mo):
+                    m = PyLong_AsLongLongAndOverflow(mo, &ovf)
+                if not PyLong_Check(mo) or ovf or m > C_LIMIT or m < -C_LIMIT or self.absmax > C_LIMIT:
+                    event = 4
+                    break
+            else:
+                m = PyLong_AsLongLong(mo)
+            p = PyDict_GetItem(plan, relation)
+            if p is NULL:
+                raise KeyError(relation)
+            entries = <tuple> p
+            if PyTuple_Check(row) and PyTuple_GET_SIZE(row) == 2:
+                a = <object> PyTuple_GET_ITEM(row, 0)
+                b = <object> PyTuple_GET_ITEM(row, 1)
+            else:
+                a, b = row
+            aid = self._find(a)
+            if aid < 0:
+                aid = self._intern(a)
+            bid = self._find(b)  # a == b by value: the id of a
+            if bid < 0:
+                bid = self._intern(b)
+            ne = PyTuple_GET_SIZE(entries)
+            while e < ne:
+                code = <int> (<object> PyTuple_GET_ITEM(entries, e))
+                slot = code >> 1
+                if code & 1:
+                    xid, yid = bid, aid
+                else:
+                    xid, yid = aid, bid
+                c.nids = <uint32_t> PyList_GET_SIZE(self.values)
+                res = tk_on_update(&c, slot, <uint32_t> xid, <uint32_t> yid, m, &acc, &n)
+                touched = True
+                e += 1
+                if res == -9:
+                    count = _flush(count, &acc)
+                    raise MemoryError()
+                if tk_acc_big(&acc):
+                    count = _flush(count, &acc)
+                if res == 1:
+                    event, ev_slot, ev_x, value = 1, slot, xid, n
+                    break
+                if hot != sys.maxsize and self.p[slot].eps == 1.0:
+                    r = tk_row(&self.s[slot].f, xid)
+                    if r is not NULL and <Py_ssize_t> r.n >= hot:
+                        event, ev_slot, ev_x, value = 2, slot, xid, r.n
+                        break
+            if event:
+                break
+            applied += 1
+            e = 0
+            k += 1
+            if applied >= until:
+                event = 3
+                break
+        count = _flush(count, &acc)
+        if ev_x >= 0:
+            key = self.values[ev_x]
+        if PyList_GET_SIZE(self.values) > 4 * (self.s[0].size + self.s[1].size + self.s[2].size) + 4096:
+            self.compact()
+        return k, e, count, applied, event, ev_slot, key, value, c.minors, c.moved, touched
+
+    def apply_update(self, Py_ssize_t slot, bint heavy, x, y, m):
+        """ApplyUpdate (Figure 3; Figure 5 corrected for the self-join) of ``δK_slot^r(x, y) = m`` on the
+        part ``r`` given (heavy or light), without rebalancing: the preprocessing of Appendix A.3 with
+        known degrees.  Returns δQ; O(N^max(eps,1-eps)).  An OverflowError when ``|m|`` or a stored
+        multiplicity exceeds ``LIMIT``."""
+        cdef tk_ctx c
+        cdef tk_acc acc
+        cdef int64_t xid, yid, mm
+        if not self.partitioned:
+            raise ValueError("the state is not partitioned")
+        if not 0 <= slot < 3:
+            raise IndexError(slot)
+        if not m:
+            return 0
+        mm = int(m)
+        if mm > C_LIMIT or mm < -C_LIMIT or self.absmax > C_LIMIT:
+            raise OverflowError(f"multiplicity beyond {LIMIT} in the compiled state")
+        xid = self._find(x)
+        if xid < 0:
+            xid = self._intern(x)
+        yid = self._find(y)
+        if yid < 0:
+            yid = self._intern(y)
+        self._ctx(&c)
+        tk_acc_zero(&acc)
+        if tk_papply(&c, <int> slot, <uint32_t> xid, <uint32_t> yid, mm, heavy, &acc) == -9:
+            raise MemoryError()
+        return _flush(0, &acc)
+
+    # -- reading the partitions and views (introspection: O(size of the answer)) --------
+
+    def is_heavy(self, Py_ssize_t slot, x):
+        """Whether ``x`` is a heavy key of the slot, O(1)."""
+        cdef int64_t i = self._find(x)
+        return i >= 0 and tk_heavy(&self.p[slot], <uint32_t> i) and tk_row(&self.s[slot].f, i) is not NULL
+
+    def hsize(self, Py_ssize_t slot):
+        """Tuples in the slot's heavy part, O(1)."""
+        return self.p[slot].hsize
+
+    def hkeys(self, Py_ssize_t slot):
+        """Keys of the slot's heavy part, O(1)."""
+        return self.p[slot].hkeys
+
+    def part_keys(self, Py_ssize_t slot, bint heavy):
+        """The keys of one part, in id order; O(ids)."""
+        cdef tk_index *ix = &self.s[slot].f
+        cdef uint32_t j
+        return [self.values[j] for j in range(ix.len) if ix.v[j].n and tk_heavy(&self.p[slot], j) == heavy]
+
+    def part_row(self, Py_ssize_t slot, bint heavy, x):
+        """``{y: K(x, y)}`` when ``x`` is a key of that part, else None; O(degree)."""
+        cdef int64_t i = self._find(x)
+        cdef const tk_adj *r = tk_row(&self.s[slot].f, i)
+        cdef uint32_t j, y
+        if r is NULL or tk_heavy(&self.p[slot], <uint32_t> i) != heavy:
+            return None
+        out = {}
+        for j in range(r.n):
+            y = r.mem[j]
+            out[self.values[y]] = self._mult(slot, <uint32_t> i, y)
+        return out
+
+    cdef int64_t _mult(self, Py_ssize_t slot, uint32_t x, uint32_t y):
+        cdef int64_t m = 1
+        tk_mget(&self.s[slot].o, tk_pair(x, y), &m)
+        return m
+
+    def column_keys(self, Py_ssize_t slot, bint heavy):
+        """The ``y`` with a non-empty column ``K^r(·, y)`` in one part, in id order; O(|K| + ids)."""
+        cdef tk_index *ix = &self.s[slot].b
+        cdef uint32_t j, t
+        out = []
+        for j in range(ix.len):
+            for t in range(ix.v[j].n):
+                if tk_heavy(&self.p[slot], ix.v[j].mem[t]) == heavy:
+                    out.append(self.values[j])
+                    break
+        return out
+
+    def part_column(self, Py_ssize_t slot, bint heavy, y):
+        """``{x: K(x, y)}`` over the keys ``x`` of that part, None when empty; O(degree)."""
+        cdef int64_t i = self._find(y)
+        cdef const tk_adj *r = tk_row(&self.s[slot].b, i)
+        cdef uint32_t j, x
+        out = {}
+        if r is NULL:
+            return None
+        for j in range(r.n):
+            x = r.mem[j]
+            if tk_heavy(&self.p[slot], x) == heavy:
+                out[self.values[x]] = self._mult(slot, x, <uint32_t> i)
+        return out or None
+
+    def max_degrees(self, Py_ssize_t slot):
+        """``(largest heavy degree, largest light degree)`` of the slot (0 for an empty part), O(ids)."""
+        cdef tk_index *ix = &self.s[slot].f
+        cdef uint32_t j, hi = 0, lo = 0
+        for j in range(ix.len):
+            if tk_heavy(&self.p[slot], j):
+                hi = max(hi, ix.v[j].n)
+            else:
+                lo = max(lo, ix.v[j].n)
+        return hi, lo
+
+    def view_size(self, Py_ssize_t i):
+        """Entries of view ``i``, O(1)."""
+        return self.v[i].n
+
+    def view_get(self, Py_ssize_t i, u, w):
+        """``V[i](u, w)``, O(1) expected."""
+        cdef int64_t a = self._find(u), b = self._find(w), hi
+        cdef uint64_t lo
+        if a < 0 or b < 0:
+            return 0
+        tk_vlookup(&self.v[i], tk_pair(<uint32_t> a, <uint32_t> b), &hi, &lo)
+        return _int128(hi, lo)
+
+    def view_dict(self, Py_ssize_t i):
+        """View ``i`` as ``{u: {w: value}}`` (no zero entries), O(entries + table)."""
+        cdef tk_view *v = &self.v[i]
+        cdef uint64_t j, key, lo
+        cdef int64_t hi
+        cdef list values = self.values
+        out = {}
+        if v.keys is NULL:
+            return out
+        for j in range(v.mask + 1):
+            key = v.keys[j]
+            if key == TK_MEMPTY:
+                continue
+            tk_vslot(v, j, &hi, &lo)
+            u = values[<uint32_t> (key >> 32)]
+            row = out.get(u)
+            if row is None:
+                row = out[u] = {}
+            row[values[<uint32_t> (key & 0xFFFFFFFF)]] = _int128(hi, lo)
+        return out
