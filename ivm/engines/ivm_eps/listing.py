@@ -101,8 +101,19 @@ class IVMEpsListing(IVMEpsTriangle):
     ([((1, 2, 3), 2)], [((1, 2, 3), 2)], [])
     """
 
-    def __init__(self, query: Query, eps: EpsSpec = 0.5, track_delta: bool = False) -> None:
-        super().__init__(query, eps)
+    #: the listing's views (Q^L, W, F) are Python dicts, maintained by :meth:`apply_update` per slot update
+    compact_partitions = False
+
+    def __init__(
+        self, query: Query, eps: EpsSpec = 0.5, track_delta: bool = False, implementation: str = "auto"
+    ) -> None:
+        """``implementation``: ``"auto"`` and ``"python"`` both run the Python partitions and views (the
+        listing has no compiled state); ``"compiled"`` is refused."""
+        if implementation == "compiled":
+            raise ValueError(
+                "the triangle listing (Theorem 21) has no compiled state: implementation='auto' or 'python'"
+            )
+        super().__init__(query, eps, implementation="python" if implementation == "auto" else implementation)
         order = self.shape.variables
         self.head_positions = tuple(order.index(v) for v in query.free)
         self.listing: dict[Triple, int] = {}  # Q^L
