@@ -1611,9 +1611,10 @@ cdef class TriangleFirstOrder:
         - ``EV_DONE``: all applied.
 
         Returns ``(next update, next occurrence, count, updates completed,
-        event, slot, key, value, minor rebalancings, tuples moved, touched)``;
-        ``touched`` says whether any slot changed (the partition is then no
-        longer the strict one of the last major rebalancing).
+        event, slot, key, value, minor rebalancings, tuples moved, touched,
+        |D|)``; ``touched`` says whether any slot changed (the partition is then
+        no longer the strict one of the last major rebalancing); |D| counts
+        slot 0 alone in the self-join.
         """
         cdef Py_ssize_t stop = len(updates), k = start, e = occ, ne, applied = 0
         cdef tk_acc acc
@@ -1702,7 +1703,8 @@ cdef class TriangleFirstOrder:
             key = self.values[ev_x]
         if PyList_GET_SIZE(self.values) > 4 * (self.s[0].size + self.s[1].size + self.s[2].size) + 4096:
             self.compact()
-        return k, e, count, applied, event, ev_slot, key, value, c.minors, c.moved, touched
+        n = self.s[0].size if self.selfjoin else self.s[0].size + self.s[1].size + self.s[2].size
+        return k, e, count, applied, event, ev_slot, key, value, c.minors, c.moved, touched, n
 
     def apply_update(self, Py_ssize_t slot, bint heavy, x, y, m):
         """ApplyUpdate (Figure 3; Figure 5 corrected for the self-join) of ``δK_slot^r(x, y) = m`` on the

@@ -150,8 +150,9 @@ class CompactPart(HeavyLightPartition):
     """Slot ``slot`` of a partitioned compiled state, with the read interface of
     :class:`~ivm.engines.ivm_eps.partition.HeavyLightPartition` (Definition 6).
 
-    ``eps`` reads and sets the slot's exponent in the state; ``strict``/``up``/``down``
-    are its cutoffs; ``hf``/``hb``/``lf``/``lb`` are :class:`PartIndex` views; sizes,
+    ``eps`` is the slot's exponent, read as a plain attribute (the engines read it per
+    batch) and written through to the state; ``strict``/``up``/``down`` are its
+    cutoffs; ``hf``/``hb``/``lf``/``lb`` are :class:`PartIndex` views; sizes,
     ``nonunit``, :meth:`get` and :meth:`routes_heavy` are O(1).  Writes go through
     the state (``apply_partitioned``, ``major``): :meth:`add` and
     :meth:`strict_partition` refuse, so that no code path updates a part without
@@ -161,16 +162,16 @@ class CompactPart(HeavyLightPartition):
     __slots__ = ("slot", "state")
 
     def __init__(self, state: Any, slot: int) -> None:  # no super().__init__: the part lives in the state
-        self.state = state
-        self.slot = slot
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "slot", slot)
+        object.__setattr__(self, "eps", state.eps(slot))
 
-    @property  # type: ignore[override]
-    def eps(self) -> float:
-        return self.state.eps(self.slot)  # type: ignore[no-any-return]
-
-    @eps.setter
-    def eps(self, value: float) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``eps`` is written to the state too (the state routes by it); the other attributes are fixed."""
+        if name != "eps":
+            raise AttributeError(f"{name} of a compiled part is read-only")
         self.state.set_eps(self.slot, value)
+        object.__setattr__(self, "eps", float(value))
 
     @property  # type: ignore[override]
     def strict(self) -> int:

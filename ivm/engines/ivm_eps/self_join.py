@@ -127,7 +127,7 @@ class IVMEpsSelfJoin(IVMEps):
         state = self.part.state  # type: ignore[attr-defined]
         k, occ, total = 0, 0, len(updates)
         while k < total:
-            k, occ, self.count, applied, event, _, _, value, minors, moved, touched = state.apply_partitioned(
+            k, occ, self.count, applied, event, _, _, value, minors, moved, touched, _ = state.apply_partitioned(
                 updates, k, occ, self.count
             )
             self.updates_applied += applied

@@ -233,13 +233,13 @@ class IVMEpsTriangle(IVMEps):
         """
         state = self.parts[0].state  # type: ignore[attr-defined]
         k, occ, total = start, 0, len(updates)
+        limits = self._compact_limits
         while k < total:
-            hot, until = self._compact_limits()
-            k, occ, self.count, applied, event, slot, key, value, minors, moved, touched = state.apply_partitioned(
-                updates, k, occ, self.count, hot, until
+            hot, until = limits()
+            k, occ, self.count, applied, event, slot, key, value, minors, moved, touched, self.size = (
+                state.apply_partitioned(updates, k, occ, self.count, hot, until)
             )
             self.updates_applied += applied
-            self.size = state.total()
             if minors:
                 self.minor_rebalances += minors
                 self.tuples_moved += moved
