@@ -62,7 +62,6 @@ the heavy parts and views, and no tuple is copied either way.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -390,7 +389,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         OnUpdate of IVM^eps (Figure 4) otherwise, switching modes between two updates."""
         start, total = 0, len(updates)
         while start < total:
-            if self.partitioned:
+            if type(self.parts[0]) is CompactPart:  # partitioned, on the compiled state
+                start = self._apply_compact(updates, start)
+            elif self.partitioned:
                 start = self._apply_partitioned(updates, start)
             else:
                 start = self._apply_first_order(updates, start)
@@ -421,11 +422,10 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         return len(updates)
 
     def _compact_limits(self) -> tuple[int, int]:
-        """The compiled call's skew test (degree ``hot`` in a slot at eps = 1) and the updates until
-        the next check for fading skew (``next_check``)."""
-        a, b, c = self.parts
-        cold = a.eps == 1.0 or b.eps == 1.0 or c.eps == 1.0
-        return (self.hot_cutoff if cold else sys.maxsize), self.next_check - self.updates_applied
+        """The compiled call's skew test (a key of a slot at eps = 1 reaching degree ``hot_cutoff``: the
+        call tests only such slots, as :meth:`on_update` does) and the updates until the next check
+        for fading skew (``next_check``)."""
+        return self.hot_cutoff, self.next_check - self.updates_applied
 
     def _after_on_update(self, i: int, x: object) -> None:
         """The skew test of :meth:`on_update` after a major rebalancing of the compiled call."""
