@@ -41,7 +41,7 @@ renumbered away once they outnumber ``4|D| + 4096`` (:meth:`TriangleFirstOrder.c
 """
 
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
-from cpython.list cimport PyList_GET_SIZE
+from cpython.list cimport PyList_GET_SIZE, PyList_CheckExact
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.ref cimport PyObject
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
@@ -51,6 +51,8 @@ from array import array
 import sys
 
 cdef extern from "Python.h":
+    ctypedef struct PyListObject:
+        PyObject **ob_item
     bint PyLong_Check(object o)
     bint PyLong_CheckExact(object o)
     bint PyTuple_Check(object o)
@@ -896,6 +898,68 @@ cdef extern from *:
     }
 
     static size_t tk_view_bytes(const tk_view *v) { return v->keys ? (size_t)24 * (v->mask + 1) : 0; }
+
+    /* Software prefetch of the input a few updates ahead (a list of (relation, (a, b), m) tuples): the update
+       tuple 12 ahead, its row 8 ahead, the row's values 4 ahead, 2 ahead the int map's slot of each exact int
+       value, and 1 ahead the forward and backward row headers of its ids in the first `nslots` slots; each
+       step reads only what an earlier one fetched.  Hints only: no effect on the result.  On the two-hub
+       stream of bench/compare.py (10^6 tuples: rows and ids far apart in memory) 1.4x for the partitioned
+       loop and 1.6x for the first-order one, CPU time, alternating in one process; neutral on facebook. */
+    static inline void tk_prefetch_input(PyObject *const *items, Py_ssize_t n, Py_ssize_t k, const tk_imap *ints,
+                                         const tk_slot *S, int nslots) {
+        PyObject *u, *r, *v;
+        int t, ovf, i;
+        if (k + 12 < n) __builtin_prefetch(items[k + 12]);
+        if (k + 8 < n) {
+            u = items[k + 8];
+            if (PyTuple_Check(u) && PyTuple_GET_SIZE(u) == 3) __builtin_prefetch(PyTuple_GET_ITEM(u, 1));
+        }
+        if (k + 4 < n) {
+            u = items[k + 4];
+            if (PyTuple_Check(u) && PyTuple_GET_SIZE(u) == 3) {
+                r = PyTuple_GET_ITEM(u, 1);
+                if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+                    __builtin_prefetch(PyTuple_GET_ITEM(r, 0));
+                    __builtin_prefetch(PyTuple_GET_ITEM(r, 1));
+                }
+            }
+        }
+        if (k + 2 < n && ints->t != NULL) {
+            u = items[k + 2];
+            if (PyTuple_Check(u) && PyTuple_GET_SIZE(u) == 3) {
+                r = PyTuple_GET_ITEM(u, 1);
+                if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+                    for (t = 0; t < 2; t++) {
+                        v = PyTuple_GET_ITEM(r, t);
+                        if (PyLong_CheckExact(v)) {
+                            long long key = PyLong_AsLongLongAndOverflow(v, &ovf);
+                            if (!ovf) __builtin_prefetch(&ints->t[tk_mix((uint64_t)key) & ints->mask]);
+                        }
+                    }
+                }
+            }
+        }
+        if (k + 1 < n && ints->t != NULL) {  /* the next update's ids (its int map slots fetched): row headers */
+            u = items[k + 1];
+            if (PyTuple_Check(u) && PyTuple_GET_SIZE(u) == 3) {
+                r = PyTuple_GET_ITEM(u, 1);
+                if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+                    for (t = 0; t < 2; t++) {
+                        v = PyTuple_GET_ITEM(r, t);
+                        if (!PyLong_CheckExact(v)) continue;
+                        long long key = PyLong_AsLongLongAndOverflow(v, &ovf);
+                        if (ovf) continue;
+                        int64_t id = tk_iget(ints, key);
+                        if (id < 0) continue;
+                        for (i = 0; i < nslots; i++) {
+                            if ((uint64_t)id < S[i].f.len) __builtin_prefetch(&S[i].f.v[id]);
+                            if ((uint64_t)id < S[i].b.len) __builtin_prefetch(&S[i].b.v[id]);
+                        }
+                    }
+                }
+            }
+        }
+    }
     static inline void tk_vslot(const tk_view *v, uint64_t i, int64_t *hi, uint64_t *lo) {
         *hi = (int64_t)(v->vals[i] >> 64);
         *lo = (uint64_t)v->vals[i];
@@ -986,6 +1050,8 @@ cdef extern from *:
     size_t tk_view_bytes(const tk_view *v)
     void tk_vslot(const tk_view *v, uint64_t i, int64_t *hi, uint64_t *lo)
     void tk_vlookup(const tk_view *v, uint64_t key, int64_t *hi, uint64_t *lo)
+    void tk_prefetch_input(PyObject *const *items, Py_ssize_t n, Py_ssize_t k, const tk_imap *ints,
+                           const tk_slot *S, int nslots)
 
 
 #: the largest |multiplicity| the compiled state applies or stores (products and sums stay exact in 128 bits)
@@ -1174,10 +1240,15 @@ cdef class TriangleFirstOrder:
         cdef dict plan = self.plan
         if self.partitioned:
             raise ValueError("the state is partitioned: apply_partitioned runs it")
+        cdef PyObject **items = NULL
+        if PyList_CheckExact(updates):
+            items = (<PyListObject *> updates).ob_item
         tk_acc_zero(&acc)
         size = S[0].size + S[1].size + S[2].size
         nxt = stop
         for k in range(start, stop):
+            if items is not NULL:
+                tk_prefetch_input(items, stop, k, &self.ints, S, 3)
             update = updates[k]
             if PyTuple_Check(update) and PyTuple_GET_SIZE(update) == 3:
                 relation = <object> PyTuple_GET_ITEM(update, 0)
@@ -1627,11 +1698,16 @@ cdef class TriangleFirstOrder:
         cdef bint touched = False
         cdef const tk_adj *r
         cdef dict plan = self.plan
+        cdef PyObject **items = NULL
         if not self.partitioned:
             raise ValueError("the state is not partitioned: apply runs the first-order loop")
+        if PyList_CheckExact(updates):
+            items = (<PyListObject *> updates).ob_item
         self._ctx(&c)
         tk_acc_zero(&acc)
         while k < stop:
+            if items is not NULL:
+                tk_prefetch_input(items, stop, k, &self.ints, self.s, 1 if self.selfjoin else 3)
             update = updates[k]
             if PyTuple_Check(update) and PyTuple_GET_SIZE(update) == 3:
                 relation = <object> PyTuple_GET_ITEM(update, 0)
