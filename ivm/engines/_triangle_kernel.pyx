@@ -46,6 +46,7 @@ from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.ref cimport PyObject
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
+from libc.stdlib cimport calloc, free
 
 from array import array
 import sys
@@ -544,9 +545,14 @@ cdef extern from *:
     /* A view V(u, w): (u << 32 | w) -> value, linear probing, backward-shift deletion, no zero value stored.
        Values are 128-bit: a view sums fewer than 2^32 products of two multiplicities below 2^29. */
     typedef struct { uint64_t *keys; __int128 *vals; uint64_t mask; uint64_t n; } tk_view;
-    /* what one OnUpdate reads and writes */
+    /* what one OnUpdate reads and writes; L: the listing's views (Appendix E) when the state keeps them */
+    struct tk_list_s;
     typedef struct { tk_slot *S; tk_part *P; tk_view *V; int selfjoin; int64_t N; int64_t *absmax; uint32_t nids;
-                     int64_t minors; int64_t moved; } tk_ctx;
+                     int64_t minors; int64_t moved; struct tk_list_s *L; } tk_ctx;
+    static int tk_lbefore(tk_ctx *c, struct tk_list_s *L, int i, uint32_t x, uint32_t y, int64_t m, int heavy, int record);
+    static int tk_lafter(tk_ctx *c, struct tk_list_s *L, int i, uint32_t x, uint32_t y);
+    static int tk_lminor(tk_ctx *c, struct tk_list_s *L, int i, uint32_t x, int to_heavy);
+    static int tk_lrebuild(tk_ctx *c, struct tk_list_s *L);
 
     static inline int tk_heavy(const tk_part *p, uint32_t x) { return x < p->hlen && p->heavy[x]; }
 
@@ -756,10 +762,13 @@ cdef extern from *:
     /* ApplyUpdate (Figure 3; Figure 5 corrected) of δK_i^r = {(x,y) ↦ m}: δQ into acc (when count), the views,
        then the part; O(N^max(eps,1-eps)).  Returns tk_change's code (+1, 0, -1) or -9 (out of memory). */
     static int tk_papply(tk_ctx *c, int i, uint32_t x, uint32_t y, int64_t m, int heavy, tk_acc *acc) {
-        int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1);
+        int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1), res;
+        if (c->L != NULL && tk_lbefore(c, c->L, i, x, y, m, heavy, acc != NULL) < 0) return -9;
         if (acc != NULL) tk_pdelta(c, i, x, y, m, acc);
         if (tk_pviews(c, j, k, &c->V[i], &c->V[k], x, y, m, heavy) < 0) return -9;
-        return tk_pchange(&c->S[i], &c->P[i], x, y, m, heavy, c->absmax, c->nids);
+        res = tk_pchange(&c->S[i], &c->P[i], x, y, m, heavy, c->absmax, c->nids);
+        if (res != -9 && c->L != NULL && tk_lafter(c, c->L, i, x, y) < 0) return -9;
+        return res;
     }
 
     /* MinorRebalancing (Figure 4): every tuple of key x of slot i moves to the other part; Q is unchanged.
@@ -775,6 +784,7 @@ cdef extern from *:
         tk_view *Vh = &c->V[i], *Vl = &c->V[k];
         int64_t sign = to_heavy ? 1 : -1;
         uint32_t t, u, n = row->n;
+        if (c->L != NULL && tk_lminor(c, c->L, i, x, to_heavy) < 0) return -9;
         for (t = 0; t < n; t++) {
             uint32_t b = row->mem[t];
             int64_t e = tk_mult(&S[i].o, x, b);
@@ -894,10 +904,518 @@ cdef extern from *:
             }
             if (tk_build_hb(s, p, c->nids) < 0) return -9;
         }
-        return tk_views(c);
+        if (tk_views(c) < 0) return -9;
+        return c->L != NULL ? tk_lrebuild(c, c->L) : 0;
     }
 
     static size_t tk_view_bytes(const tk_view *v) { return v->keys ? (size_t)24 * (v->mask + 1) : 0; }
+
+    /* ---- triangle listing (IVM^eps Appendix E, Theorem 21) on the partitioned state ---- */
+
+    /* A map of triples (u0, u1, u2) of ids, keyed (u0 << 32 | u1, u2), linear probing, backward-shift deletion;
+       with values (`vals` != NULL: 128-bit sums, no zero kept) or a set. */
+    typedef struct { uint64_t *k1; uint32_t *k2; __int128 *vals; uint64_t mask; uint64_t n; int valued; } tk_tmap;
+
+    static inline uint64_t tk_thash(uint64_t k1, uint32_t k2) { return tk_mix(k1 ^ ((uint64_t)k2 * 0x9E3779B97F4A7C15ull)); }
+
+    static int tk_tresize(tk_tmap *t, uint64_t cap) {
+        uint64_t *k1 = (uint64_t *)malloc(cap * 8), j;
+        uint32_t *k2 = (uint32_t *)malloc(cap * 4);
+        __int128 *vals = t->valued ? (__int128 *)malloc(cap * sizeof(__int128)) : NULL;
+        if (k1 == NULL || k2 == NULL || (t->valued && vals == NULL)) { free(k1); free(k2); free(vals); return -1; }
+        memset(k1, 0xFF, cap * 8);
+        if (t->k1 != NULL) {
+            for (j = 0; j <= t->mask; j++) {
+                if (t->k1[j] == TK_MEMPTY) continue;
+                uint64_t i = tk_thash(t->k1[j], t->k2[j]) & (cap - 1);
+                while (k1[i] != TK_MEMPTY) i = (i + 1) & (cap - 1);
+                k1[i] = t->k1[j];
+                k2[i] = t->k2[j];
+                if (t->valued) vals[i] = t->vals[j];
+            }
+            free(t->k1);
+            free(t->k2);
+            free(t->vals);
+        }
+        t->k1 = k1;
+        t->k2 = k2;
+        t->vals = vals;
+        t->mask = cap - 1;
+        return 0;
+    }
+
+    static void tk_tfree(tk_tmap *t) {
+        free(t->k1);
+        free(t->k2);
+        free(t->vals);
+        t->k1 = NULL;
+        t->k2 = NULL;
+        t->vals = NULL;
+        t->mask = 0;
+        t->n = 0;
+    }
+
+    static void tk_tdel_at(tk_tmap *t, uint64_t i) {
+        uint64_t j;
+        for (j = (i + 1) & t->mask; t->k1[j] != TK_MEMPTY; j = (j + 1) & t->mask) {
+            uint64_t h = tk_thash(t->k1[j], t->k2[j]) & t->mask;
+            if (((j - h) & t->mask) >= ((j - i) & t->mask)) {
+                t->k1[i] = t->k1[j];
+                t->k2[i] = t->k2[j];
+                if (t->valued) t->vals[i] = t->vals[j];
+                i = j;
+            }
+        }
+        t->k1[i] = TK_MEMPTY;
+        t->n--;
+        if (t->mask > 15 && 8 * t->n < t->mask + 1) tk_tresize(t, (t->mask + 1) / 2);  /* on failure: stays big */
+    }
+
+    /* set: add (on) or remove (!on) the triple, which is absent / present; map: += d, removed at 0 */
+    static int tk_tput(tk_tmap *t, uint64_t k1, uint32_t k2, int on, __int128 d) {
+        uint64_t i;
+        if (t->valued && d == 0) return 0;
+        if (t->k1 == NULL && tk_tresize(t, 16) < 0) return -9;
+        i = tk_thash(k1, k2) & t->mask;
+        for (;;) {
+            if (t->k1[i] == TK_MEMPTY) break;
+            if (t->k1[i] == k1 && t->k2[i] == k2) {
+                if (!t->valued) {
+                    if (!on) tk_tdel_at(t, i);
+                    return 0;
+                }
+                t->vals[i] += d;
+                if (t->vals[i] == 0) tk_tdel_at(t, i);
+                return 0;
+            }
+            i = (i + 1) & t->mask;
+        }
+        if (!t->valued && !on) return 0;
+        if (2 * (t->n + 1) > t->mask + 1) {
+            if (tk_tresize(t, 2 * (t->mask + 1)) < 0) return -9;
+            i = tk_thash(k1, k2) & t->mask;
+            while (t->k1[i] != TK_MEMPTY) i = (i + 1) & t->mask;
+        }
+        t->k1[i] = k1;
+        t->k2[i] = k2;
+        if (t->valued) t->vals[i] = d;
+        t->n++;
+        return 0;
+    }
+
+    /* The groups of one slot's listing view W[i](x_i, x_{i+1}, x_{i+2}) = K_i^h·K_{i+1}^l by (x_i, x_{i+2})
+       (Figure 12's V_RS(a,b,c) grouped by (a,c)): pair -> group id; per group its members x_{i+1} (a tk_adj),
+       its pair, and its place in `tops`, the dense list of the groups of F[i] (non-empty, closing tuple
+       K_{i+2}(x_{i+2}, x_i) != 0), so that enumeration walks F[i] with constant delay.  Member values are
+       K_i(x_i,x_{i+1})·K_{i+1}(x_{i+1},x_{i+2}), read from the slots when enumerating. */
+    typedef struct {
+        uint64_t *keys; uint32_t *gids; uint64_t mask; uint64_t n;
+        tk_adj *mem; uint64_t *pair; uint32_t *toppos; uint32_t cap; uint32_t used;
+        uint32_t *freed; uint32_t nfree; uint32_t freecap;
+        uint32_t *tops; uint32_t ntops; uint32_t topcap;
+        int64_t members;
+    } tk_groups;
+
+    typedef struct tk_list_s { tk_tmap listing; tk_tmap pending; tk_groups G[3]; int track; } tk_list;
+
+    static int64_t tk_gfind(const tk_groups *G, uint64_t pair) {
+        if (G->n == 0) return -1;
+        uint64_t i = tk_mix(pair) & G->mask;
+        for (;;) {
+            if (G->keys[i] == TK_MEMPTY) return -1;
+            if (G->keys[i] == pair) return G->gids[i];
+            i = (i + 1) & G->mask;
+        }
+    }
+
+    static int tk_gresize(tk_groups *G, uint64_t cap) {
+        uint64_t *keys = (uint64_t *)malloc(cap * 8), j;
+        uint32_t *gids = (uint32_t *)malloc(cap * 4);
+        if (keys == NULL || gids == NULL) { free(keys); free(gids); return -1; }
+        memset(keys, 0xFF, cap * 8);
+        if (G->keys != NULL) {
+            for (j = 0; j <= G->mask; j++) {
+                if (G->keys[j] == TK_MEMPTY) continue;
+                uint64_t i = tk_mix(G->keys[j]) & (cap - 1);
+                while (keys[i] != TK_MEMPTY) i = (i + 1) & (cap - 1);
+                keys[i] = G->keys[j];
+                gids[i] = G->gids[j];
+            }
+            free(G->keys);
+            free(G->gids);
+        }
+        G->keys = keys;
+        G->gids = gids;
+        G->mask = cap - 1;
+        return 0;
+    }
+
+    static void tk_gfree(tk_groups *G) {
+        uint32_t g;
+        for (g = 0; g < G->used; g++) free(G->mem[g].mem), free(G->mem[g].bs);
+        free(G->keys); free(G->gids); free(G->mem); free(G->pair); free(G->toppos); free(G->freed); free(G->tops);
+        memset(G, 0, sizeof(*G));
+    }
+
+    static int tk_gtop(tk_groups *G, uint32_t g, int on) {  /* g joins or leaves F */
+        if (on && !G->toppos[g]) {
+            if (G->ntops == G->topcap) {
+                uint32_t cap = G->topcap ? 2 * G->topcap : 16, *t = (uint32_t *)realloc(G->tops, (size_t)cap * 4);
+                if (t == NULL) return -9;
+                G->tops = t;
+                G->topcap = cap;
+            }
+            G->tops[G->ntops++] = g;
+            G->toppos[g] = G->ntops;
+        } else if (!on && G->toppos[g]) {
+            uint32_t p = G->toppos[g] - 1, last = G->tops[--G->ntops];
+            G->tops[p] = last;
+            G->toppos[last] = p + 1;
+            G->toppos[g] = 0;
+        }
+        return 0;
+    }
+
+    /* member z joins the group of `pair` (created when absent: *created = 1); returns the group or -9 */
+    static int64_t tk_gjoin(tk_groups *G, uint64_t pair, uint32_t z, uint32_t nids, int *created) {
+        int64_t g = tk_gfind(G, pair);
+        *created = 0;
+        if (g < 0) {
+            uint64_t i;
+            if (G->nfree) {
+                g = G->freed[--G->nfree];
+            } else {
+                if (G->used == G->cap) {
+                    uint32_t cap = G->cap ? 2 * G->cap : 16;
+                    tk_adj *mem = (tk_adj *)realloc(G->mem, (size_t)cap * sizeof(tk_adj));
+                    if (mem == NULL) return -9;
+                    G->mem = mem;
+                    uint64_t *pr = (uint64_t *)realloc(G->pair, (size_t)cap * 8);
+                    if (pr == NULL) return -9;
+                    G->pair = pr;
+                    uint32_t *tp = (uint32_t *)realloc(G->toppos, (size_t)cap * 4);
+                    if (tp == NULL) return -9;
+                    G->toppos = tp;
+                    G->cap = cap;
+                }
+                g = G->used++;
+            }
+            memset(&G->mem[g], 0, sizeof(tk_adj));
+            G->pair[g] = pair;
+            G->toppos[g] = 0;
+            if (G->keys == NULL && tk_gresize(G, 16) < 0) return -9;
+            if (2 * (G->n + 1) > G->mask + 1 && tk_gresize(G, 2 * (G->mask + 1)) < 0) return -9;
+            i = tk_mix(pair) & G->mask;
+            while (G->keys[i] != TK_MEMPTY) i = (i + 1) & G->mask;
+            G->keys[i] = pair;
+            G->gids[i] = (uint32_t)g;
+            G->n++;
+            *created = 1;
+        }
+        if (tk_add(&G->mem[g], z, nids) < 0) return -9;
+        G->members++;
+        return g;
+    }
+
+    /* member z leaves group g (present); an empty group is deleted (and leaves F) */
+    static int tk_gleave(tk_groups *G, uint32_t g, uint32_t z) {
+        tk_remove(&G->mem[g], z);
+        G->members--;
+        if (G->mem[g].n) return 0;
+        uint64_t pair = G->pair[g], i = tk_mix(pair) & G->mask, j;
+        tk_gtop(G, g, 0);
+        while (G->keys[i] != pair) i = (i + 1) & G->mask;
+        for (j = (i + 1) & G->mask; G->keys[j] != TK_MEMPTY; j = (j + 1) & G->mask) {
+            uint64_t h = tk_mix(G->keys[j]) & G->mask;
+            if (((j - h) & G->mask) >= ((j - i) & G->mask)) {
+                G->keys[i] = G->keys[j];
+                G->gids[i] = G->gids[j];
+                i = j;
+            }
+        }
+        G->keys[i] = TK_MEMPTY;
+        G->n--;
+        free(G->mem[g].bs);
+        G->mem[g].bs = NULL;
+        G->mem[g].nw = 0;
+        if (G->nfree == G->freecap) {
+            uint32_t cap = G->freecap ? 2 * G->freecap : 16, *f = (uint32_t *)realloc(G->freed, (size_t)cap * 4);
+            if (f == NULL) return -9;
+            G->freed = f;
+            G->freecap = cap;
+        }
+        G->freed[G->nfree++] = g;
+        return 0;
+    }
+
+    /* K(x,y) of a slot, 0 when absent; O(1) */
+    static inline int64_t tk_kget(const tk_slot *s, uint32_t x, uint32_t y) {
+        const tk_adj *r = tk_row(&s->f, x);
+        return (r != NULL && tk_has(r, y)) ? tk_mult(&s->o, x, y) : 0;
+    }
+
+    /* the canonical (u0, u1, u2) of x_i = a, x_{i+1} = b, x_{i+2} = c, as the triple map's key */
+    static inline void tk_canon(int i, uint32_t a, uint32_t b, uint32_t c, uint64_t *k1, uint32_t *k2) {
+        uint32_t u0 = i == 0 ? a : (i == 1 ? c : b), u1 = i == 0 ? b : (i == 1 ? a : c), u2 = i == 0 ? c : (i == 1 ? b : a);
+        *k1 = ((uint64_t)u0 << 32) | u1;
+        *k2 = u2;
+    }
+
+    static inline int tk_ltoggle(tk_list *L, int i, uint32_t a, uint32_t b, uint32_t c, int on) {
+        uint64_t k1;
+        uint32_t k2;
+        tk_canon(i, a, b, c, &k1, &k2);
+        return tk_tput(&L->listing, k1, k2, on, 0);
+    }
+
+    static inline int tk_lrecord(tk_list *L, int i, uint32_t a, uint32_t b, uint32_t c, __int128 d) {
+        uint64_t k1;
+        uint32_t k2;
+        tk_canon(i, a, b, c, &k1, &k2);
+        return tk_tput(&L->pending, k1, k2, 1, d);
+    }
+
+    /* Figure 13, before the slot update δK_i^r(x,y) = m (ApplyUpdate follows): the answers' changes
+       m·K_j(y,c)·K_k(c,x) recorded (when tracking and `record`), O(N^max + changed answers); then, if (x,y)
+       appears or vanishes, Q^L (r = h: the c of K_j^h(y,·) ∩ K_k^h(·,x); r = l: of K_j^l(y,·) ∩ K_k^l(·,x))
+       and the groups (r = h: y in W[i](x,c) for c in K_j^l(y,·); r = l: x in W[k](g,y) for g in K_k^h(·,x),
+       a new group in F when its closing tuple is there).  O(N^max(eps,1-eps)).  A tuple whose multiplicity
+       changes but stays non-zero changes no membership: the values are read from the slots. */
+    static int tk_lbefore(tk_ctx *c, tk_list *L, int i, uint32_t x, uint32_t y, int64_t m, int heavy, int record) {
+        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1, created;
+        const tk_slot *S = c->S;
+        const tk_part *P = c->P;
+        const tk_adj *row = tk_row(&S[j].f, y), *hc = tk_row(&P[k].hb, x), *small, *big;
+        int yh = row != NULL && tk_heavy(&P[j], y);
+        int64_t old = tk_kget(&S[i], x, y), g;
+        uint32_t t;
+        if (record && L->track && row != NULL) {
+            if (!yh) {  /* fewer than 1.5N^eps candidates */
+                for (t = 0; t < row->n; t++) {
+                    uint32_t z = row->mem[t];
+                    int64_t tz = tk_kget(&S[k], z, x);
+                    if (tz && tk_lrecord(L, i, x, y, z, (__int128)m * tk_mult(&S[j].o, y, z) * tz) < 0) return -9;
+                }
+            } else {
+                if (hc != NULL) {  /* heavy C-keys: at most 2N^{1-eps} */
+                    small = row->n <= hc->n ? row : hc;
+                    big = small == row ? hc : row;
+                    for (t = 0; t < small->n; t++) {
+                        uint32_t z = small->mem[t];
+                        if (!tk_has(big, z)) continue;
+                        __int128 d = (__int128)m * tk_mult(&S[j].o, y, z) * tk_mult(&S[k].o, z, x);
+                        if (tk_lrecord(L, i, x, y, z, d) < 0) return -9;
+                    }
+                }
+                g = tk_gfind(&L->G[j], ((uint64_t)y << 32) | x);  /* K_j^h(y,z)·K_k^l(z,x), already joined */
+                if (g >= 0) {
+                    const tk_adj *grp = &L->G[j].mem[g];
+                    for (t = 0; t < grp->n; t++) {
+                        uint32_t z = grp->mem[t];
+                        __int128 d = (__int128)m * tk_mult(&S[j].o, y, z) * tk_mult(&S[k].o, z, x);
+                        if (tk_lrecord(L, i, x, y, z, d) < 0) return -9;
+                    }
+                }
+            }
+        }
+        if (old != 0 && old + m != 0) return 0;
+        int on = old == 0;
+        if (row != NULL && yh == heavy) {  /* Q^L: r = h extends K_j^h·K_k^h, r = l extends K_j^l·K_k^l */
+            if (heavy) {
+                if (hc != NULL) {
+                    small = row->n <= hc->n ? row : hc;
+                    big = small == row ? hc : row;
+                    for (t = 0; t < small->n; t++) {
+                        if (tk_has(big, small->mem[t]) && tk_ltoggle(L, i, x, y, small->mem[t], on) < 0) return -9;
+                    }
+                }
+            } else {
+                for (t = 0; t < row->n; t++) {
+                    uint32_t z = row->mem[t];
+                    if (!tk_heavy(&P[k], z) && tk_kget(&S[k], z, x) && tk_ltoggle(L, i, x, y, z, on) < 0) return -9;
+                }
+            }
+        }
+        if (heavy) {  /* δW[i](x, y, z) for z in K_j^l(y, ·) */
+            if (row != NULL && !yh) {
+                for (t = 0; t < row->n; t++) {
+                    uint32_t z = row->mem[t];
+                    uint64_t pair = ((uint64_t)x << 32) | z;
+                    if (on) {
+                        g = tk_gjoin(&L->G[i], pair, y, c->nids, &created);
+                        if (g < 0) return -9;
+                        if (created && tk_kget(&S[k], z, x) && tk_gtop(&L->G[i], (uint32_t)g, 1) < 0) return -9;
+                    } else if (tk_gleave(&L->G[i], (uint32_t)tk_gfind(&L->G[i], pair), y) < 0) {
+                        return -9;
+                    }
+                }
+            }
+        } else if (hc != NULL) {  /* δW[k](g, x, y) for g in K_k^h(·, x) */
+            for (t = 0; t < hc->n; t++) {
+                uint32_t z = hc->mem[t];
+                uint64_t pair = ((uint64_t)z << 32) | y;
+                if (on) {
+                    g = tk_gjoin(&L->G[k], pair, x, c->nids, &created);
+                    if (g < 0) return -9;
+                    if (created && tk_kget(&S[j], y, z) && tk_gtop(&L->G[k], (uint32_t)g, 1) < 0) return -9;
+                } else if (tk_gleave(&L->G[k], (uint32_t)tk_gfind(&L->G[k], pair), x) < 0) {
+                    return -9;
+                }
+            }
+        }
+        return 0;
+    }
+
+    /* after the slot update: F[j]'s group (y, x) is closed by K_i(x, y), which may have appeared or vanished */
+    static int tk_lafter(tk_ctx *c, tk_list *L, int i, uint32_t x, uint32_t y) {
+        int j = i == 2 ? 0 : i + 1;
+        int64_t g = tk_gfind(&L->G[j], ((uint64_t)y << 32) | x);
+        if (g < 0) return 0;
+        return tk_gtop(&L->G[j], (uint32_t)g, tk_kget(&c->S[i], x, y) != 0);
+    }
+
+    /* the minor rebalancing of key x of slot i, for the listing (before the flag flips): the row's triangles of
+       its old part leave Q^L and those of its new part join; the row joins (to heavy) or leaves W[i], and
+       leaves (to heavy) or joins W[k].  The same work as Figure 13 per moved tuple. */
+    static int tk_lminor(tk_ctx *c, tk_list *L, int i, uint32_t x, int to_heavy) {
+        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1, created;
+        const tk_slot *S = c->S;
+        const tk_part *P = c->P;
+        const tk_adj *row = tk_row(&S[i].f, x), *hc = tk_row(&P[k].hb, x), *small, *big;
+        uint32_t t, u;
+        int64_t g;
+        if (row == NULL) return 0;
+        for (t = 0; t < row->n; t++) {
+            uint32_t y = row->mem[t];
+            const tk_adj *rj = tk_row(&S[j].f, y);
+            int yh = rj != NULL && tk_heavy(&P[j], y);
+            if (rj != NULL && yh && hc != NULL) {  /* hhh: in to heavy, out to light */
+                small = rj->n <= hc->n ? rj : hc;
+                big = small == rj ? hc : rj;
+                for (u = 0; u < small->n; u++) {
+                    if (tk_has(big, small->mem[u]) && tk_ltoggle(L, i, x, y, small->mem[u], to_heavy) < 0) return -9;
+                }
+            } else if (rj != NULL && !yh) {  /* lll: out to heavy, in to light */
+                for (u = 0; u < rj->n; u++) {
+                    uint32_t z = rj->mem[u];
+                    if (!tk_heavy(&P[k], z) && tk_kget(&S[k], z, x) && tk_ltoggle(L, i, x, y, z, !to_heavy) < 0) return -9;
+                }
+            }
+            if (rj != NULL && !yh) {  /* W[i] = K_i^h·K_j^l */
+                for (u = 0; u < rj->n; u++) {
+                    uint32_t z = rj->mem[u];
+                    uint64_t pair = ((uint64_t)x << 32) | z;
+                    if (to_heavy) {
+                        g = tk_gjoin(&L->G[i], pair, y, c->nids, &created);
+                        if (g < 0) return -9;
+                        if (created && tk_kget(&S[k], z, x) && tk_gtop(&L->G[i], (uint32_t)g, 1) < 0) return -9;
+                    } else if (tk_gleave(&L->G[i], (uint32_t)tk_gfind(&L->G[i], pair), y) < 0) {
+                        return -9;
+                    }
+                }
+            }
+            if (hc != NULL) {  /* W[k] = K_k^h·K_i^l */
+                for (u = 0; u < hc->n; u++) {
+                    uint32_t z = hc->mem[u];
+                    uint64_t pair = ((uint64_t)z << 32) | y;
+                    if (!to_heavy) {
+                        g = tk_gjoin(&L->G[k], pair, x, c->nids, &created);
+                        if (g < 0) return -9;
+                        if (created && tk_kget(&S[j], y, z) && tk_gtop(&L->G[k], (uint32_t)g, 1) < 0) return -9;
+                    } else if (tk_gleave(&L->G[k], (uint32_t)tk_gfind(&L->G[k], pair), x) < 0) {
+                        return -9;
+                    }
+                }
+            }
+        }
+        return 0;
+    }
+
+    /* Q^L, W and F from scratch (major rebalancing): Q^L = the hhh and lll triangles, O(|D|^{3/2});
+       W[i] over the heavy tuples of slot i and the light rows of slot j; F from the closing tuples */
+    static int tk_lrebuild(tk_ctx *c, tk_list *L) {
+        const tk_slot *S = c->S;
+        const tk_part *P = c->P;
+        uint32_t a, t, u;
+        int i, created;
+        int64_t g;
+        tk_tfree(&L->listing);
+        for (i = 0; i < 3; i++) tk_gfree(&L->G[i]);
+        for (i = 0; i < 3; i++) {
+            int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1;
+            for (a = 0; a < S[i].f.len; a++) {
+                const tk_adj *row = &S[i].f.v[a];
+                if (row->n == 0 || !tk_heavy(&P[i], a)) continue;
+                for (t = 0; t < row->n; t++) {
+                    uint32_t b = row->mem[t];
+                    const tk_adj *rj = tk_row(&S[j].f, b);
+                    if (rj == NULL || tk_heavy(&P[j], b)) continue;
+                    for (u = 0; u < rj->n; u++) {
+                        uint32_t z = rj->mem[u];
+                        g = tk_gjoin(&L->G[i], ((uint64_t)a << 32) | z, b, c->nids, &created);
+                        if (g < 0) return -9;
+                        if (created && tk_kget(&S[k], z, a) && tk_gtop(&L->G[i], (uint32_t)g, 1) < 0) return -9;
+                    }
+                }
+            }
+        }
+        for (a = 0; a < S[0].f.len; a++) {  /* Q^L over u0 = a: both parts */
+            const tk_adj *row = &S[0].f.v[a];
+            if (row->n == 0) continue;
+            int h = tk_heavy(&P[0], a);
+            const tk_adj *hc = tk_row(&P[2].hb, a);
+            for (t = 0; t < row->n; t++) {
+                uint32_t b = row->mem[t];
+                const tk_adj *r1 = tk_row(&S[1].f, b);
+                if (r1 == NULL || tk_heavy(&P[1], b) != h) continue;
+                if (h) {
+                    if (hc == NULL) continue;
+                    const tk_adj *small = r1->n <= hc->n ? r1 : hc, *big = small == r1 ? hc : r1;
+                    for (u = 0; u < small->n; u++) {
+                        if (tk_has(big, small->mem[u]) && tk_ltoggle(L, 0, a, b, small->mem[u], 1) < 0) return -9;
+                    }
+                } else {
+                    for (u = 0; u < r1->n; u++) {
+                        uint32_t z = r1->mem[u];
+                        if (!tk_heavy(&P[2], z) && tk_kget(&S[2], z, a) && tk_ltoggle(L, 0, a, b, z, 1) < 0) return -9;
+                    }
+                }
+            }
+        }
+        return 0;
+    }
+
+    static int tk_lput_pending(tk_list *L, uint32_t u0, uint32_t u1, uint32_t u2, int64_t hi, uint64_t lo) {
+        __int128 d = ((__int128)hi << 64) | (__int128)lo;
+        return tk_tput(&L->pending, ((uint64_t)u0 << 32) | u1, u2, 1, d);
+    }
+
+    static void tk_lfree(tk_list *L) {
+        int i;
+        tk_tfree(&L->listing);
+        tk_tfree(&L->pending);
+        for (i = 0; i < 3; i++) tk_gfree(&L->G[i]);
+    }
+
+    static inline void tk_tsplit(const tk_tmap *t, uint64_t i, uint32_t *u0, uint32_t *u1, uint32_t *u2, int64_t *hi,
+                                 uint64_t *lo) {
+        *u0 = (uint32_t)(t->k1[i] >> 32);
+        *u1 = (uint32_t)t->k1[i];
+        *u2 = t->k2[i];
+        if (t->valued) { *hi = (int64_t)(t->vals[i] >> 64); *lo = (uint64_t)t->vals[i]; }
+    }
+    static inline int tk_tslot_used(const tk_tmap *t, uint64_t i) { return t->k1 != NULL && t->k1[i] != TK_MEMPTY; }
+    static size_t tk_tmap_bytes(const tk_tmap *t) { return t->k1 ? (size_t)(t->valued ? 28 : 12) * (t->mask + 1) : 0; }
+    static size_t tk_groups_bytes(const tk_groups *G) {
+        size_t n = (size_t)12 * (G->mask + (G->keys ? 1 : 0)) + (size_t)G->cap * (sizeof(tk_adj) + 12) + 4 * (size_t)(G->freecap + G->topcap);
+        uint32_t g;
+        for (g = 0; g < G->used; g++) {
+            const tk_adj *a = &G->mem[g];
+            if (a->mem) n += a->bits ? (size_t)6 << a->bits : (size_t)4 * a->small;
+            n += (size_t)8 * a->nw;
+        }
+        return n;
+    }
 
     /* Software prefetch of the input a few updates ahead (a list of (relation, (a, b), m) tuples): the update
        tuple 12 ahead, its row 8 ahead, the row's values 4 ahead, 2 ahead the int map's slot of each exact int
@@ -1038,6 +1556,7 @@ cdef extern from *:
         uint32_t nids
         int64_t minors
         int64_t moved
+        tk_list *L
     int tk_heavy(const tk_part *p, uint32_t x)
     void tk_part_free(tk_part *p)
     void tk_vfree(tk_view *v)
@@ -1052,6 +1571,33 @@ cdef extern from *:
     void tk_vlookup(const tk_view *v, uint64_t key, int64_t *hi, uint64_t *lo)
     void tk_prefetch_input(PyObject *const *items, Py_ssize_t n, Py_ssize_t k, const tk_imap *ints,
                            const tk_slot *S, int nslots)
+    ctypedef struct tk_tmap:
+        uint64_t *k1
+        uint64_t mask
+        uint64_t n
+        int valued
+    ctypedef struct tk_groups:
+        uint64_t n
+        uint32_t used
+        tk_adj *mem
+        uint64_t *pair
+        uint32_t *tops
+        uint32_t ntops
+        int64_t members
+    ctypedef struct tk_list:
+        tk_tmap listing
+        tk_tmap pending
+        tk_groups G[3]
+        int track
+    int tk_lrebuild(tk_ctx *c, tk_list *L)
+    void tk_lfree(tk_list *L)
+    void tk_tfree(tk_tmap *t)
+    void tk_tsplit(const tk_tmap *t, uint64_t i, uint32_t *u0, uint32_t *u1, uint32_t *u2, int64_t *hi, uint64_t *lo)
+    int tk_tslot_used(const tk_tmap *t, uint64_t i)
+    size_t tk_tmap_bytes(const tk_tmap *t)
+    size_t tk_groups_bytes(const tk_groups *G)
+    int64_t tk_kget(const tk_slot *s, uint32_t x, uint32_t y)
+    int tk_lput_pending(tk_list *L, uint32_t u0, uint32_t u1, uint32_t u2, int64_t hi, uint64_t lo)
 
 
 #: the largest |multiplicity| the compiled state applies or stores (products and sums stay exact in 128 bits)
@@ -1122,6 +1668,8 @@ cdef class TriangleFirstOrder:
     cdef bint partitioned
     cdef bint selfjoin
     cdef int64_t N
+    cdef tk_list *lst
+    cdef readonly int64_t version
 
     def __cinit__(self, occurrences, bint selfjoin=False):
         cdef int i
@@ -1163,6 +1711,10 @@ cdef class TriangleFirstOrder:
             tk_part_free(&self.p[i])
             tk_vfree(&self.v[i])
         tk_ifree(&self.ints)
+        if self.lst is not NULL:
+            tk_lfree(self.lst)
+            free(self.lst)
+            self.lst = NULL
 
     # -- ids ---------------------------------------------------------------------------
 
@@ -1240,6 +1792,7 @@ cdef class TriangleFirstOrder:
         cdef dict plan = self.plan
         if self.partitioned:
             raise ValueError("the state is partitioned: apply_partitioned runs it")
+        self.version += 1
         cdef PyObject **items = NULL
         if PyList_CheckExact(updates):
             items = (<PyListObject *> updates).ob_item
@@ -1352,6 +1905,8 @@ cdef class TriangleFirstOrder:
         other.ints = itmp
         self.values, other.values = other.values, self.values
         self.absmax = other.absmax
+        self.lst, other.lst = other.lst, self.lst
+        self.version += 1
 
     def add(self, Py_ssize_t slot, x, y, m):
         """``K_slot(x, y) += m`` without counting (loading a state); O(1) amortized.
@@ -1476,6 +2031,10 @@ cdef class TriangleFirstOrder:
         for i in range(3):
             n += tk_index_bytes(&self.s[i].f) + tk_index_bytes(&self.s[i].b) + tk_mmap_bytes(&self.s[i].o)
             n += tk_index_bytes(&self.p[i].hb) + self.p[i].hlen + tk_view_bytes(&self.v[i])
+            if self.lst is not NULL:
+                n += tk_groups_bytes(&self.lst.G[i])
+        if self.lst is not NULL:
+            n += tk_tmap_bytes(&self.lst.listing) + tk_tmap_bytes(&self.lst.pending)
         return n
 
     def state_bytes(self):
@@ -1535,7 +2094,17 @@ cdef class TriangleFirstOrder:
                 if self.s[i].f.v[x].n and self.p[i].heavy[x]:
                     heavy.append(remap[x])
             parts.append((self.p[i].eps, self.p[i].strict, self.p[i].up, self.p[i].down, heavy))
-        return _rebuild, (self.occurrences, values, slots, (bool(self.selfjoin), self.N, parts))
+        if self.lst is NULL:
+            return _rebuild, (self.occurrences, values, slots, (bool(self.selfjoin), self.N, parts))
+        pending = []
+        for (u0, u1, u2), d in self._pending_ids():
+            for v in (u0, u1, u2):
+                if v not in remap:  # a value of a pending change whose tuples are gone
+                    remap[v] = len(values)
+                    values.append(self.values[v])
+            pending.append((remap[u0], remap[u1], remap[u2], d))
+        listing = (bool(self.lst.track), pending)
+        return _rebuild, (self.occurrences, values, slots, (bool(self.selfjoin), self.N, parts, listing))
 
     def _load(self, values, slots, partition=None):
         cdef int i
@@ -1556,7 +2125,7 @@ cdef class TriangleFirstOrder:
                     raise MemoryError()
         if partition is None:
             return
-        self.selfjoin, self.N, parts = partition
+        self.selfjoin, self.N, parts = partition[:3]
         self.partitioned = True
         for i, (eps, strict, up, down, heavy) in enumerate(parts):
             self.p[i].eps = eps
@@ -1570,6 +2139,13 @@ cdef class TriangleFirstOrder:
         self._ctx(&c)
         if tk_views(&c) < 0:
             raise MemoryError()
+        if len(partition) > 3:
+            track, pending = partition[3]
+            self.enable_listing()
+            self.set_tracking(track)
+            for u0, u1, u2, d in pending:
+                if tk_lput_pending(self.lst, u0, u1, u2, d >> 64, d & 0xFFFFFFFFFFFFFFFF) < 0:
+                    raise MemoryError()
 
     # -- the partitioned state (IVM^eps §3-4; Appendix B for the self-join) --------------
 
@@ -1583,6 +2159,7 @@ cdef class TriangleFirstOrder:
         c.nids = <uint32_t> PyList_GET_SIZE(self.values)
         c.minors = 0
         c.moved = 0
+        c.L = self.lst
 
     def is_partitioned(self):
         """Whether the slots are heavy/light partitions with views (else first-order key sets), O(1)."""
@@ -1647,6 +2224,7 @@ cdef class TriangleFirstOrder:
             raise ValueError("the state is not partitioned")
         if n < 1:
             raise ValueError(f"N must be at least 1, got {n}")
+        self.version += 1
         self.N = n
         for i, (strict, up, down) in enumerate(cutoffs):
             self.p[i].strict, self.p[i].up, self.p[i].down = strict, up, down
@@ -1701,6 +2279,7 @@ cdef class TriangleFirstOrder:
         cdef PyObject **items = NULL
         if not self.partitioned:
             raise ValueError("the state is not partitioned: apply runs the first-order loop")
+        self.version += 1
         if PyList_CheckExact(updates):
             items = (<PyListObject *> updates).ob_item
         self._ctx(&c)
@@ -1799,6 +2378,7 @@ cdef class TriangleFirstOrder:
         mm = int(m)
         if mm > C_LIMIT or mm < -C_LIMIT or self.absmax > C_LIMIT:
             raise OverflowError(f"multiplicity beyond {LIMIT} in the compiled state")
+        self.version += 1
         xid = self._find(x)
         if xid < 0:
             xid = self._intern(x)
@@ -1919,4 +2499,173 @@ cdef class TriangleFirstOrder:
             if row is None:
                 row = out[u] = {}
             row[values[<uint32_t> (key & 0xFFFFFFFF)]] = _int128(hi, lo)
+        return out
+
+    # -- triangle listing (IVM^eps Appendix E, Theorem 21) --------------------------------
+
+    def enable_listing(self):
+        """Keep the listing's views too: Q^L (the hhh and lll triangles), per slot the groups of
+        ``W[i] = K_i^h·K_{i+1}^l`` by ``(x_i, x_{i+2})`` and ``F[i]`` (Figure 12), built from the
+        current partitions, O(|D|^{3/2}); every later update maintains them (Figure 13)."""
+        cdef tk_ctx c
+        if not self.partitioned or self.selfjoin:
+            raise ValueError("the listing needs the three partitioned slots of the triangle")
+        if self.lst is not NULL:
+            return
+        self.lst = <tk_list *> calloc(1, sizeof(tk_list))
+        if self.lst is NULL:
+            raise MemoryError()
+        self.lst.pending.valued = 1
+        self.version += 1
+        self._ctx(&c)
+        if tk_lrebuild(&c, self.lst) < 0:
+            raise MemoryError()
+
+    def is_listing(self):
+        """Whether the state keeps the listing's views, O(1)."""
+        return self.lst is not NULL
+
+    def set_tracking(self, bint on):
+        """Record each update's answer changes for :meth:`drain` (``.delta``), or stop; O(1)."""
+        if self.lst is NULL:
+            raise ValueError("not a listing state")
+        self.lst.track = on
+
+    def listing_sizes(self):
+        """``(|Q^L|, groups of the three W, pending changes)``, O(1)."""
+        if self.lst is NULL:
+            return 0, 0, 0
+        L = self.lst
+        return L.listing.n, L.G[0].n + L.G[1].n + L.G[2].n, L.pending.n
+
+    cdef object _triple_value(self, uint32_t u0, uint32_t u1, uint32_t u2):
+        """``K_0(u0,u1)·K_1(u1,u2)·K_2(u2,u0)``, a Python int."""
+        return (<object> tk_kget(&self.s[0], u0, u1)) * tk_kget(&self.s[1], u1, u2) * tk_kget(&self.s[2], u2, u0)
+
+    def answers(self, positions):
+        """Every answer once with its multiplicity, ``((u_p for p in positions), m)``, with constant delay
+        (Theorem 21): Q^L's triples, then for each slot the groups of F[i] and their members (values
+        from the slots: ``W·K_{i+2}``).  A generator; it raises RuntimeError if the state changes
+        while it runs (as iterating a changed dict does)."""
+        cdef tk_list *L
+        cdef uint64_t j
+        cdef uint32_t u0, u1, u2, t, x, z, y
+        cdef int64_t hi = 0
+        cdef uint64_t lo = 0
+        cdef Py_ssize_t p0, p1, p2
+        cdef int64_t version = self.version
+        cdef int i
+        cdef uint32_t g, m
+        p0, p1, p2 = positions
+        L = self.lst
+        if L is NULL:
+            raise ValueError("not a listing state")
+        j = 0
+        while L.listing.k1 is not NULL and j <= L.listing.mask:
+            if self.version != version:
+                raise RuntimeError("the state changed during enumeration")
+            L = self.lst
+            if tk_tslot_used(&L.listing, j):
+                tk_tsplit(&L.listing, j, &u0, &u1, &u2, &hi, &lo)
+                ids = (u0, u1, u2)
+                yield (self.values[ids[p0]], self.values[ids[p1]], self.values[ids[p2]]), self._triple_value(u0, u1, u2)
+            j += 1
+        for i in range(3):
+            t = 0
+            while True:
+                if self.version != version:
+                    raise RuntimeError("the state changed during enumeration")
+                L = self.lst
+                if t >= L.G[i].ntops:
+                    break
+                g = L.G[i].tops[t]
+                x = <uint32_t> (L.G[i].pair[g] >> 32)
+                z = <uint32_t> (L.G[i].pair[g] & 0xFFFFFFFF)
+                for m in range(L.G[i].mem[g].n):
+                    if self.version != version:
+                        raise RuntimeError("the state changed during enumeration")
+                    L = self.lst
+                    y = L.G[i].mem[g].mem[m]
+                    if i == 0:
+                        u0, u1, u2 = x, y, z
+                    elif i == 1:
+                        u0, u1, u2 = z, x, y
+                    else:
+                        u0, u1, u2 = y, z, x
+                    ids = (u0, u1, u2)
+                    yield (self.values[ids[p0]], self.values[ids[p1]], self.values[ids[p2]]), self._triple_value(u0, u1, u2)
+                t += 1
+
+    cdef list _pending_ids(self):
+        cdef tk_tmap *T = &self.lst.pending
+        cdef uint64_t j
+        cdef uint32_t u0, u1, u2
+        cdef int64_t hi = 0
+        cdef uint64_t lo = 0
+        out = []
+        if T.k1 is NULL:
+            return out
+        for j in range(T.mask + 1):
+            if tk_tslot_used(T, j):
+                tk_tsplit(T, j, &u0, &u1, &u2, &hi, &lo)
+                out.append(((u0, u1, u2), _int128(hi, lo)))
+        return out
+
+    def drain(self, positions):
+        """The net answer changes recorded since the previous drain, ``[(answer, change)]`` (answers as in
+        :meth:`answers`), and the record cleared; O(changes)."""
+        cdef Py_ssize_t p0, p1, p2
+        if self.lst is NULL:
+            raise ValueError("not a listing state")
+        p0, p1, p2 = positions
+        out = []
+        for ids, d in self._pending_ids():
+            out.append(((self.values[ids[p0]], self.values[ids[p1]], self.values[ids[p2]]), d))
+        tk_tfree(&self.lst.pending)
+        self.version += 1
+        return out
+
+    def listing_dict(self):
+        """Q^L as ``{(u0, u1, u2): K_0·K_1·K_2}``, O(|Q^L| + table)."""
+        cdef tk_tmap *T = &self.lst.listing
+        cdef uint64_t j
+        cdef uint32_t u0, u1, u2
+        cdef int64_t hi = 0
+        cdef uint64_t lo = 0
+        cdef list values = self.values
+        out = {}
+        if T.k1 is NULL:
+            return out
+        for j in range(T.mask + 1):
+            if tk_tslot_used(T, j):
+                tk_tsplit(T, j, &u0, &u1, &u2, &hi, &lo)
+                out[(values[u0], values[u1], values[u2])] = self._triple_value(u0, u1, u2)
+        return out
+
+    def groups_dict(self, Py_ssize_t i):
+        """The groups of W[i] as ``{(x_i, x_{i+2}): {x_{i+1}: K_i(x_i,x_{i+1})·K_{i+1}(x_{i+1},x_{i+2})}}``,
+        O(members + groups)."""
+        cdef tk_groups *G = &self.lst.G[i]
+        cdef uint32_t g, t, x, z, y
+        cdef int j = 0 if i == 2 else i + 1
+        out = {}
+        for g in range(G.used):
+            if not G.mem[g].n:
+                continue
+            x = <uint32_t> (G.pair[g] >> 32)
+            z = <uint32_t> (G.pair[g] & 0xFFFFFFFF)
+            row = out[(self.values[x], self.values[z])] = {}
+            for t in range(G.mem[g].n):
+                y = G.mem[g].mem[t]
+                row[self.values[y]] = (<object> tk_kget(&self.s[i], x, y)) * tk_kget(&self.s[j], y, z)
+        return out
+
+    def tops_set(self, Py_ssize_t i):
+        """F[i] as the set of its pairs ``(x_i, x_{i+2})``, O(|F[i]|)."""
+        cdef tk_groups *G = &self.lst.G[i]
+        cdef uint32_t t, g
+        out = set()
+        for t in range(G.ntops):
+            g = G.tops[t]
+            out.add((self.values[<uint32_t> (G.pair[g] >> 32)], self.values[<uint32_t> (G.pair[g] & 0xFFFFFFFF)]))
         return out

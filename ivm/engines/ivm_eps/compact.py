@@ -37,7 +37,7 @@ there, exactly).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any
 
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, cutoffs
@@ -62,7 +62,10 @@ __all__ = [
     "EV_MAJOR",
     "IMPLEMENTATIONS",
     "LIMIT",
+    "CompactGroups",
+    "CompactListing",
     "CompactPart",
+    "CompactTops",
     "CompactView",
     "PartIndex",
     "compact_parts",
@@ -285,6 +288,77 @@ class CompactView(Mapping[object, dict[object, int]]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return CompactView, (self.state, self.index)
+
+
+class CompactListing(Mapping[tuple[object, object, object], int]):
+    """The listing's Q^L (Figure 12: the hhh and lll triangles) of a compiled state as ``{(u0, u1, u2): m}``,
+    read-only; every read builds it from C, O(|Q^L|) (introspection)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def _items(self) -> dict[tuple[object, object, object], int]:
+        return self.state.listing_dict()  # type: ignore[no-any-return]
+
+    def __getitem__(self, key: tuple[object, object, object]) -> int:
+        return self._items()[key]
+
+    def __iter__(self) -> Iterator[tuple[object, object, object]]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return self.state.listing_sizes()[0]  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return CompactListing, (self.state,)
+
+
+class CompactGroups(Mapping[tuple[object, object], dict[object, int]]):
+    """The groups of the listing view ``W[index]`` of a compiled state, ``{(x_i, x_{i+2}): {x_{i+1}: w}}``,
+    read-only, built from C on every read (introspection)."""
+
+    __slots__ = ("index", "state")
+
+    def __init__(self, state: Any, index: int) -> None:
+        self.state, self.index = state, index
+
+    def _groups(self) -> dict[tuple[object, object], dict[object, int]]:
+        return self.state.groups_dict(self.index)  # type: ignore[no-any-return]
+
+    def __getitem__(self, key: tuple[object, object]) -> dict[object, int]:
+        return self._groups()[key]
+
+    def __iter__(self) -> Iterator[tuple[object, object]]:
+        return iter(self._groups())
+
+    def __len__(self) -> int:
+        return len(self._groups())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return CompactGroups, (self.state, self.index)
+
+
+class CompactTops(Set[tuple[object, object]]):
+    """The top view ``F[index]`` (the pairs with a group and a closing tuple) of a compiled state, read-only."""
+
+    __slots__ = ("index", "state")
+
+    def __init__(self, state: Any, index: int) -> None:
+        self.state, self.index = state, index
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.state.tops_set(self.index)
+
+    def __iter__(self) -> Iterator[tuple[object, object]]:
+        return iter(self.state.tops_set(self.index))
+
+    def __len__(self) -> int:
+        return len(self.state.tops_set(self.index))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return CompactTops, (self.state, self.index)
 
 
 def compact_parts(state: Any) -> tuple[CompactPart, CompactPart, CompactPart]:

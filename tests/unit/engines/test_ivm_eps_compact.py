@@ -346,9 +346,9 @@ def test_auto_runs_the_compiled_partitions_and_python_is_selectable() -> None:
     assert type(eps.engine.parts[0]) is HeavyLightPartition
     assert isinstance(ivm.maintain(TRIANGLE, engine="ivm_eps", eps=0.5).engine.parts[0], CompactPart)
     assert isinstance(ivm.maintain(SELF_JOIN).engine.part, CompactPart)
-    with pytest.raises(ValueError, match="listing"):
-        IVMEps(parse("Q(a,b,c) :- R(a,b), S(b,c), T(c,a)"), implementation="compiled")
-    assert type(IVMEps(parse("Q(a,b,c) :- R(a,b), S(b,c), T(c,a)")).parts[0]) is HeavyLightPartition
+    assert isinstance(IVMEps(parse("Q(a,b,c) :- R(a,b), S(b,c), T(c,a)")).parts[0], CompactPart)
+    listing = IVMEps(parse("Q(a,b,c) :- R(a,b), S(b,c), T(c,a)"), implementation="python")
+    assert type(listing.parts[0]) is HeavyLightPartition and isinstance(listing.listing, dict)
     with pytest.raises(ValueError, match="implementation"):
         IVMEps(parse(TRIANGLE), implementation="fast")
 
@@ -497,6 +497,94 @@ def test_hub_hub_updates_use_the_views() -> None:
     assert engine.views[1].lookup(0, 0) == engine.views[1].lookup(1, 0) == 399
     assert engine.result() == 398
     check_invariants(engine)
+
+
+LISTINGS = [
+    "Q(a,b,c) :- R(a,b), S(b,c), T(c,a)",
+    "Q(c,a,b) :- R(a,b), S(c,b), T(c,a)",  # another head order, flipped atoms
+    "Q(a,b,c) :- E(a,b), E(b,c), E(c,a)",  # one relation: a copy per slot
+]
+
+
+def listing_state(e: IVMEpsListing) -> tuple:
+    """The listing's own views (Q^L, W, F), its answers and stats, beside the triangle state."""
+    return (
+        dict(e.listing),
+        [dict(g) for g in e.groups],
+        [set(t) for t in e.tops],
+        sorted(e.enumerate(), key=repr),
+        without_memory(e.stats()),
+    )
+
+
+@needs_state
+@pytest.mark.parametrize("text", LISTINGS)
+@pytest.mark.parametrize("eps", [0.0, 0.3, 0.5, 1.0])
+def test_listing_equals_the_reference_after_every_batch(text: str, eps: float) -> None:
+    """Figure 13 in C (membership of Q^L, W, F; values read from the slots) against the Python listing: the
+    answers, Q^L, the groups of W, F, the drained ``.delta`` changes and the partitions, across minor
+    and major rebalancing, tracking on from the start, switched on later, or off."""
+    query = parse(text)
+    minors = 0
+    for seed in range(3):
+        rng = random.Random(hash((text, eps, seed)) & 0xFFFF)
+        stream = hub_stream(rng, sorted(query.relations), 450)
+        track = seed == 1
+        compiled = IVMEpsListing(query, eps=eps, track_delta=track, implementation="compiled")
+        python = IVMEpsListing(query, eps=eps, track_delta=track, implementation="python")
+        assert isinstance(compiled.parts[0], CompactPart)
+        i = 0
+        while i < len(stream):
+            size = rng.choice([1, 1, 3, 25])
+            compiled.apply(stream[i : i + size])
+            python.apply(stream[i : i + size])
+            i += size
+            assert_same(compiled, python, (seed, i))
+            assert listing_state(compiled) == listing_state(python), (seed, i)
+            if seed and rng.random() < 0.3:  # seed 2 switches tracking on at its first drain
+                assert sorted(compiled.drain_delta(), key=repr) == sorted(python.drain_delta(), key=repr)
+            if i % 10 < size:
+                check_invariants(compiled)  # the listing against brute force, W and F against their definitions
+        minors += compiled.minor_rebalances
+    if eps in (0.3, 0.5):
+        assert minors > 0
+
+
+@needs_state
+def test_listing_snapshot_fallback_and_guarded_enumeration() -> None:
+    """A snapshot with pending changes restores them; a multiplicity the state does not store moves the
+    listing to the Python views intact; enumerating while the state changes raises, like a dict."""
+    query = parse(LISTINGS[0])
+    stream = hub_stream(random.Random(4), ["R", "S", "T"], 900)
+    compiled = IVMEpsListing(query, eps=0.4, track_delta=True, implementation="compiled")
+    python = IVMEpsListing(query, eps=0.4, track_delta=True, implementation="python")
+    for e in (compiled, python):
+        e.apply(stream[:500])
+    assert compiled.stats()["pending_delta"] > 0 and compiled.stats()["factorized_groups"] > 0
+    restored = IVMEpsListing.restore(compiled.snapshot())
+    assert listing_state(restored) == listing_state(python)
+    assert sorted(restored.drain_delta(), key=repr) == sorted(compiled.drain_delta(), key=repr)
+    python.drain_delta()
+    for e in (restored, python):
+        e.apply(stream[500:700])
+        e.apply([("R", (1, 2), 2**40), ("S", (2, 3), 1), ("T", (3, 1), 1)])
+        e.apply(stream[700:])
+    assert not isinstance(restored.parts[0], CompactPart)
+    assert listing_state(restored) == listing_state(python)
+    assert sorted(restored.drain_delta(), key=repr) == sorted(python.drain_delta(), key=repr)
+    check_invariants(restored)
+    hub = IVMEpsListing(query, eps=0.5, implementation="compiled")  # every answer h-l-?: F[0], none in Q^L
+    hub.apply([("R", (0, v), 1) for v in range(1, 21)] + [("S", (v, 100), 1) for v in range(1, 21)])
+    hub.apply([("T", (100, 0), 3)])
+    assert hub.parts[0].routes_heavy(0) and dict(hub.listing) == {} and len(hub.tops[0]) == 1
+    assert dict(hub.enumerate()) == {(0, v, 100): 3 for v in range(1, 21)}
+    check_invariants(hub)
+    answers = compiled.enumerate()
+    first = next(answers)
+    assert first[1] != 0
+    compiled.apply([("R", (77, 78), 1)])
+    with pytest.raises(RuntimeError, match="changed during enumeration"):
+        list(answers)
 
 
 def test_without_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
