@@ -389,7 +389,10 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         OnUpdate of IVM^eps (Figure 4) otherwise, switching modes between two updates."""
         start, total = 0, len(updates)
         while start < total:
-            if type(self.parts[0]) is CompactPart:  # partitioned, on the compiled state
+            kind = type(self.parts[0])
+            if kind is CompactSlot:  # first-order, on the compiled state (every slot at eps = 1)
+                start = self._apply_first_order(updates, start)
+            elif kind is CompactPart:  # partitioned, on the compiled state
                 start = self._apply_compact(updates, start)
             elif self.partitioned:
                 start = self._apply_partitioned(updates, start)
