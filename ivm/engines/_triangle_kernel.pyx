@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
-"""Compact first-order state for the triangle count (IVM^eps App. A.1, §1.1), compiled.
+"""Compact state for the triangle (IVM^eps: first-order App. A.1, partitions §3-4, App. B, App. E), compiled.
 
 The three slots ``K_0(u0,u1), K_1(u1,u2), K_2(u2,u0)`` of the triangle (the
 partition at eps = 1: every key light) are kept in C, not as Python dicts of
@@ -38,6 +38,29 @@ int64; an update whose multiplicity, or a stored multiplicity, exceeds
 the engine continues with the Python reference loop on Python slots
 (:mod:`ivm.engines.first_order`).  Space is O(|D|): ids no longer stored are
 renumbered away once they outnumber ``4|D| + 4096`` (:meth:`TriangleFirstOrder.compact`).
+
+**The partitioned mode** (:meth:`TriangleFirstOrder.set_partitioned`, IVM^eps
+§3-4, Theorem 3) keeps, beside the same tables, each slot's heavy/light
+partition on its first variable (Definition 6): a heavy flag per key (all of a
+key's tuples are in one part) and the backward index of the heavy part alone
+(``K^h(·, y)``; ``K^l(·, y)`` is the rest of the backward index), the cutoffs
+of ``θ = N^eps`` and N (Definition 7), and the three views ``V[i](x_i,
+x_{i+2}) = Σ K_i^h·K_{i+1}^l`` (Figure 2) as open-addressing maps of 128-bit
+values.  :meth:`TriangleFirstOrder.apply_partitioned` runs OnUpdate (Figure 4)
+per slot update: ApplyUpdate (Figure 3: δQ from two intersections and a view
+entry, O(N^max(eps,1-eps)); the views' share; the part) and the minor
+rebalancing of the updated key (its row moved at once, the views changed by the
+row as a whole: O(N^{eps+max}), Proposition 12); it returns to the engine when
+the size invariant breaks, so that the engine computes the new cutoffs and
+calls :meth:`TriangleFirstOrder.major` (strict repartition, views recomputed:
+O(N^{1+min}), Proposition 11), and for the adaptive engine's skew tests.
+Built with ``selfjoin=True`` the state is Appendix B's one partitioned relation
+and one view ``V = R^h·R^l`` (Figure 5 with the corrected line 13, the
+self-loop terms).  :meth:`TriangleFirstOrder.enable_listing` adds the listing's
+views (Appendix E, Figures 12-13): Q^L as a set of triples, per slot the groups
+of ``W[i] = K_i^h·K_{i+1}^l`` by ``(x_i, x_{i+2})`` with the dense list of
+``F[i]``, and the pending answer changes; their members change only when a
+tuple appears or vanishes, the multiplicities being read from the slots.
 """
 
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
@@ -1645,7 +1668,8 @@ EV_DONE, EV_MAJOR, EV_HIT, EV_CHECK, EV_BLOCKED = 0, 1, 2, 3, 4
 
 
 cdef class TriangleFirstOrder:
-    """The three key-set slots of first-order triangle IVM in compact C tables (module docstring).
+    """The three slots of the triangle in compact C tables: first-order key sets, or IVM^eps's partitions
+    and views in the partitioned mode (module docstring).
 
     ``occurrences`` maps each relation to its ``[(slot, flipped)]`` in cycle
     order (a relation of a self-join feeds several slots, in turn: the
