@@ -786,11 +786,11 @@ cdef extern from *:
        then the part; O(N^max(eps,1-eps)).  Returns tk_change's code (+1, 0, -1) or -9 (out of memory). */
     static int tk_papply(tk_ctx *c, int i, uint32_t x, uint32_t y, int64_t m, int heavy, tk_acc *acc) {
         int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1), res;
-        if (c->L != NULL && tk_lbefore(c, c->L, i, x, y, m, heavy, acc != NULL) < 0) return -9;
+        if (c->L != NULL && (res = tk_lbefore(c, c->L, i, x, y, m, heavy, acc != NULL)) < 0) return res;
         if (acc != NULL) tk_pdelta(c, i, x, y, m, acc);
         if (tk_pviews(c, j, k, &c->V[i], &c->V[k], x, y, m, heavy) < 0) return -9;
         res = tk_pchange(&c->S[i], &c->P[i], x, y, m, heavy, c->absmax, c->nids);
-        if (res != -9 && c->L != NULL && tk_lafter(c, c->L, i, x, y) < 0) return -9;
+        if (res >= -1 && c->L != NULL && tk_lafter(c, c->L, i, x, y) < 0) return -9;
         return res;
     }
 
@@ -800,14 +800,14 @@ cdef extern from *:
        R^h'·E - E·R^l to light, where ' leaves out row x (the printed per-tuple moves give the same V).
        Fewer than (3/2)N^eps + 1 tuples, each O(N^max): O(N^{eps+max}) (Proposition 12). */
     static int tk_minor(tk_ctx *c, int i, uint32_t x, int to_heavy) {
-        int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1);
+        int sj = c->selfjoin, j = sj ? i : (i == 2 ? 0 : i + 1), k = sj ? i : (i == 0 ? 2 : i - 1), e;
         tk_slot *S = c->S;
         tk_part *p = &c->P[i];
         const tk_adj *row = &S[i].f.v[x], *col = tk_row(&c->P[k].hb, x);
         tk_view *Vh = &c->V[i], *Vl = &c->V[k];
         int64_t sign = to_heavy ? 1 : -1;
         uint32_t t, u, n = row->n;
-        if (c->L != NULL && tk_lminor(c, c->L, i, x, to_heavy) < 0) return -9;
+        if (c->L != NULL && (e = tk_lminor(c, c->L, i, x, to_heavy)) < 0) return e;
         for (t = 0; t < n; t++) {
             uint32_t b = row->mem[t];
             int64_t e = tk_mult(&S[i].o, x, b);
@@ -848,7 +848,8 @@ cdef extern from *:
         const tk_adj *row = tk_row(&S[i].f, x);
         int heavy = row != NULL ? tk_heavy(&c->P[i], x) : c->P[i].eps == 0.0;
         int64_t size;
-        if (tk_papply(c, i, x, y, m, heavy, acc) == -9) return -9;
+        int r = tk_papply(c, i, x, y, m, heavy, acc);
+        if (r < -1) return r;
         size = c->selfjoin ? S[i].size : S[0].size + S[1].size + S[2].size;
         if (size == c->N) { *n = 2 * c->N; return 1; }
         if (size < c->N / 4) { *n = c->N / 2 - 1; return 1; }
@@ -1140,12 +1141,16 @@ cdef extern from *:
         return g;
     }
 
-    /* member z leaves group g (present); an empty group is deleted (and leaves F) */
-    static int tk_gleave(tk_groups *G, uint32_t g, uint32_t z) {
+    /* member z leaves the group of `pair`; an empty group is deleted (and leaves F).  -8 when the group or the
+       member is missing: the listing's views would be out of step with the slots (never, by Figure 13) */
+    static int tk_gleave(tk_groups *G, uint64_t pair, uint32_t z) {
+        int64_t found = tk_gfind(G, pair);
+        if (found < 0 || !tk_has(&G->mem[found], z)) return -8;
+        uint32_t g = (uint32_t)found;
         tk_remove(&G->mem[g], z);
         G->members--;
         if (G->mem[g].n) return 0;
-        uint64_t pair = G->pair[g], i = tk_mix(pair) & G->mask, j;
+        uint64_t i = tk_mix(pair) & G->mask, j;
         tk_gtop(G, g, 0);
         while (G->keys[i] != pair) i = (i + 1) & G->mask;
         for (j = (i + 1) & G->mask; G->keys[j] != TK_MEMPTY; j = (j + 1) & G->mask) {
@@ -1205,7 +1210,7 @@ cdef extern from *:
        a new group in F when its closing tuple is there).  O(N^max(eps,1-eps)).  A tuple whose multiplicity
        changes but stays non-zero changes no membership: the values are read from the slots. */
     static int tk_lbefore(tk_ctx *c, tk_list *L, int i, uint32_t x, uint32_t y, int64_t m, int heavy, int record) {
-        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1, created;
+        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1, created, e;
         const tk_slot *S = c->S;
         const tk_part *P = c->P;
         const tk_adj *row = tk_row(&S[j].f, y), *hc = tk_row(&P[k].hb, x), *small, *big;
@@ -1268,8 +1273,8 @@ cdef extern from *:
                         g = tk_gjoin(&L->G[i], pair, y, c->nids, &created);
                         if (g < 0) return -9;
                         if (created && tk_kget(&S[k], z, x) && tk_gtop(&L->G[i], (uint32_t)g, 1) < 0) return -9;
-                    } else if (tk_gleave(&L->G[i], (uint32_t)tk_gfind(&L->G[i], pair), y) < 0) {
-                        return -9;
+                    } else if ((e = tk_gleave(&L->G[i], pair, y)) < 0) {
+                        return e;
                     }
                 }
             }
@@ -1281,8 +1286,8 @@ cdef extern from *:
                     g = tk_gjoin(&L->G[k], pair, x, c->nids, &created);
                     if (g < 0) return -9;
                     if (created && tk_kget(&S[j], y, z) && tk_gtop(&L->G[k], (uint32_t)g, 1) < 0) return -9;
-                } else if (tk_gleave(&L->G[k], (uint32_t)tk_gfind(&L->G[k], pair), x) < 0) {
-                    return -9;
+                } else if ((e = tk_gleave(&L->G[k], pair, x)) < 0) {
+                    return e;
                 }
             }
         }
@@ -1301,7 +1306,7 @@ cdef extern from *:
        its old part leave Q^L and those of its new part join; the row joins (to heavy) or leaves W[i], and
        leaves (to heavy) or joins W[k].  The same work as Figure 13 per moved tuple. */
     static int tk_lminor(tk_ctx *c, tk_list *L, int i, uint32_t x, int to_heavy) {
-        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1, created;
+        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1, created, e;
         const tk_slot *S = c->S;
         const tk_part *P = c->P;
         const tk_adj *row = tk_row(&S[i].f, x), *hc = tk_row(&P[k].hb, x), *small, *big;
@@ -1332,8 +1337,8 @@ cdef extern from *:
                         g = tk_gjoin(&L->G[i], pair, y, c->nids, &created);
                         if (g < 0) return -9;
                         if (created && tk_kget(&S[k], z, x) && tk_gtop(&L->G[i], (uint32_t)g, 1) < 0) return -9;
-                    } else if (tk_gleave(&L->G[i], (uint32_t)tk_gfind(&L->G[i], pair), y) < 0) {
-                        return -9;
+                    } else if ((e = tk_gleave(&L->G[i], pair, y)) < 0) {
+                        return e;
                     }
                 }
             }
@@ -1345,8 +1350,8 @@ cdef extern from *:
                         g = tk_gjoin(&L->G[k], pair, x, c->nids, &created);
                         if (g < 0) return -9;
                         if (created && tk_kget(&S[j], y, z) && tk_gtop(&L->G[k], (uint32_t)g, 1) < 0) return -9;
-                    } else if (tk_gleave(&L->G[k], (uint32_t)tk_gfind(&L->G[k], pair), x) < 0) {
-                        return -9;
+                    } else if ((e = tk_gleave(&L->G[k], pair, x)) < 0) {
+                        return e;
                     }
                 }
             }
@@ -1652,6 +1657,13 @@ def _rebuild(occurrences, values, slots, partition=None):
     state = TriangleFirstOrder(occurrences, partition is not None and partition[0])
     state._load(values, slots, partition)
     return state
+
+
+cdef int _raise(int code) except -1:
+    """The exception of a C error code: -9 out of memory, -8 the listing's views out of step with the slots."""
+    if code == -9:
+        raise MemoryError()
+    raise RuntimeError(f"the compiled listing's views are out of step with its slots (code {code})")
 
 
 cdef object _int128(int64_t hi, uint64_t lo):
@@ -2356,9 +2368,9 @@ cdef class TriangleFirstOrder:
                 res = tk_on_update(&c, slot, <uint32_t> xid, <uint32_t> yid, m, &acc, &n)
                 touched = True
                 e += 1
-                if res == -9:
+                if res < 0:
                     count = _flush(count, &acc)
-                    raise MemoryError()
+                    _raise(res)
                 if tk_acc_big(&acc):
                     count = _flush(count, &acc)
                 if res == 1:
@@ -2393,6 +2405,7 @@ cdef class TriangleFirstOrder:
         cdef tk_ctx c
         cdef tk_acc acc
         cdef int64_t xid, yid, mm
+        cdef int res
         if not self.partitioned:
             raise ValueError("the state is not partitioned")
         if not 0 <= slot < 3:
@@ -2411,8 +2424,9 @@ cdef class TriangleFirstOrder:
             yid = self._intern(y)
         self._ctx(&c)
         tk_acc_zero(&acc)
-        if tk_papply(&c, <int> slot, <uint32_t> xid, <uint32_t> yid, mm, heavy, &acc) == -9:
-            raise MemoryError()
+        res = tk_papply(&c, <int> slot, <uint32_t> xid, <uint32_t> yid, mm, heavy, &acc)
+        if res < -1:
+            _raise(res)
         return _flush(0, &acc)
 
     # -- reading the partitions and views (introspection: O(size of the answer)) --------
