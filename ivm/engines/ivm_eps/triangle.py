@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from ivm.engines.ivm_eps.compact import (
     EV_BLOCKED,
@@ -139,8 +139,6 @@ class IVMEpsTriangle(IVMEps):
     (1, 'IVMEpsTriangle')
     """
 
-    #: whether this engine may keep its partitions in the compiled state (the listing keeps Python ones)
-    compact_partitions: ClassVar[bool] = True
     #: ``implementation`` of a snapshot taken before the choice existed (Python partitions)
     implementation = "python"
 
@@ -165,7 +163,7 @@ class IVMEpsTriangle(IVMEps):
         self.tuples_moved = 0
         compact = uses_compact_partitions(implementation)  # validates the name; "compiled" needs the kernel
         self.implementation = implementation
-        if compact and self.compact_partitions:
+        if compact:
             state = new_partitioned_state(self.occurrences, [p.eps for p in self.parts])
             self.parts = compact_parts(state)
             self.views = compact_views(state)  # type: ignore[assignment]
@@ -176,11 +174,6 @@ class IVMEpsTriangle(IVMEps):
         if reason is None and query.free:
             return "the triangle count has no free variables (listing is IVMEpsListing)"
         return reason
-
-    @property
-    def compact_state(self) -> Any:
-        """The compiled state holding the slots (partitioned or first-order key sets), or None. O(1)."""
-        return getattr(self.parts[0], "state", None)
 
     # -- the engine protocol ---------------------------------------------------------
 
