@@ -288,11 +288,13 @@ def compact_memory(slots: Sequence[Any], tuples: int | float) -> dict[str, int |
     """``state_bytes`` and ``bytes_per_tuple`` of slots on the compact state (``{}`` for Python slots).
 
     The C tables, the int map and the value table of :class:`TriangleFirstOrder` (its
-    ``state_bytes``); tuples are the stored tuples of the three slots.  O(ids).
+    ``state_bytes``; a partitioned state's heavy indexes and views included); tuples are
+    the stored tuples of the three slots.  O(ids).
     """
-    if not slots or not isinstance(slots[0], CompactSlot):
+    state = getattr(slots[0], "state", None) if slots else None
+    if state is None:
         return {}
-    total = slots[0].state.state_bytes()
+    total = state.state_bytes()
     return {"state_bytes": total, "bytes_per_tuple": round(total / tuples, 1) if tuples else 0.0}
 
 

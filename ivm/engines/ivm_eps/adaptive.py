@@ -51,7 +51,12 @@ compact state does not store moves the slots to key sets (O(|D|), once), where
 the loop of :func:`~ivm.engines.first_order.first_order_kernel` continues.  A promotion
 turns the key sets into heavy/light partitions before its major rebalancing,
 and the return of the last partitioned relation turns them back, each O(|D|),
-within the O(N^{1+min}) of the rebalancing itself.
+within the O(N^{1+min}) of the rebalancing itself.  On the compact state the
+partitioned mode runs there too (:mod:`.compact`: heavy flags, the heavy part's
+backward index and the views beside the same tables, IVM^eps's OnUpdate and
+both rebalancings in C): a promotion marks the state partitioned and its major
+rebalancing partitions it in place, the return of the last relation clears
+the heavy parts and views, and no tuple is copied either way.
 """
 
 from __future__ import annotations
@@ -70,8 +75,9 @@ from ivm.engines.first_order import (
     key_set_slots,
     uses_compact,
 )
+from ivm.engines.ivm_eps.compact import EV_CHECK, EV_HIT, CompactPart, compact_parts, compact_views
 from ivm.engines.ivm_eps.engine import IVMEps
-from ivm.engines.ivm_eps.partition import AllLightPartition
+from ivm.engines.ivm_eps.partition import AllLightPartition, HeavyLightPartition, cutoffs
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
 from ivm.query.model import Query
 from ivm.updates import Row, Update
@@ -120,7 +126,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             raise ValueError(f"eps must lie in [0, 1], got {eps}")
         if skew <= 0 or dwell < 0:
             raise ValueError("skew must be positive and dwell non-negative")
-        super().__init__(query, eps=1.0)
+        super().__init__(query, eps=1.0, implementation="python")  # Python partitions, replaced below
+        self.implementation = implementation
         self.hot_eps = float(eps)
         self.eps = self.hot_eps  # what explain() reports as the exponent of a partitioned relation
         self.skew = float(skew)
@@ -217,7 +224,16 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         first; when no relation stays partitioned they become key sets again (O(|D|) each).
         """
         if not self.partitioned:
-            self.parts = tuple(p.to_heavy_light() for p in self.parts)  # type: ignore[union-attr]
+            if isinstance(self.parts[0], CompactSlot):  # the same tables: every key light until the major
+                state = self.parts[0].state
+                state.set_partitioned(True)
+                for i in range(3):
+                    state.set_eps(i, 1.0)
+                    state.set_cutoffs(i, *cutoffs(1, 1.0))
+                self.parts = compact_parts(state)
+                self.views = compact_views(state)  # type: ignore[assignment]
+            else:
+                self.parts = tuple(p.to_heavy_light() for p in self.parts)  # type: ignore[union-attr]
         for i in slots:
             self.parts[i].eps = eps
             self.last_switch[i] = self.updates_applied
@@ -244,6 +260,12 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         """
         self.views = ({}, {}, {})
         parts = self.parts
+        if isinstance(parts[0], CompactPart):  # every slot at eps = 1 after the major: no heavy part, no view
+            state = parts[0].state
+            state.set_partitioned(False)
+            self.parts = (CompactSlot(state, 0), CompactSlot(state, 1), CompactSlot(state, 2))
+            self.plan = None
+            return
         if uses_compact(self.implementation):
             if not all(isinstance(p, CompactSlot) for p in parts):
                 compact = compact_slots(self.occurrences, parts)
@@ -317,9 +339,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         for i, part in enumerate(self.parts):
             if part.eps == 1.0:
                 continue
-            deg = max((len(r) for r in part.hf.values()), default=0)
+            deg = heavy_max_degree(part)
             if part.up > self.cold_cutoff:
-                deg = max(deg, max((len(r) for r in part.lf.values()), default=0))
+                deg = max(deg, light_max_degree(part))
             largest = max(largest, deg)
             waited = self.updates_applied - self.last_switch[i] >= self.dwell * self.switch_size[i]
             if deg < self.cold_cutoff and waited:
@@ -367,12 +389,22 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         OnUpdate of IVM^eps (Figure 4) otherwise, switching modes between two updates."""
         start, total = 0, len(updates)
         while start < total:
-            if self.partitioned:
+            kind = type(self.parts[0])
+            if kind is CompactSlot:  # first-order, on the compiled state (every slot at eps = 1)
+                start = self._apply_first_order(updates, start)
+            elif kind is CompactPart:  # partitioned, on the compiled state
+                start = self._apply_compact(updates, start)
+            elif self.partitioned:
                 start = self._apply_partitioned(updates, start)
             else:
                 start = self._apply_first_order(updates, start)
 
     def _apply_partitioned(self, updates: Sequence[Any], start: int) -> int:
+        """OnUpdate of IVM^eps (Figure 4) with the skew test of the first-order slots and the check for
+        fading skew, from ``updates[start]`` until the end or a return to first-order mode: one
+        compiled call per batch on the compact state (:meth:`_apply_compact`), else per update."""
+        if isinstance(self.parts[0], CompactPart):
+            return self._apply_compact(updates, start)
         occurrences = self.occurrences
         # the cold (first-order) slots need the skew test after each of their updates
         on_update = self.on_update if any(p.eps == 1.0 for p in self.parts) else super().on_update
@@ -391,6 +423,30 @@ class IVMEpsAdaptive(IVMEpsTriangle):
                 if not self.partitioned or on_update != self.on_update:
                     return k + 1  # the mode or the set of cold slots may have changed
         return len(updates)
+
+    def _compact_limits(self) -> tuple[int, int]:
+        """The compiled call's skew test (a key of a slot at eps = 1 reaching degree ``hot_cutoff``: the
+        call tests only such slots, as :meth:`on_update` does) and the updates until the next check
+        for fading skew (``next_check``)."""
+        return self.hot_cutoff, self.next_check - self.updates_applied
+
+    def _after_on_update(self, i: int, x: object) -> None:
+        """The skew test of :meth:`on_update` after a major rebalancing of the compiled call."""
+        part = self.parts[i]
+        if part.eps == 1.0:
+            degree = part.degree(x)  # type: ignore[attr-defined]
+            if degree >= self.hot_cutoff:
+                self._promote(i, x, degree)
+
+    def _compact_event(self, event: int, slot: int, key: object, value: int) -> bool:
+        """A key of a first-order slot reached the cutoff (EV_HIT: promote) or the check for fading skew
+        is due (EV_CHECK); True when the engine is back in first-order mode."""
+        if event == EV_HIT:
+            self._promote(slot, key, value)
+            return False
+        assert event == EV_CHECK, event
+        self._checkpoint()
+        return not self.partitioned
 
     def on_update(self, i: int, x: object, y: object, m: int) -> None:
         """OnUpdate (Figure 4), then the skew test for a first-order slot's updated key."""
@@ -471,11 +527,21 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         return nxt
 
 
-def light_max_degree(part: AllLightPartition) -> int:
-    """The largest key degree of a first-order slot: O(ids) in C for a compact slot, else O(keys)."""
+def light_max_degree(part: AllLightPartition | HeavyLightPartition) -> int:
+    """The largest degree of a light key of a slot: O(ids) in C for a compact slot or part, else O(keys)."""
     if isinstance(part, CompactSlot):
         return part.max_degree()
+    if isinstance(part, CompactPart):
+        return part.max_degrees()[1]
     return max((len(r) for r in part.lf.values()), default=0)
+
+
+def heavy_max_degree(part: HeavyLightPartition) -> int:
+    """The largest degree of a heavy key of a partitioned slot (0 without one): O(ids) in C for a compact
+    part, else O(heavy keys)."""
+    if isinstance(part, CompactPart):
+        return part.max_degrees()[0]
+    return max((len(r) for r in part.hf.values()), default=0)
 
 
 __all__ = ["IVMEps", "IVMEpsAdaptive"]

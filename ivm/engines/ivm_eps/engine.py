@@ -85,7 +85,9 @@ class IVMEps(Engine):
                 cls = IVMEpsTriangle
         return super().__new__(cls)
 
-    def __init__(self, query: Query, eps: EpsSpec = 0.5) -> None:
+    def __init__(self, query: Query, eps: EpsSpec = 0.5, implementation: str = "auto") -> None:
+        """``implementation``: ``"python"`` (the reference), ``"compiled"`` or ``"auto"`` (the compiled
+        partitions and views when they were built; the listing keeps Python ones)."""
         super().__init__(query)
 
     @classmethod

@@ -31,12 +31,23 @@ clears the net changes since the previous drain.  As in the q-hierarchical
 engine, tracking starts at the first ``drain_delta`` call, which returns the
 whole current result (the change since the empty start); until then updates
 pay nothing for it (``track_delta=True`` tracks from the start instead).
+
+``implementation="compiled"`` (and ``"auto"``, the default, when it was built)
+keeps the partitions, the count's views and the listing's views in the
+compiled state (:mod:`.compact`), where Figure 13 runs in C, one call per
+batch, with the same bounds.  There Q^L, W and F hold *membership* only: they
+change when a tuple appears or vanishes, and an answer's multiplicity is the
+product of the stored multiplicities, read when it is enumerated (an entry of
+Q^L or of a group is one product, never a sum, so this is the same value).
+``"python"`` is the reference below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+from ivm.engines.ivm_eps.compact import CompactGroups, CompactListing, CompactPart, CompactTops
 from ivm.engines.ivm_eps.engine import EpsSpec
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
@@ -101,8 +112,12 @@ class IVMEpsListing(IVMEpsTriangle):
     ([((1, 2, 3), 2)], [((1, 2, 3), 2)], [])
     """
 
-    def __init__(self, query: Query, eps: EpsSpec = 0.5, track_delta: bool = False) -> None:
-        super().__init__(query, eps)
+    def __init__(
+        self, query: Query, eps: EpsSpec = 0.5, track_delta: bool = False, implementation: str = "auto"
+    ) -> None:
+        """``implementation``: ``"python"`` (the reference), ``"compiled"`` or ``"auto"`` (the compiled state
+        when it was built: partitions, views and the listing's views in C)."""
+        super().__init__(query, eps, implementation=implementation)
         order = self.shape.variables
         self.head_positions = tuple(order.index(v) for v in query.free)
         self.listing: dict[Triple, int] = {}  # Q^L
@@ -110,6 +125,30 @@ class IVMEpsListing(IVMEpsTriangle):
         self.tops: tuple[set, set, set] = (set(), set(), set())  # F[i]
         self.track_delta = track_delta
         self.pending_delta: dict[Triple, int] = {}
+        if isinstance(self.parts[0], CompactPart):
+            state = self.parts[0].state
+            state.enable_listing()
+            state.set_tracking(track_delta)
+            self._compact_listing_views(state)
+
+    def _compact_listing_views(self, state: Any) -> None:
+        """Read-only views of the compiled Q^L, W and F under the reference's names (for the checker)."""
+        self.listing = CompactListing(state)  # type: ignore[assignment]
+        self.groups = (CompactGroups(state, 0), CompactGroups(state, 1), CompactGroups(state, 2))  # type: ignore[assignment]
+        self.tops = (CompactTops(state, 0), CompactTops(state, 1), CompactTops(state, 2))  # type: ignore[assignment]
+
+    def _to_python_partitions(self) -> None:
+        """The compiled state to the reference's Python values (a multiplicity it does not store): the
+        partitions and count views, then Q^L, W, F and the pending changes, all O(size)."""
+        state = self.parts[0].state  # type: ignore[attr-defined]
+        listing, groups = state.listing_dict(), [state.groups_dict(i) for i in range(3)]
+        tops = [state.tops_set(i) for i in range(3)]
+        pending = dict(state.drain((0, 1, 2)))
+        super()._to_python_partitions()
+        self.listing = listing
+        self.groups = (groups[0], groups[1], groups[2])
+        self.tops = (tops[0], tops[1], tops[2])
+        self.pending_delta = pending if self.track_delta else {}
 
     @classmethod
     def refuses(cls, query: Query) -> str | None:
@@ -129,6 +168,9 @@ class IVMEpsListing(IVMEpsTriangle):
     def enumerate(self) -> Iterator[tuple[Row, int]]:
         """Each answer once with its multiplicity, with constant delay (Theorem 21)."""
         pos = self.head_positions
+        if isinstance(self.parts[0], CompactPart):
+            yield from self.parts[0].state.answers(pos)
+            return
         for triple, m in self.listing.items():
             yield tuple(triple[p] for p in pos), m
         parts = self.parts
@@ -151,14 +193,22 @@ class IVMEpsListing(IVMEpsTriangle):
         if not self.track_delta:
             self.track_delta = True
             self.pending_delta = {}
+            if isinstance(self.parts[0], CompactPart):
+                self.parts[0].state.set_tracking(True)
             return list(self.enumerate())
         pos = self.head_positions
+        if isinstance(self.parts[0], CompactPart):
+            return self.parts[0].state.drain(pos)  # type: ignore[no-any-return]
         out = [(tuple(t[p] for p in pos), m) for t, m in self.pending_delta.items() if m]
         self.pending_delta = {}
         return out
 
     def stats(self) -> dict[str, int | float]:
         stats = super().stats()
+        if isinstance(self.parts[0], CompactPart):
+            entries, members, pending = self.parts[0].state.listing_sizes()
+            stats.update(listing_entries=entries, factorized_groups=members, pending_delta=pending)
+            return stats
         stats["listing_entries"] = len(self.listing)
         stats["factorized_groups"] = sum(len(g) for g in self.groups)
         stats["pending_delta"] = len(self.pending_delta)

@@ -13,14 +13,35 @@ The delta of ``δR = {(α,β) ↦ m}`` (pre-update values, digest §5.1)::
 
 and Figure 5 with the **corrected line 13**: a light update maintains
 ``V(a,β) += R_h(a,α)·m`` (the paper prints ``R_h(a,β)``, which is wrong).
+
+``implementation="compiled"`` (and ``"auto"``, the default, when it was built)
+keeps ``R``'s partition and ``V`` in the compiled state (:mod:`.compact`, one
+slot and one view of a state built for the self-join): Figure 5, OnUpdate and
+both rebalancings in C, one call per batch, the same bounds; ``"python"`` is
+the reference below.  A minor rebalancing there moves the key's row as a whole:
+``V`` changes by ``E·R_l' - R_h·E`` to heavy and ``R_h'·E - E·R_l`` to light
+(``E`` the row, ``'`` without it), which is what the per-tuple moves of Figure
+4 add up to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
+from ivm.engines.ivm_eps.compact import (
+    EV_BLOCKED,
+    EV_DONE,
+    EV_MAJOR,
+    CompactPart,
+    CompactView,
+    new_partitioned_state,
+    python_partitions,
+    uses_compact_partitions,
+    view_entries,
+)
 from ivm.engines.ivm_eps.engine import EpsSpec, IVMEps, count_shape, eps_for, is_direct_self_join
-from ivm.engines.ivm_eps.partition import HeavyLightPartition, resized
+from ivm.engines.ivm_eps.partition import HeavyLightPartition, cutoffs, resized
 from ivm.engines.ivm_eps.triangle import View, intersect, join_view, view_add
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape
@@ -37,7 +58,10 @@ class IVMEpsSelfJoin(IVMEps):
     (3, 'IVMEpsSelfJoin')
     """
 
-    def __init__(self, query: Query, eps: EpsSpec = 0.5) -> None:
+    #: ``implementation`` of a snapshot taken before the choice existed (Python partition)
+    implementation = "python"
+
+    def __init__(self, query: Query, eps: EpsSpec = 0.5, implementation: str = "auto") -> None:
         super().__init__(query)
         shape = count_shape(query)
         assert isinstance(shape, TriangleShape)
@@ -54,6 +78,12 @@ class IVMEpsSelfJoin(IVMEps):
         self.major_rebalances = 0
         self.minor_rebalances = 0
         self.tuples_moved = 0
+        compact = uses_compact_partitions(implementation)  # validates the name; "compiled" needs the kernel
+        self.implementation = implementation
+        if compact:
+            state = new_partitioned_state({self.relation: [(0, self.flipped)]}, [self.part.eps], selfjoin=True)
+            self.part = CompactPart(state, 0)
+            self.view = CompactView(state, 0)  # type: ignore[assignment]
 
     @classmethod
     def refuses(cls, query: Query) -> str | None:
@@ -73,9 +103,14 @@ class IVMEpsSelfJoin(IVMEps):
         return self.part.size
 
     def apply(self, updates: Sequence[Update | tuple[str, Row, int]]) -> None:
-        """Apply the updates one at a time, in order (OnUpdate, Figure 4 on one relation)."""
+        """Apply the updates one at a time, in order (OnUpdate, Figure 4 on one relation): one compiled
+        call per batch on the compiled partition (:meth:`_apply_compact`), else the Python loop."""
+        if not isinstance(updates, list | tuple):
+            updates = list(updates)
+        start = self._apply_compact(updates) if isinstance(self.part, CompactPart) else 0
         flipped = self.flipped
-        for _, row, m in updates:
+        for k in range(start, len(updates)):
+            _, row, m = updates[k]
             if not m:
                 continue
             if flipped:
@@ -83,6 +118,35 @@ class IVMEpsSelfJoin(IVMEps):
             else:
                 self.on_update(row[0], row[1], m)
             self.updates_applied += 1
+
+    def _apply_compact(self, updates: Sequence[Any]) -> int:
+        """OnUpdate (Figure 4, Figure 5 corrected) of the updates on the compiled partition, O(N^max)
+        amortized each; returns to Python for a major rebalancing's cutoffs and when a multiplicity is
+        not stored there (the Python partition takes over from that update).  Returns the index of
+        the first update not applied."""
+        state = self.part.state  # type: ignore[attr-defined]
+        k, occ, total = 0, 0, len(updates)
+        while k < total:
+            k, occ, self.count, applied, event, _, _, value, minors, moved, touched, _ = state.apply_partitioned(
+                updates, k, occ, self.count
+            )
+            self.updates_applied += applied
+            if minors:
+                self.minor_rebalances += minors
+                self.tuples_moved += moved
+            if touched:
+                self.strict = False
+            if event == EV_MAJOR:
+                self.N = value
+                self.rebalance_major()
+            elif event == EV_BLOCKED:
+                parts, views = python_partitions(state, slots=1)
+                self.part, self.view = parts[0], views[0]
+                return k
+            else:
+                assert event == EV_DONE, event
+                return k
+        return k
 
     def result(self) -> int:
         return self.count
@@ -102,7 +166,7 @@ class IVMEpsSelfJoin(IVMEps):
             "threshold_base": self.N,
             "heavy_keys": len(self.part.hf),
             "light_keys": len(self.part.lf),
-            "view_entries": sum(len(r) for r in self.view.values()),
+            "view_entries": view_entries(self.view),
             "major_rebalances": self.major_rebalances,
             "minor_rebalances": self.minor_rebalances,
             "tuples_moved": self.tuples_moved,
@@ -158,9 +222,13 @@ class IVMEpsSelfJoin(IVMEps):
         part.add(heavy, x, y, m)  # line 14
 
     def rebalance_major(self) -> None:
-        """Strict repartition with the new ``N^eps`` and ``V`` recomputed; Q unchanged."""
-        self.part.strict_partition(self.N)
-        self.view = join_view(self.part.hb, self.part.lf)
+        """Strict repartition with the new ``N^eps`` and ``V`` recomputed; Q unchanged.
+        O(|D|^{1+min(eps,1-eps)}) (Proposition 11)."""
+        if isinstance(self.part, CompactPart):
+            self.part.state.major(self.N, [cutoffs(self.N, self.part.eps)])
+        else:
+            self.part.strict_partition(self.N)
+            self.view = join_view(self.part.hb, self.part.lf)
         self.strict = True
         self.major_rebalances += 1
 

@@ -157,7 +157,7 @@ class IVMEps3R(Engine):
         if self.plan == "triangle":
             inner_query = parse("Q() :- K0(a,b), K1(b,c), K2(c,a)")
             spec = {f"K{i}": e for i, e in enumerate(self.slot_eps)}
-            self.triangle = IVMEpsTriangle(inner_query, eps=spec)
+            self.triangle = IVMEpsTriangle(inner_query, eps=spec, implementation="python")  # driven per key below
         elif self.plan == "path":
             (k,) = [j for j in range(3) if not self.pair_join[j]]
             self.k = k

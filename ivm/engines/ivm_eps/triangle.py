@@ -28,15 +28,36 @@ OnUpdate (Figure 4) routes the update by the key's part, then keeps the size
 invariant ``⌊N/4⌋ ≤ |D| < N`` with major rebalancing (``N := 2N`` or
 ``N := ⌊N/2⌋ - 1``, strict repartition, views recomputed) or restores the
 loose partition of the updated key with minor rebalancing.
+
+``implementation`` picks where the partitions and views live: ``"python"``
+keeps them as the dicts of dicts of this module (the reference),
+``"compiled"`` in the compiled state (:mod:`.compact`: C tables of dense ids,
+one compiled call per batch, the same algorithm and bounds), ``"auto"`` (the
+default) the compiled state when it was built.  Both hold the same partitions,
+views, N and counters after every update.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ivm.engines.ivm_eps.compact import (
+    EV_BLOCKED,
+    EV_DONE,
+    EV_MAJOR,
+    LIMIT,
+    CompactPart,
+    compact_parts,
+    compact_views,
+    new_partitioned_state,
+    python_partitions,
+    uses_compact_partitions,
+    view_entries,
+)
 from ivm.engines.ivm_eps.engine import EpsSpec, IVMEps, count_shape, eps_for
-from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index, resized
+from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index, cutoffs, resized
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape
 from ivm.updates import Row, Update
@@ -118,7 +139,10 @@ class IVMEpsTriangle(IVMEps):
     (1, 'IVMEpsTriangle')
     """
 
-    def __init__(self, query: Query, eps: EpsSpec = 0.5) -> None:
+    #: ``implementation`` of a snapshot taken before the choice existed (Python partitions)
+    implementation = "python"
+
+    def __init__(self, query: Query, eps: EpsSpec = 0.5, implementation: str = "auto") -> None:
         super().__init__(query)
         shape = count_shape(query)
         assert isinstance(shape, TriangleShape)
@@ -137,6 +161,12 @@ class IVMEpsTriangle(IVMEps):
         self.major_rebalances = 0
         self.minor_rebalances = 0
         self.tuples_moved = 0
+        compact = uses_compact_partitions(implementation)  # validates the name; "compiled" needs the kernel
+        self.implementation = implementation
+        if compact:
+            state = new_partitioned_state(self.occurrences, [p.eps for p in self.parts])
+            self.parts = compact_parts(state)
+            self.views = compact_views(state)  # type: ignore[assignment]
 
     @classmethod
     def refuses(cls, query: Query) -> str | None:
@@ -148,10 +178,17 @@ class IVMEpsTriangle(IVMEps):
     # -- the engine protocol ---------------------------------------------------------
 
     def apply(self, updates: Sequence[Update | tuple[str, Row, int]]) -> None:
-        """Apply the updates one at a time, in order (OnUpdate, Figure 4)."""
+        """Apply the updates one at a time, in order (OnUpdate, Figure 4): one compiled call per batch
+        on the compiled partitions (:meth:`_apply_compact`), else the Python reference loop."""
+        if not isinstance(updates, list | tuple):
+            updates = list(updates)
+        start = 0
+        if isinstance(self.parts[0], CompactPart):
+            start = self._apply_compact(updates, 0)
         occurrences = self.occurrences
         on_update = self.on_update
-        for relation, row, m in updates:
+        for k in range(start, len(updates)):
+            relation, row, m = updates[k]
             if not m:
                 continue  # m = 0 is a no-op (digest §8 item 3)
             for i, flipped in occurrences[relation]:
@@ -172,6 +209,70 @@ class IVMEpsTriangle(IVMEps):
         i, flipped = self.occurrences[relation][0]
         return self.parts[i].get(row[1], row[0]) if flipped else self.parts[i].get(row[0], row[1])
 
+    # -- the compiled partitions (.compact) ----------------------------------------------
+
+    def _apply_compact(self, updates: Sequence[Any], start: int) -> int:
+        """OnUpdate (Figure 4) of ``updates[start:]`` on the compiled partitions, O(N^max) amortized each.
+
+        One compiled call applies the updates in order (ApplyUpdate, minor
+        rebalancing) and returns between two slot updates when the engine has a
+        decision to make: a major rebalancing with the new N (the cutoffs are
+        computed here, by :func:`~ivm.engines.ivm_eps.partition.cutoffs`), the
+        adaptive engine's skew tests (:meth:`_compact_limits`), or a
+        multiplicity the state does not store, after which the Python
+        partitions take over (:meth:`_to_python_partitions`).  Returns the index
+        of the first update not applied: ``len(updates)``, or where the engine
+        leaves the compiled partitions.
+        """
+        state = self.parts[0].state  # type: ignore[attr-defined]
+        k, occ, total = start, 0, len(updates)
+        limits = self._compact_limits
+        while k < total:
+            hot, until = limits()
+            k, occ, self.count, applied, event, slot, key, value, minors, moved, touched, self.size = (
+                state.apply_partitioned(updates, k, occ, self.count, hot, until)
+            )
+            self.updates_applied += applied
+            if minors:
+                self.minor_rebalances += minors
+                self.tuples_moved += moved
+            if touched:
+                self.strict = False
+            if event == EV_DONE:
+                return k
+            if event == EV_MAJOR:  # OnUpdate's size test broke after slot `slot`'s update of key `key`
+                self.N = value
+                self.rebalance_major()
+                self._after_on_update(slot, key)
+            elif event == EV_BLOCKED:
+                self._to_python_partitions()
+                return k
+            elif self._compact_event(event, slot, key, value):
+                return k
+        return k
+
+    def _compact_limits(self) -> tuple[int, int]:
+        """``(hot, until)`` of the next compiled call: no skew test and no check here (the adaptive
+        engine has both)."""
+        return sys.maxsize, sys.maxsize
+
+    def _after_on_update(self, i: int, x: object) -> None:
+        """What OnUpdate does after a major rebalancing it triggered (nothing here)."""
+
+    def _compact_event(self, event: int, slot: int, key: object, value: int) -> bool:
+        """An event of the compiled call other than a major rebalancing or a blocked update (EV_HIT,
+        EV_CHECK: asked for by :meth:`_compact_limits`, which asks for none here); True when the
+        engine left the compiled partitions."""
+        raise AssertionError(f"event {event} was not asked for")
+
+    def _to_python_partitions(self) -> None:
+        """Copy the compiled partitions and views into the reference's Python ones (O(|D| + views)); the
+        Python code paths continue from there, exactly."""
+        state = self.parts[0].state  # type: ignore[attr-defined]
+        parts, views = python_partitions(state)
+        self.parts = tuple(parts)  # type: ignore[assignment]
+        self.views = tuple(views)  # type: ignore[assignment]
+
     def stats(self) -> dict[str, int | float]:
         heavy_keys = sum(len(p.hf) for p in self.parts)
         return {
@@ -183,7 +284,7 @@ class IVMEpsTriangle(IVMEps):
             "light_keys": sum(len(p.lf) for p in self.parts),
             "heavy_tuples": sum(p.hsize for p in self.parts),
             "light_tuples": sum(p.lsize for p in self.parts),
-            "view_entries": sum(sum(len(r) for r in v.values()) for v in self.views),
+            "view_entries": sum(view_entries(v) for v in self.views),
             "major_rebalances": self.major_rebalances,
             "minor_rebalances": self.minor_rebalances,
             "tuples_moved": self.tuples_moved,
@@ -270,11 +371,15 @@ class IVMEpsTriangle(IVMEps):
         """MajorRebalancing: strict repartition with the new ``N^eps``, views recomputed.
 
         Q is unchanged.  Cost O(|D|^{1+min(eps,1-eps)}) (Proposition 11),
-        amortized O(|D|^min) over the ≥ N/4 updates between two of them.
+        amortized O(|D|^min) over the ≥ N/4 updates between two of them.  The
+        compiled partitions do it in one call with the cutoffs of the new N.
         """
-        for part in self.parts:
-            part.strict_partition(self.N)
-        self.recompute_views()
+        if isinstance(self.parts[0], CompactPart):
+            self.parts[0].state.major(self.N, [cutoffs(self.N, p.eps) for p in self.parts])
+        else:
+            for part in self.parts:
+                part.strict_partition(self.N)
+            self.recompute_views()
         self.strict = True
         self.major_rebalances += 1
 
@@ -317,6 +422,7 @@ class IVMEpsTriangle(IVMEps):
             self.apply(list(updates))
             return
         slot_rows: list[dict[tuple[object, object], int]] = [{}, {}, {}]
+        compact = isinstance(self.parts[0], CompactPart)
         applied = 0
         for relation, row, m in updates:
             for i, flipped in self.occurrences[relation]:
@@ -330,14 +436,24 @@ class IVMEpsTriangle(IVMEps):
                 if m:
                     degree[i][x] = degree[i].get(x, 0) + 1
                     total += 1
+        if compact and any(abs(m) > LIMIT for rows in slot_rows for m in rows.values()):
+            self._to_python_partitions()  # a multiplicity the compiled state does not store
+            compact = False
         self.N = 2 * total + 1
         for part in self.parts:
             part.set_threshold(self.N)
+        if compact:
+            state = self.parts[0].state  # type: ignore[attr-defined]
+            state.set_threshold_base(self.N)
         for i, rows in enumerate(slot_rows):
             part, deg = self.parts[i], degree[i]
             for (x, y), m in rows.items():
-                if m:
+                if m and compact:
+                    self.count += state.apply_update(i, deg[x] >= part.strict, x, y, m)
+                elif m:
                     self.apply_update(i, deg[x] >= part.strict, x, y, m)
+        if compact:
+            self.size = state.total()
         self.updates_applied += applied
         self.strict = True
 

@@ -188,7 +188,7 @@ def test_snapshot_round_trip() -> None:
 def test_invariant_checker_catches_corruption() -> None:
     from ivm.engines.ivm_eps import InvariantViolation
 
-    e = IVMEps(TRIANGLE, eps=0.5)
+    e = IVMEps(TRIANGLE, eps=0.5, implementation="python")  # the corruption below writes the Python parts
     for b in range(6):
         e.apply([("R", (0, b), 1), ("S", (b, 9), 1), ("T", (9, 0), 1)])
     check_invariants(e)
@@ -216,7 +216,7 @@ def test_printed_line_13_fails_where_the_corrected_one_holds() -> None:
                     view_add(self.view, a, y, r * m)
 
     updates = [("E", (0, 10 + x), 1) for x in range(6)] + [("E", (5, 0), 1), ("E", (0, 5), 1), ("E", (5, 7), 1)]
-    good, bad = IVMEps(SELF_JOIN, eps=0.5), Printed(SELF_JOIN, eps=0.5)
+    good, bad = IVMEps(SELF_JOIN, eps=0.5), Printed(SELF_JOIN, eps=0.5, implementation="python")
     good.apply(updates)
     check_invariants(good)
     bad.apply(updates)
