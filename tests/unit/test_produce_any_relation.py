@@ -489,17 +489,23 @@ def test_rate_holds_within_a_few_percent(rate: float, n: int, config: Path) -> N
     from processor.codec import RelationCodec, load_schema
 
     codec = RelationCodec.from_schema(load_schema(load_config(config).relation("events").schema_file()), "events")
-    sink = Recorder()
-    producer = UpdateProducer("unused:1", {"events": codec}, {"events": TOPIC}, sink=sink)
     updates = [Update("events", ROWS[i % 3], 1) for i in range(n)]
-    progress: list[int] = []
-    started = time.monotonic()
-    assert send_updates(producer, updates, rate=rate, progress=progress.append) == n
-    elapsed = time.monotonic() - started
-    assert sum(progress) == n and len(sink.sent) == n
-    measured = _measured_rate(sink.times)
-    assert abs(measured / rate - 1) < 0.03, (measured, rate)
-    assert abs(elapsed - (n - 1) / rate) < 0.05 * n / rate  # no burst at the start, no long tail
+    attempts = []
+    for _ in range(3):  # a loaded machine can starve the sender: it may fall short, never run ahead
+        sink = Recorder()
+        producer = UpdateProducer("unused:1", {"events": codec}, {"events": TOPIC}, sink=sink)
+        progress: list[int] = []
+        started = time.monotonic()
+        assert send_updates(producer, updates, rate=rate, progress=progress.append) == n
+        elapsed = time.monotonic() - started
+        assert sum(progress) == n and len(sink.sent) == n
+        measured = _measured_rate(sink.times)
+        assert measured < rate * 1.03, (measured, rate)  # never faster than asked
+        assert elapsed > (n - 1) / rate * 0.95  # no burst at the start
+        attempts.append((measured, elapsed))
+        if abs(measured / rate - 1) < 0.03 and abs(elapsed - (n - 1) / rate) < 0.05 * n / rate:
+            return  # within 3% of the rate, no long tail
+    raise AssertionError(f"the rate {rate}/s was missed in 3 attempts (rate, seconds): {attempts}")
 
 
 def test_rate_of_ivm_produce(config: Path, tmp_path: Path, kafka_stub: type[Recorder], capfd) -> None:
