@@ -40,11 +40,6 @@ cdef class Int64Index:
     [-1, 1]
     """
 
-    cdef int64_t* keys
-    cdef int64_t* rows
-    cdef uint64_t mask
-    cdef Py_ssize_t used
-
     def __cinit__(self, Py_ssize_t capacity=16):
         cdef Py_ssize_t size = 16
         while size < 2 * capacity:
@@ -75,7 +70,12 @@ cdef class Int64Index:
         free(old_keys)
         free(old_rows)
 
-    cdef inline void _put(self, int64_t key, int64_t row) noexcept nogil:
+    cdef void _reserve(self, Py_ssize_t n) except *:
+        """Room for ``n`` more keys without growing (the table stays at most half full)."""
+        while 2 * (self.used + n) > <Py_ssize_t>(self.mask + 1):
+            self._grow()
+
+    cdef void _put(self, int64_t key, int64_t row) noexcept nogil:
         cdef uint64_t i = mix(<uint64_t>key) & self.mask
         while self.rows[i] != EMPTY:
             if self.keys[i] == key:
@@ -86,7 +86,7 @@ cdef class Int64Index:
         self.rows[i] = row
         self.used += 1
 
-    cdef inline int64_t _get(self, int64_t key) noexcept nogil:
+    cdef int64_t _get(self, int64_t key) noexcept nogil:
         cdef uint64_t i = mix(<uint64_t>key) & self.mask
         while self.rows[i] != EMPTY:
             if self.keys[i] == key:
@@ -94,7 +94,7 @@ cdef class Int64Index:
             i = (i + 1) & self.mask
         return EMPTY
 
-    cdef inline void _delete(self, int64_t key) noexcept nogil:
+    cdef void _delete(self, int64_t key) noexcept nogil:
         cdef uint64_t i = mix(<uint64_t>key) & self.mask, j, home
         while self.rows[i] != EMPTY:
             if self.keys[i] == key:
@@ -124,6 +124,10 @@ cdef class Int64Index:
         """Bytes of the table (keys and rows, empty slots included)."""
         return <Py_ssize_t>(self.mask + 1) * 2 * sizeof(int64_t)
 
+    def get(self, int64_t key) -> int:
+        """The row of one key, -1 if absent: O(1) expected."""
+        return self._get(key)
+
     def get_many(self, const int64_t[:] keys):
         """The row of every key, -1 where absent: O(len(keys)) expected."""
         cdef Py_ssize_t n = keys.shape[0], i
@@ -142,8 +146,7 @@ cdef class Int64Index:
         for i in range(n):
             if rows[i] < 0:
                 raise ValueError("rows must be non-negative")
-        while 2 * (self.used + n) > <Py_ssize_t>(self.mask + 1):
-            self._grow()
+        self._reserve(n)
         with nogil:
             for i in range(n):
                 self._put(keys[i], rows[i])

@@ -330,7 +330,7 @@ class FIVM(Engine):
         if not self._columnar:
             return Store()
         support = node.layout.support  # type: ignore[attr-defined]
-        store = columnar.ColumnStore(len(support), self._dtype, tolerance=not self.ring.exact)  # type: ignore[attr-defined]
+        store = columnar.ColumnStore(len(support), self._dtype, not self.ring.exact, len(node.keys))  # type: ignore[attr-defined]
         store.support = support
         return store
 
@@ -553,7 +553,7 @@ class FIVM(Engine):
             keys, mults = list(merged), list(merged.values())
         n = len(keys)
         C = np.array(mults, dtype=self._dtype) if n else np.zeros(0, dtype=self._dtype)
-        return columnar.Block(keys, C, np.zeros((n, 0), dtype=self._dtype), np.zeros((n, 0, 0), dtype=self._dtype))
+        return columnar.Block(keys, C, np.zeros((n, 0), dtype=self._dtype), np.zeros((n, 0), dtype=self._dtype))
 
     def _leaf_rows(self, leaf: ViewNode, delta: dict[Row, int]) -> list[tuple[tuple[Any, ...], int]]:
         """:meth:`_leaf_block` as ``(key, multiplicity)`` pairs, without arrays (for :meth:`_propagate_row`)."""
@@ -637,7 +637,7 @@ class FIVM(Engine):
                     [key],
                     np.array([c], dtype=self._dtype),
                     s[None] if k else np.zeros((1, 0), dtype=self._dtype),
-                    q[None] if k else np.zeros((1, 0, 0), dtype=self._dtype),
+                    q[None] if k else np.zeros((1, 0), dtype=self._dtype),
                 )
                 self._propagate_block(parent, columnar.delta_rule(plan, block, self._dtype, self._lift_values))
                 return

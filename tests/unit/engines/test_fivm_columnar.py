@@ -133,5 +133,5 @@ def test_housing_shaped_star_float_matches_numpy_oracle() -> None:
     assert engine.implementation == "numpy"
     np.testing.assert_allclose(engine.result().matrix(), M.T @ M, rtol=1e-12)
     per = {k: v for k, v in engine.stats().items() if k.startswith("bytes_per_payload[")}
-    assert per["bytes_per_payload[V^{@a1}_{A}]"] == (1 + 2 + 4) * 8  # support {a1, a2}
-    assert per["bytes_per_payload[V^{@k}_{A,B,C}]"] == (1 + 6 + 36) * 8  # the root: the full matrix
+    assert per["bytes_per_payload[V^{@a1}_{A}]"] == (1 + 2 + 3) * 8  # support {a1, a2}: c, s, Q's upper triangle
+    assert per["bytes_per_payload[V^{@k}_{A,B,C}]"] == (1 + 6 + 21) * 8  # the root: the whole matrix
