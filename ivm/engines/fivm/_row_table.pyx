@@ -18,11 +18,13 @@ relation to a ``dict`` for good.  So iteration gives back values of the types th
 ``0.0``, and a value equal to no cell of its column (NaN, ``"1"``, ``2**64``) finds nothing.
 
 Table.  Linear probing over a power-of-two table at most half full; a slot keeps the row number
-and the high 32 bits of the row's hash (a row is compared only on a match of those bits).  Rows
+and the low 32 bits of the row's hash, which place it (so growing the table and deleting never
+read a row's cells) and filter the rows compared on a probe.  Rows
 are appended in insertion order; a row whose multiplicity reaches 0 leaves the table at once
 (backward-shift deletion, no tombstones) and its cells are reclaimed by :meth:`RowTable.compact`
 when more than half the rows are dead, which keeps insertion order, as a ``dict`` does.
-Expected O(arity) per lookup, insert or delete; memory grows by an eighth at a time (``realloc``).
+Expected O(arity) per lookup, insert or delete; cells grow by half their capacity up to 32 MB and by
+an eighth beyond (``realloc``, which remaps large blocks instead of copying them).
 """
 
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_Check
@@ -180,7 +182,7 @@ cdef class RowTable:
     cdef Py_ssize_t cap
     cdef readonly Py_ssize_t n  # rows appended, live and dead
     cdef readonly Py_ssize_t live
-    cdef uint64_t* slots  # (hash >> 32) << 32 | (row + 1); 0: empty
+    cdef uint64_t* slots  # (hash & 0xFFFFFFFF) << 32 | (row + 1); 0: empty
     cdef uint64_t mask
     cdef Py_ssize_t used  # slots in use
 
@@ -218,12 +220,28 @@ cdef class RowTable:
         self.used = 0
 
     cdef void _rehash(self, Py_ssize_t size) except *:
-        """A fresh table of ``size`` slots holding every live row."""
-        cdef Py_ssize_t r
-        self._table(size)
-        for r in range(self.n):
-            if self.mult[r] != 0:
-                self._put_new(row_hash(self.cells + r * self.ncols, self.kinds, self.ncols), r)
+        """A table of ``size`` slots holding the same entries (their hash halves place them)."""
+        cdef uint64_t* old = self.slots
+        cdef Py_ssize_t i, old_size = self.mask + 1
+        if size > (<Py_ssize_t>1 << 32):
+            raise OverflowError("a compact relation's table holds at most 2^32 slots")
+        self.slots = NULL
+        try:
+            self._table(size)
+        except MemoryError:
+            self.slots = old
+            raise
+        for i in range(old_size):
+            if old[i] != 0:
+                self._put_slot(old[i])
+        free(old)
+
+    cdef inline void _put_slot(self, uint64_t slot) noexcept nogil:
+        cdef uint64_t i = (slot >> 32) & self.mask
+        while self.slots[i] != 0:
+            i = (i + 1) & self.mask
+        self.slots[i] = slot
+        self.used += 1
 
     cdef void _reserve(self, Py_ssize_t extra) except *:
         """Room for ``extra`` more rows (cells grow by an eighth at a time) and table entries."""
@@ -233,7 +251,7 @@ cdef class RowTable:
         if need > 0xFFFFFFFE:
             raise OverflowError("a compact relation holds fewer than 2^32 rows")
         if need > self.cap:
-            new = max(need, self.cap + self.cap // 8, 64)
+            new = max(need, self.cap + (self.cap // 2 if self.cap * self.ncols < (4 << 20) else self.cap // 8), 64)
             cells = <int64_t*> realloc(self.cells, max(new * self.ncols, 1) * sizeof(int64_t))
             if cells == NULL:
                 raise MemoryError()
@@ -249,16 +267,9 @@ cdef class RowTable:
                 new *= 2
             self._rehash(new)
 
-    cdef inline void _put_new(self, uint64_t h, Py_ssize_t row) noexcept nogil:
-        cdef uint64_t i = h & self.mask
-        while self.slots[i] != 0:
-            i = (i + 1) & self.mask
-        self.slots[i] = (h & <uint64_t>0xFFFFFFFF00000000) | <uint64_t>(row + 1)
-        self.used += 1
-
     cdef inline Py_ssize_t _find(self, const int64_t* probe, uint64_t h, uint64_t* where) noexcept nogil:
         """The row equal to ``probe`` (or -1, ``where`` the empty slot that ends its probe run)."""
-        cdef uint64_t i = h & self.mask, s, tag = h & <uint64_t>0xFFFFFFFF00000000
+        cdef uint64_t i = h & self.mask, s, tag = h << 32
         cdef Py_ssize_t r
         while True:
             s = self.slots[i]
@@ -273,10 +284,9 @@ cdef class RowTable:
             i = (i + 1) & self.mask
 
     cdef void _unslot(self, Py_ssize_t row) noexcept nogil:
-        """Take ``row`` out of the table (backward-shift deletion)."""
+        """Take ``row`` out of the table (backward-shift deletion; slots' hash halves give their homes)."""
         cdef uint64_t h = row_hash(self.cells + row * self.ncols, self.kinds, self.ncols)
         cdef uint64_t i = h & self.mask, j, home, want = <uint64_t>(row + 1)
-        cdef Py_ssize_t r
         while self.slots[i] != 0:
             if (self.slots[i] & <uint64_t>0xFFFFFFFF) == want:
                 break
@@ -288,8 +298,7 @@ cdef class RowTable:
             j = (j + 1) & self.mask
             if self.slots[j] == 0:
                 break
-            r = <Py_ssize_t>(self.slots[j] & <uint64_t>0xFFFFFFFF) - 1
-            home = row_hash(self.cells + r * self.ncols, self.kinds, self.ncols) & self.mask
+            home = (self.slots[j] >> 32) & self.mask
             if ((j - home) & self.mask) >= ((j - i) & self.mask):
                 self.slots[i] = self.slots[j]
                 i = j
@@ -313,7 +322,7 @@ cdef class RowTable:
         memcpy(self.cells + r * self.ncols, probe, self.ncols * sizeof(int64_t))
         self.mult[r] = 0
         self.n += 1
-        self.slots[where] = (h & <uint64_t>0xFFFFFFFF00000000) | <uint64_t>(r + 1)
+        self.slots[where] = (h << 32) | <uint64_t>(r + 1)
         self.used += 1
         return r
 
@@ -591,10 +600,16 @@ cdef class RowTable:
         self.n = w
         while size < 2 * w:
             size *= 2
-        self._rehash(size)
+        self._table(size)  # rows moved: their slots are made again from their cells
+        for r in range(w):
+            self._put_slot((row_hash(self.cells + r * self.ncols, self.kinds, self.ncols) << 32) | <uint64_t>(r + 1))
         return True
 
     def __reduce__(self):
+        return (_restore, (self.ncols, *self.export()))
+
+    def export(self) -> tuple:
+        """``(kinds, cells, mults)`` of the live rows in order: plain bytes and int64 arrays (for snapshots)."""
         live = self.live_rows()
         cdef Py_ssize_t i, j
         cells = np.empty((self.live, self.ncols), dtype=np.int64)
@@ -607,7 +622,7 @@ cdef class RowTable:
                 cv[i, j] = self.cells[lv[i] * self.ncols + j]
             mv[i] = self.mult[lv[i]]
         kinds = bytes([self.kinds[j] & 0xFF for j in range(self.ncols)])
-        return (_restore, (self.ncols, kinds, cells, mults))
+        return kinds, cells, mults
 
 
 def _restore(ncols, kinds, cells, mults) -> RowTable:

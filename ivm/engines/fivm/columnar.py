@@ -64,7 +64,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -89,9 +89,11 @@ def _absent(n: int) -> Iterator[int]:
 
 #: Float payloads whose entries are all within this of 0 are zero (the ring's zero test, §9 item 1).
 FLOAT_ZERO = 1e-7
-#: A store's arrays grow by this fraction of their capacity (at least to what is needed), so at most
-#: about 1/8 of the capacity is unused; large arrays grow in place (``realloc``), without a copy.
+#: A store's arrays of at least :data:`SMALL_ARRAY` bytes grow by 1/GROWTH of their capacity (at least to
+#: what is needed), so at most about 1/9 of it is unused; they grow in place (``realloc`` remaps them).
 GROWTH = 8
+#: arrays below this many bytes grow by half their capacity instead (``realloc`` may copy them)
+SMALL_ARRAY = 32 << 20
 
 
 # ------------------------------------------------------------------ the packed upper triangle of Q
@@ -100,7 +102,7 @@ def triangle_size(k: int) -> int:
     return k * (k + 1) // 2
 
 
-@lru_cache(maxsize=None)
+@cache
 def triangle(k: int) -> tuple[np.ndarray, np.ndarray]:
     """Row and column of every packed entry: the upper triangle of a ``k × k`` matrix, row by row.
 
@@ -122,7 +124,7 @@ def packed_position(k: int, i: int, j: int) -> int:
     return i * k - i * (i - 1) // 2 + (j - i)
 
 
-@lru_cache(maxsize=None)
+@cache
 def diagonal_cells(k: int, offset: int, size: int) -> np.ndarray:
     """Where a factor's packed ``size × size`` triangle lands in a ``k``-support's triangle at ``offset``.
 
@@ -136,7 +138,7 @@ def diagonal_cells(k: int, offset: int, size: int) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def cross_cells(k: int, offset_a: int, size_a: int, offset_b: int, size_b: int) -> np.ndarray:
     """Where the block rows ``offset_a..`` × columns ``offset_b..`` (row-major, ``offset_a + size_a ≤
     offset_b``) land in a ``k``-support's packed triangle."""
@@ -204,7 +206,7 @@ def equal_code(value: Any) -> int | None:
             code = int(value)
         except (TypeError, ValueError, OverflowError, ArithmeticError):
             return None
-        if not code == value:
+        if code != value:  # (Python equality: 1 == 1.0 == True)
             return None
         value = code
     return value if -(2**63) <= value < 2**63 else None
@@ -424,7 +426,9 @@ class ColumnStore:
         cap = len(self.A)
         if need <= cap:
             return
-        new = max(need, cap + cap // GROWTH, 16)
+        # below 32 MB (where realloc may copy) by half the capacity, above by an eighth (remapped in place)
+        step = cap // 2 if cap * self.W * 8 < SMALL_ARRAY else cap // GROWTH
+        new = max(need, cap + step, 16)
         if self.dtype is object:  # an object array's new rows must hold the int 0
             A = np.zeros((new, self.W), dtype=object)
             A[:cap] = self.A
@@ -472,8 +476,10 @@ class ColumnStore:
                 rows = np.array([-1 if c is None else self.codes.get(c) for c in found], dtype=np.int64)
                 if (rows >= 0).all():
                     return rows
-                if all(c is not None and (r >= 0 or self._exact_code(key) is not None)
-                       for c, r, key in zip(found, rows.tolist(), keys, strict=True)):
+                if all(
+                    c is not None and (r >= 0 or self._exact_code(key) is not None)
+                    for c, r, key in zip(found, rows.tolist(), keys, strict=True)
+                ):
                     codes = np.array(found, dtype=np.int64)
                 else:
                     self.to_dict_keys()
@@ -847,7 +853,9 @@ def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> B
     C = reduce(c_except() if any(c is not None for c in cs) else np.ones(n, dtype=dtype))
     S = np.zeros((len(keys), k), dtype=dtype)
     Q = np.zeros((len(keys), triangle_size(k)), dtype=dtype)
-    blocks = sorted((i for i, f in enumerate(factors) if f[1] is not None and f[1].shape[1]), key=lambda i: factors[i][3])
+    blocks = sorted(
+        (i for i, f in enumerate(factors) if f[1] is not None and f[1].shape[1]), key=lambda i: factors[i][3]
+    )
     for i in blocks:
         _, s, q, o = factors[i]
         w = c_except(i)
@@ -961,7 +969,8 @@ def _index_join(
     lifting = bool(plan.lift_vars)
     probes = [projection(step.key_slots if step.full else step.bound_slots) for step in steps]
     lookups = [
-        _RowGetter(store) if step.full else store.index(step.bound_pos) for step, store in zip(steps, stores, strict=True)
+        _RowGetter(store) if step.full else store.index(step.bound_pos)
+        for step, store in zip(steps, stores, strict=True)
     ]
     src: list[int] = []
     sib: list[list[int]] = [[] for _ in steps]

@@ -1,0 +1,573 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""A batch's covariance delta up a leaf-to-root path in C: lift, group, store, product, marginalize.
+
+F-IVM's delta rule (Fig. 7) for float payloads of the covariance ring sized per view (§6.2):
+at each view V on the path of a changed relation, ``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i ⊗ g_X)``.
+:class:`Path` runs it for a whole batch (§4's batch updates) when every plan on the path is
+*direct* (each sibling found by primary key, a projection of the child's key) and every stored
+view on it is keyed by at most one variable whose values are int64 codes (a
+:class:`~ivm.engines.fivm.columnar.ColumnStore` in int mode): per delta row one hash probe per
+sibling, the product over disjoint supports by blocks, and the sum per output key in a hash
+table, then ``V += δV`` in the view's own arrays.  The Python and numpy paths
+(:mod:`ivm.engines.fivm.columnar`) compute the same sums and are its references.
+
+Payloads are rows ``(c, s, Q)`` of ``1 + k + k(k+1)/2`` doubles: the count, ``s`` over the view's
+support (children's blocks in order, then the view's lifted variables) and the packed upper
+triangle of the symmetric ``Q``.  The product of factors ``f`` (the child's delta, the siblings,
+the lifting ``g_X = (1, x, x xᵀ)``) over disjoint supports is, division-free, with
+``w_f = Π_{g≠f} c_g`` and ``K_fg = Π_{h≠f,g} c_h``::
+
+    c = Π c_f,   s_f = w_f s_f,   Q_ff = w_f Q_f,   Q_fg = K_fg s_f s_gᵀ,
+
+formed directly in the packed triangle (the lifting's own block is ``w x xᵀ``).  Cost per delta row
+and view: #siblings probes and O(k²) multiply-adds in tight loops (contiguous runs of the
+triangle), O(F²) scalar work for F factors; per view O(#groups) store probes.  A group whose
+delta is exactly 0 is dropped; a stored payload whose count is 0 and whose entries are within
+1e-7 of 0 is deleted (§9 item 1), as the numpy path does.
+"""
+
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
+
+import numpy as np
+
+from ivm.engines.fivm._int_index cimport Int64Index
+
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define IVM_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 1)
+    #else
+    #define IVM_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void IVM_PREFETCH(const void* p) noexcept nogil
+
+
+cdef enum:
+    MAX_FACTORS = 64
+    AHEAD = 8  # rows ahead whose index slots and payload rows are prefetched (random accesses overlap)
+
+cdef double FLOAT_ZERO = 1e-7
+
+
+cdef inline uint64_t mix(uint64_t x) noexcept nogil:
+    x ^= x >> 30
+    x *= <uint64_t>0xbf58476d1ce4e5b9
+    x ^= x >> 27
+    x *= <uint64_t>0x94d049bb133111eb
+    x ^= x >> 31
+    return x
+
+
+cdef inline int64_t probe(Int64Index index, int64_t key) noexcept:
+    """``index``'s row of ``key`` (-1 if absent): :meth:`Int64Index._get` inlined (same hash and probing)."""
+    cdef uint64_t i = mix(<uint64_t>key) & index.mask
+    cdef const int64_t* slots = index.slots
+    while slots[2 * i + 1] != -1:
+        if slots[2 * i] == key:
+            return slots[2 * i + 1]
+        i = (i + 1) & index.mask
+    return -1
+
+
+cdef inline void prefetch_slot(Int64Index index, int64_t key) noexcept:
+    IVM_PREFETCH(&index.slots[2 * (mix(<uint64_t>key) & index.mask)])
+
+
+cdef inline void prefetch_row(const double* row, Py_ssize_t W) noexcept:
+    """Every cache line of a payload row of ``W`` doubles."""
+    cdef Py_ssize_t w = 0
+    while w < W:
+        IVM_PREFETCH(row + w)
+        w += 8
+    IVM_PREFETCH(row + W - 1)
+
+
+cdef inline Py_ssize_t row_start(Py_ssize_t k, Py_ssize_t i) noexcept nogil:
+    """Position of ``Q[i, i]`` in the packed upper triangle of a ``k × k`` matrix."""
+    return i * k - i * (i - 1) // 2
+
+
+cdef class Level:
+    """One view of a path: its direct plan compiled (F-IVM Fig. 7), its store (or ``None``) and its siblings.
+
+    ``sib_src[s]`` / ``out_src`` say which of the child's codes keys sibling ``s`` / the view
+    (-1: the empty key, code 0); ``lift_src`` which of the child's values the view lifts.  Factors in
+    plan order: the child's delta, the siblings, the lifting; ``blocks[f] = (offset, size)`` in the
+    view's support.
+    """
+
+    cdef public object store
+    cdef public list siblings
+    cdef public bint arity_out
+    cdef Py_ssize_t nsib, out_src, nlift, k, T, W, child_k, nf, nsized
+    cdef Py_ssize_t sib_src[MAX_FACTORS]
+    cdef Py_ssize_t lift_src[MAX_FACTORS]
+    cdef Py_ssize_t f_off[MAX_FACTORS]
+    cdef Py_ssize_t f_size[MAX_FACTORS]
+    cdef Py_ssize_t sized[MAX_FACTORS]  # factors of non-zero size, by offset
+
+    def __init__(self, store, list siblings, sib_src, Py_ssize_t out_src, lift_src, Py_ssize_t k,
+                 Py_ssize_t child_k, blocks, bint arity_out):
+        cdef Py_ssize_t i, f
+        self.store = store
+        self.siblings = siblings
+        self.nsib = len(siblings)
+        self.nlift = len(lift_src)
+        self.nf = len(blocks)
+        if self.nsib != len(sib_src) or self.nf != 1 + self.nsib + (1 if self.nlift else 0) or self.nf > MAX_FACTORS:
+            raise ValueError("a level's factors do not match its siblings and liftings")
+        self.out_src = out_src
+        self.arity_out = arity_out
+        self.k = k
+        self.T = k * (k + 1) // 2
+        self.W = 1 + k + self.T
+        self.child_k = child_k
+        for i in range(self.nsib):
+            self.sib_src[i] = sib_src[i]
+        for i in range(self.nlift):
+            self.lift_src[i] = lift_src[i]
+        for f in range(self.nf):
+            self.f_off[f] = blocks[f][0]
+            self.f_size[f] = blocks[f][1]
+        order = sorted((f for f in range(self.nf) if blocks[f][1]), key=lambda f: blocks[f][0])
+        self.nsized = len(order)
+        for i in range(self.nsized):
+            self.sized[i] = order[i]
+        if blocks[0][1] != child_k or (self.nlift and blocks[self.nf - 1][1] != self.nlift):
+            raise ValueError("a level's blocks do not match the child's support and the liftings")
+
+    @property
+    def width(self) -> int:
+        return self.W
+
+
+cdef void accumulate(Level L, double* G, const double* child, const double** sib, const double* lift,
+                     double* Shat) noexcept:
+    """``G += δV_j ⊗ ⊗ V_i ⊗ g_X`` for one delta row: the block product (module docstring), in place.
+
+    With ``P = Π c_f ≠ 0`` (float payloads; counts are integers, so ``w_f = P / c_f`` is exact) the
+    off-diagonal blocks of a row ``i`` of the triangle are one contiguous run, ``(Ŝ_i / P) Ŝ_j`` for
+    ``Ŝ = [w_f s_f]_f`` (as :func:`~ivm.engines.fivm.columnar._float_product`); a stored factor's own
+    block is ``w_f Q_f`` and the lifting's is ``Ŝ_i Ŝ_j / P = w x_i x_j``.  With ``P = 0`` the
+    division-free rule, block by block.  ``Shat``: scratch of ``k`` doubles.
+    """
+    cdef double c[MAX_FACTORS]
+    cdef const double* s[MAX_FACTORS]
+    cdef const double* q[MAX_FACTORS]
+    cdef double pre[MAX_FACTORS + 1]
+    cdef double suf[MAX_FACTORS + 1]
+    cdef double u = 1.0, wi, coef, x, P
+    cdef Py_ssize_t f, i, j, a, b, m = L.nsized, k = L.k, o, kf, og, kg, S0 = 1, Q0 = 1 + L.k, end
+    cdef double* dst
+    cdef const double* src
+    cdef const double* si
+    cdef const double* sj
+    # the factors' counts, vectors and packed matrices
+    c[0] = child[0]
+    s[0] = child + 1
+    q[0] = child + 1 + L.child_k
+    for f in range(L.nsib):  # a sibling's block size is its support size
+        c[1 + f] = sib[f][0]
+        s[1 + f] = sib[f] + 1
+        q[1 + f] = sib[f] + 1 + L.f_size[1 + f]
+    if L.nlift:
+        f = L.nf - 1
+        c[f] = 1.0
+        s[f] = lift
+        q[f] = NULL
+    # u: the counts of factors without support; pre/suf: prefix and suffix products of the others
+    for f in range(L.nf):
+        if L.f_size[f] == 0:
+            u *= c[f]
+    pre[0] = u
+    for i in range(m):
+        pre[i + 1] = pre[i] * c[L.sized[i]]
+    P = pre[m]
+    G[0] += P
+    if P != 0.0:
+        for i in range(m):
+            f = L.sized[i]
+            o = L.f_off[f]
+            wi = P / c[f]
+            si = s[f]
+            for a in range(L.f_size[f]):
+                Shat[o + a] = wi * si[a]
+                G[S0 + o + a] += Shat[o + a]
+        for i in range(m):
+            f = L.sized[i]
+            o = L.f_off[f]
+            kf = L.f_size[f]
+            end = o + kf
+            if q[f] != NULL:  # a stored factor: its own block w_f Q_f, then the run of later blocks
+                wi = P / c[f]
+                for a in range(kf):
+                    dst = G + Q0 + row_start(k, o + a)
+                    src = q[f] + row_start(kf, a)
+                    for b in range(kf - a):
+                        dst[b] += wi * src[b]
+                    x = Shat[o + a] / P
+                    dst = dst + (end - o - a)
+                    for j in range(k - end):
+                        dst[j] += x * Shat[end + j]
+            else:  # the lifting: its own block and the later ones in one run
+                for a in range(kf):
+                    x = Shat[o + a] / P
+                    dst = G + Q0 + row_start(k, o + a)
+                    for j in range(k - o - a):
+                        dst[j] += x * Shat[o + a + j]
+        return
+    suf[m] = 1.0
+    for i in range(m - 1, -1, -1):
+        suf[i] = c[L.sized[i]] * suf[i + 1]
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        wi = pre[i] * suf[i + 1]
+        si = s[f]
+        for a in range(kf):
+            G[S0 + o + a] += wi * si[a]
+        if q[f] != NULL:  # a stored factor's own block: w_f Q_f, row by row of the triangles
+            for a in range(kf):
+                dst = G + Q0 + row_start(k, o + a)
+                src = q[f] + row_start(kf, a)
+                for b in range(kf - a):
+                    dst[b] += wi * src[b]
+        else:  # the lifting's own block: w x xᵀ
+            for a in range(kf):
+                x = wi * si[a]
+                dst = G + Q0 + row_start(k, o + a)
+                for b in range(kf - a):
+                    dst[b] += x * si[a + b]
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        si = s[f]
+        coef = pre[i]  # K_fg = pre_i · Π_{i<h<j} c_h · suf_{j+1}
+        for j in range(i + 1, m):
+            og = L.f_off[L.sized[j]]
+            kg = L.f_size[L.sized[j]]
+            sj = s[L.sized[j]]
+            wi = coef * suf[j + 1]
+            for a in range(kf):
+                x = wi * si[a]
+                dst = G + Q0 + row_start(k, o + a) + (og - o - a)
+                for b in range(kg):
+                    dst[b] += x * sj[b]
+            coef *= c[L.sized[j]]
+
+
+cdef bint split_row(Level L, double* G, const double* child, const double** sib, const double* lift,
+                    double* Shat, double* scaled) noexcept:
+    """:func:`accumulate` for a level with one output key, leaving the off-diagonal blocks to a matrix product.
+
+    When ``P ≠ 0``: adds ``c``, ``s`` and the stored factors' own blocks ``w_f Q_f`` to ``G`` and writes
+    this row's ``Ŝ`` and ``Ŝ / P`` (their products, summed over the rows, are the other blocks:
+    :func:`add_products`); returns True.  Otherwise adds the whole product (division-free) and returns
+    False.
+    """
+    cdef double c[MAX_FACTORS]
+    cdef double u = 1.0, wi, P
+    cdef Py_ssize_t f, i, a, b, m = L.nsized, k = L.k, o, kf, Q0 = 1 + L.k
+    cdef double* dst
+    cdef const double* src
+    cdef const double* si
+    c[0] = child[0]
+    for f in range(L.nsib):
+        c[1 + f] = sib[f][0]
+    if L.nlift:
+        c[L.nf - 1] = 1.0
+    for f in range(L.nf):
+        u *= c[f]
+    P = u
+    if P == 0.0:
+        accumulate(L, G, child, sib, lift, Shat)
+        return False
+    G[0] += P
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        wi = P / c[f]
+        if f == 0:
+            si = child + 1
+        elif f <= L.nsib:
+            si = sib[f - 1] + 1
+        else:
+            si = lift
+        for a in range(kf):
+            Shat[o + a] = wi * si[a]
+            scaled[o + a] = Shat[o + a] / P
+            G[1 + o + a] += Shat[o + a]
+        if f <= L.nsib:  # a stored factor (the child's delta or a sibling): its own block w_f Q_f
+            src = si + kf
+            for a in range(kf):
+                dst = G + Q0 + row_start(k, o + a)
+                for b in range(kf - a):
+                    dst[b] += wi * src[b]
+                src += kf - a
+    return True
+
+
+cdef void add_products(Level L, double* G, const double[:, ::1] M) noexcept:
+    """``G``'s triangle += the blocks of ``M = Σ (Ŝ/P)ᵀ Ŝ`` that the products give: every entry right of a
+    stored factor's own block, and the lifting's own block too (``Ŝ_i Ŝ_j / P = w x_i x_j``)."""
+    cdef Py_ssize_t i, f, a, j, o, kf, start, k = L.k
+    cdef double* dst
+    for i in range(L.nsized):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        for a in range(kf):
+            start = o + kf if f <= L.nsib else o + a
+            dst = G + 1 + k + row_start(k, o + a) - (o + a)
+            for j in range(start, k):
+                dst[j] += M[o + a, j]
+
+
+cdef bint exactly_zero(const double* row, Py_ssize_t W) noexcept nogil:
+    cdef Py_ssize_t w
+    for w in range(W):
+        if row[w] != 0.0:
+            return False
+    return True
+
+
+cdef bint near_zero(const double* row, Py_ssize_t W, bint tolerance) noexcept nogil:
+    """A stored payload is 0: count 0 and every entry 0 (within 1e-7 for float payloads, §9 item 1)."""
+    cdef Py_ssize_t w
+    if row[0] != 0.0:
+        return False
+    for w in range(1, W):
+        if tolerance:
+            if row[w] > FLOAT_ZERO or row[w] < -FLOAT_ZERO:
+                return False
+        elif row[w] != 0.0:
+            return False
+    return True
+
+
+cdef Py_ssize_t store_add(object store, const int64_t* codes, double* G, Py_ssize_t ng, Py_ssize_t W) except -1:
+    """``V += δV`` for ``ng`` distinct codes: new keys at free rows (latest freed first) or at the top,
+    zero payloads deleted.  The caller reserved room (``ColumnStore.reserve``).  Two passes: every
+    code's row (probes prefetched ahead), then the additions (rows prefetched ahead).  Returns keys deleted."""
+    cdef Int64Index index = store.codes
+    if index is None:
+        raise ValueError("the compiled kernel needs a store in int mode")
+    cdef double[:, ::1] A = store.A
+    cdef int64_t[::1] keycode = store.keycode
+    cdef int64_t[::1] free_rows = store.free
+    cdef Py_ssize_t nfree = store.nfree, top = store.top, g, w, deleted = 0
+    cdef int64_t r, code
+    cdef bint tolerance = store.tolerance
+    cdef double* row
+    cdef const double* d
+    if A.shape[1] != W or A.shape[0] < top + ng or free_rows.shape[0] < nfree + ng:
+        raise ValueError("the store has no room reserved for this delta")
+    index._reserve(ng)
+    rows_a = np.empty(ng, dtype=np.int64)
+    cdef int64_t[::1] rows = rows_a
+    for g in range(ng):
+        if g + AHEAD < ng:
+            prefetch_slot(index, codes[g + AHEAD])
+        code = codes[g]
+        r = probe(index, code)
+        if r < 0:
+            if nfree > 0:
+                nfree -= 1
+                r = free_rows[nfree]
+            else:
+                r = top
+                top += 1
+            index._put(code, r)
+            keycode[r] = code
+        rows[g] = r
+    for g in range(ng):
+        if g + AHEAD < ng:
+            prefetch_row(&A[rows[g + AHEAD], 0], W)
+        r = rows[g]
+        row = &A[r, 0]
+        d = G + g * W
+        for w in range(W):
+            row[w] += d[w]
+        if row[0] == 0.0 and near_zero(row, W, tolerance):
+            index._delete(codes[g])
+            memset(row, 0, W * sizeof(double))
+            free_rows[nfree] = r
+            nfree += 1
+            deleted += 1
+    store.nfree = nfree
+    store.top = top
+    return deleted
+
+
+cdef class Path:
+    """The levels from a leaf's parent to the root; :meth:`run` takes a batch's delta at the leaf."""
+
+    cdef public list levels
+
+    def __init__(self, list levels):
+        self.levels = levels
+
+    def run(self, codes, values, mults):
+        """Propagate the leaf delta (rows: ``codes`` int64 ``(n, K)``, lifted ``values`` double ``(n, L)``,
+        multiplicities ``mults`` double ``(n,)``) up the path; every store must have room for ``n`` new
+        keys.  Returns the root's delta as ``(codes, counts)`` (empty when it died out on the way)."""
+        cdef int64_t[:, ::1] cc = np.ascontiguousarray(codes, dtype=np.int64)
+        cdef double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
+        cdef double[:, ::1] cp = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1, 1)
+        cdef Level L
+        cdef Py_ssize_t n = cc.shape[0], i, s, ng, g, W, size, nsib, t
+        cdef int64_t code, r
+        cdef uint64_t h, mask
+        cdef const double* sib[MAX_FACTORS]
+        cdef double lift[MAX_FACTORS]
+        cdef double* Shat = NULL
+        cdef double[:, ::1] Sh
+        cdef double[:, ::1] Sc
+        cdef bint single
+        cdef Py_ssize_t nm
+        cdef double* Gp
+        cdef int64_t* map_code = NULL
+        cdef int64_t* map_group = NULL
+        cdef int64_t[:, ::1] sib_rows
+        cdef int64_t[::1] gcodes
+        cdef double[:, ::1] G
+        cdef Int64Index index
+        cdef double[:, ::1] A
+        cdef const double* sib_data[MAX_FACTORS]
+        cdef Py_ssize_t sib_W[MAX_FACTORS]
+        cdef bint skip
+        out_codes = np.zeros(0, dtype=np.int64)
+        out_counts = np.zeros(0, dtype=np.float64)
+        if cv.shape[0] != n or cp.shape[0] != n:
+            raise ValueError("codes, values and multiplicities differ in length")
+        for L in self.levels:
+            if n == 0:
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+            W = L.W
+            nsib = L.nsib
+            # every sibling's row for every delta row (-1: absent, the row joins nothing)
+            sib_rows = np.empty((max(nsib, 1), n), dtype=np.int64)
+            for s in range(nsib):
+                store = L.siblings[s]
+                index = store.codes
+                if index is None:
+                    raise ValueError("the compiled kernel needs sibling stores in int mode")
+                A = store.A
+                sib_W[s] = A.shape[1]
+                sib_data[s] = &A[0, 0] if A.shape[0] > 0 else NULL
+                t = L.sib_src[s]
+                if t < 0:
+                    r = probe(index, 0)
+                    for i in range(n):
+                        sib_rows[s, i] = r
+                    continue
+                for i in range(n):
+                    if i + AHEAD < n:
+                        prefetch_slot(index, cc[i + AHEAD, t])
+                    sib_rows[s, i] = probe(index, cc[i, t])
+            G = np.zeros((n if L.out_src >= 0 else 1, W), dtype=np.float64)
+            gcodes = np.empty(n, dtype=np.int64)
+            ng = 0
+            if L.out_src >= 0:
+                size = 16
+                while size < 2 * n:
+                    size *= 2
+                mask = size - 1
+                map_code = <int64_t*> malloc(size * sizeof(int64_t))
+                map_group = <int64_t*> malloc(size * sizeof(int64_t))
+                if map_code == NULL or map_group == NULL:
+                    free(map_code)
+                    free(map_group)
+                    raise MemoryError()
+                memset(map_group, 0xFF, size * sizeof(int64_t))
+            Shat = <double*> malloc((L.k + 1) * sizeof(double))
+            if Shat == NULL:
+                free(map_code)
+                free(map_group)
+                raise MemoryError()
+            single = L.out_src < 0 and L.k > 0  # one output key: the cross blocks as one matrix product
+            nm = 0
+            if single:
+                Sh_a = np.empty((n, L.k), dtype=np.float64)
+                Sc_a = np.empty((n, L.k), dtype=np.float64)
+                Sh = Sh_a
+                Sc = Sc_a
+            try:
+                for i in range(n):
+                    if i + AHEAD < n:
+                        for s in range(nsib):
+                            r = sib_rows[s, i + AHEAD]
+                            if r >= 0:
+                                prefetch_row(sib_data[s] + r * sib_W[s], sib_W[s])
+                    skip = False
+                    for s in range(nsib):
+                        r = sib_rows[s, i]
+                        if r < 0:
+                            skip = True
+                            break
+                        sib[s] = sib_data[s] + r * sib_W[s]
+                    if skip:
+                        continue
+                    if L.out_src >= 0:
+                        code = cc[i, L.out_src]
+                        h = mix(<uint64_t>code) & mask
+                        while map_group[h] != -1 and map_code[h] != code:
+                            h = (h + 1) & mask
+                        if map_group[h] == -1:
+                            map_code[h] = code
+                            map_group[h] = ng
+                            gcodes[ng] = code
+                            ng += 1
+                        g = map_group[h]
+                    else:
+                        if ng == 0:
+                            gcodes[0] = 0
+                            ng = 1
+                        g = 0
+                    for s in range(L.nlift):
+                        lift[s] = cv[i, L.lift_src[s]]
+                    if single:
+                        if split_row(L, &G[g, 0], &cp[i, 0], sib, lift, &Sh[nm, 0], &Sc[nm, 0]):
+                            nm += 1
+                    else:
+                        accumulate(L, &G[g, 0], &cp[i, 0], sib, lift, Shat)
+                if nm:
+                    add_products(L, &G[0, 0], np.ascontiguousarray(Sc_a[:nm].T @ Sh_a[:nm]))
+            finally:
+                free(Shat)
+                Shat = NULL
+                if map_code != NULL:
+                    free(map_code)
+                    free(map_group)
+                    map_code = map_group = NULL
+            # drop groups whose delta is exactly 0 (they change nothing)
+            t = 0
+            for g in range(ng):
+                if exactly_zero(&G[g, 0], W):
+                    continue
+                if t != g:
+                    gcodes[t] = gcodes[g]
+                    G[t, :] = G[g, :]
+                t += 1
+            ng = t
+            if ng and L.store is not None:
+                store_add(L.store, &gcodes[0], &G[0, 0], ng, W)
+            codes_arr = np.asarray(gcodes)[:ng].copy()
+            G_arr = np.asarray(G)[:ng]
+            out_codes, out_counts = codes_arr, G_arr[:, 0].copy()
+            if L.arity_out:
+                cc = codes_arr.reshape(ng, 1)
+                cv = codes_arr.astype(np.float64).reshape(ng, 1)
+            else:
+                cc = np.zeros((ng, 0), dtype=np.int64)
+                cv = np.zeros((ng, 0), dtype=np.float64)
+            cp = np.ascontiguousarray(G_arr)
+            n = ng
+        return out_codes, out_counts
