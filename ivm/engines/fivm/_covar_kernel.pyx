@@ -354,39 +354,47 @@ cdef bint near_zero(const double* row, Py_ssize_t W, bint tolerance) noexcept no
 
 cdef Py_ssize_t store_add(object store, const int64_t* codes, double* G, Py_ssize_t ng, Py_ssize_t W) except -1:
     """``V += δV`` for ``ng`` distinct codes: new keys at free rows (latest freed first) or at the top,
-    zero payloads deleted.  The caller reserved room (``ColumnStore.reserve``).  Two passes: every
-    code's row (probes prefetched ahead), then the additions (rows prefetched ahead).  Returns keys deleted."""
+    zero payloads deleted.  Two passes: every code's row (probes prefetched ahead; the arrays grown
+    once, by :meth:`ColumnStore.reserve`, if the new keys need it), then the additions (rows
+    prefetched ahead).  Returns the keys deleted."""
     cdef Int64Index index = store.codes
     if index is None:
         raise ValueError("the compiled kernel needs a store in int mode")
-    cdef double[:, ::1] A = store.A
-    cdef int64_t[::1] keycode = store.keycode
-    cdef int64_t[::1] free_rows = store.free
-    cdef Py_ssize_t nfree = store.nfree, top = store.top, g, w, deleted = 0
+    cdef Py_ssize_t nfree = store.nfree, top = store.top, g, w, deleted = 0, fresh = 0
     cdef int64_t r, code
     cdef bint tolerance = store.tolerance
     cdef double* row
     cdef const double* d
-    if A.shape[1] != W or A.shape[0] < top + ng or free_rows.shape[0] < nfree + ng:
-        raise ValueError("the store has no room reserved for this delta")
-    index._reserve(ng)
     rows_a = np.empty(ng, dtype=np.int64)
     cdef int64_t[::1] rows = rows_a
     for g in range(ng):
         if g + AHEAD < ng:
             prefetch_slot(index, codes[g + AHEAD])
-        code = codes[g]
-        r = probe(index, code)
-        if r < 0:
-            if nfree > 0:
-                nfree -= 1
-                r = free_rows[nfree]
-            else:
-                r = top
-                top += 1
-            index._put(code, r)
-            keycode[r] = code
+        r = probe(index, codes[g])
         rows[g] = r
+        if r < 0:
+            fresh += 1
+    if fresh > nfree:
+        store.reserve(fresh - nfree)  # room at the top for the new keys that free rows do not take
+    store.reserve_free(ng)  # room on the free stack for every key that may go
+    cdef double[:, ::1] A = store.A
+    cdef int64_t[::1] keycode = store.keycode
+    cdef int64_t[::1] free_rows = store.free
+    if A.shape[1] != W or A.shape[0] < top + max(fresh - nfree, 0) or free_rows.shape[0] < nfree + ng:
+        raise ValueError("the store has no room for this delta")
+    if fresh:
+        index._reserve(fresh)
+        for g in range(ng):
+            if rows[g] < 0:
+                if nfree > 0:
+                    nfree -= 1
+                    r = free_rows[nfree]
+                else:
+                    r = top
+                    top += 1
+                index._put(codes[g], r)
+                keycode[r] = codes[g]
+                rows[g] = r
     for g in range(ng):
         if g + AHEAD < ng:
             prefetch_row(&A[rows[g + AHEAD], 0], W)
@@ -416,8 +424,8 @@ cdef class Path:
 
     def run(self, codes, values, mults):
         """Propagate the leaf delta (rows: ``codes`` int64 ``(n, K)``, lifted ``values`` double ``(n, L)``,
-        multiplicities ``mults`` double ``(n,)``) up the path; every store must have room for ``n`` new
-        keys.  Returns the root's delta as ``(codes, counts)`` (empty when it died out on the way)."""
+        multiplicities ``mults`` double ``(n,)``) up the path.  Returns the root's delta as
+        ``(codes, counts)`` (empty when it died out on the way)."""
         cdef int64_t[:, ::1] cc = np.ascontiguousarray(codes, dtype=np.int64)
         cdef double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
         cdef double[:, ::1] cp = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1, 1)

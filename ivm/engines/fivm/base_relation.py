@@ -15,6 +15,7 @@ without the extension; older snapshots hold dicts, which :func:`compact` turns i
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -92,6 +93,19 @@ def is_table(relation: Relation) -> bool:
 
 def to_dict(relation: Relation) -> dict[Row, int]:
     return relation.to_dict() if is_table(relation) else relation
+
+
+def nbytes(relation: Relation, sample: int = 32) -> int:
+    """Bytes held by a relation: a table's arrays exactly; a dict's table plus its tuples and numbers,
+    measured on a sample of up to ``sample`` tuples (O(1))."""
+    if is_table(relation):
+        return relation.nbytes  # type: ignore[no-any-return]
+    n = len(relation)
+    if not n:
+        return sys.getsizeof(relation)
+    picked = [row for row, _ in zip(relation, range(sample), strict=False)]
+    per_row = sum(sys.getsizeof(r) + sum(map(sys.getsizeof, r)) + sys.getsizeof(relation[r]) for r in picked)
+    return int(sys.getsizeof(relation) + n * per_row / len(picked))
 
 
 def multiplicities(relation: Relation, rows: Any) -> list[int]:

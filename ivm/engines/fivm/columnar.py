@@ -448,10 +448,13 @@ class ColumnStore:
             self._keys.extend([None] * (new - len(self._keys)))
 
     def reserve(self, n: int) -> None:
-        """Room for ``n`` new keys and ``n`` freed rows without growing (for the compiled kernel)."""
+        """Room for ``n`` new rows at the top without growing (for the compiled kernel)."""
         self._grow(self.top + n)
+
+    def reserve_free(self, n: int) -> None:
+        """Room for ``n`` more rows on the free stack."""
         if len(self.free) < self.nfree + n:
-            free = np.zeros(max(self.nfree + n, len(self.free) + len(self.free) // GROWTH, 16), dtype=np.int64)
+            free = np.zeros(max(self.nfree + n, len(self.free) + len(self.free) // 2, 16), dtype=np.int64)
             free[: self.nfree] = self.free[: self.nfree]
             self.free = free
 
@@ -575,10 +578,7 @@ class ColumnStore:
                 if not bucket:
                     del idx[sub]
         self.A[rows] = 0
-        if len(self.free) < self.nfree + len(rows):
-            free = np.zeros(self.nfree + len(rows) + len(self.free) // GROWTH + 16, dtype=np.int64)
-            free[: self.nfree] = self.free[: self.nfree]
-            self.free = free
+        self.reserve_free(len(rows))
         self.free[self.nfree : self.nfree + len(rows)] = rows
         self.nfree += len(rows)
 

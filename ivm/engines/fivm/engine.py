@@ -756,9 +756,6 @@ class FIVM(Engine):
 
     def _run_path(self, path: CompiledPath, codes: np.ndarray, values: np.ndarray, nets: Any) -> None:
         """One leaf's delta up its compiled path; the root's changes recorded for :meth:`drain_delta`."""
-        n = len(codes)
-        for store in path.written:
-            store.reserve(n)
         root_codes, root_counts = path.kernel.run(codes, values, nets)
         if self._tracking and len(root_codes):
             self._record_codes(path.root, root_codes, root_counts)
@@ -1488,6 +1485,8 @@ class FIVM(Engine):
             "bytes_per_payload": round(total / keys, 1) if keys else 0.0,
             "factorized_updates": self.factorized_updates,
             "factorized_work": self.factorized_work,
+            "base_tuples": sum(len(b) for b in self.base.values()),
+            "base_bytes": sum(base_relation.nbytes(b) for b in self.base.values()),
         }
         for name, (_, view_total, per, _) in memory.items():
             out[f"view_bytes[{name}]"] = view_total
