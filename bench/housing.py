@@ -37,7 +37,8 @@ Run::
 ``--implementations`` picks among ``auto``, ``compiled``, ``numpy`` and ``python``
 (``FIVM(implementation=...)``); ``--old PATH`` also runs the engine of the
 checkout at PATH (imported from there, built without the ``implementation``
-option when its FIVM has none), labelled ``old@<commit>``.
+option when its FIVM has none), labelled ``old@<commit>``; the configurations take turns run by
+run (for each batch size: new, old, new, old, ...), and each run's load average is printed.
 
 Saves ``bench/out/housing.json``.
 """
@@ -48,7 +49,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -238,22 +238,28 @@ def main() -> None:
             ["git", "-C", args.old, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
         ).stdout.strip()
         configs.append((f"old@{commit}", "auto", args.old))
-    for label, impl, root in configs:
-        for batch in args.batches:
-            runs = []
-            for _ in range(args.repeats):
+    for batch in args.batches:
+        # the configurations alternate run by run (new, old, new, old, ...), so a change of load hits both
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in configs}
+        for _ in range(args.repeats):
+            for label, impl, root in configs:
                 cmd = [sys.executable, __file__, "--seed", str(args.seed), "--worker", str(args.postcodes), str(batch)]
                 cmd += [impl, *(["--root", root] if root else [])]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                runs.append(json.loads(out.strip().splitlines()[-1]))
-            mid = sorted(runs, key=lambda r: r["tuples_per_s"])[len(runs) // 2]
+                run = json.loads(out.strip().splitlines()[-1])
+                run["load"] = os.getloadavg()[0]
+                runs[label].append(run)
+        for label, _, _ in configs:
+            done = runs[label]
+            mid = sorted(done, key=lambda r: r["tuples_per_s"])[len(done) // 2]
             mid["implementation"] = label
-            mid["repeats"] = [round(r["tuples_per_s"]) for r in runs]
+            mid["repeats"] = [round(r["tuples_per_s"]) for r in done]
+            mid["loads"] = [round(r["load"], 2) for r in done]
             mid["load_after"] = os.getloadavg()[0]
             rows.append(mid)
             print(
                 f"{label:11s} batch {batch:>6,}: {mid['tuples']:,} tuples, {mid['tuples_per_s']:>10,.0f} tuples/s "
-                f"(median of {statistics.median(mid['repeats']):,.0f} over {mid['repeats']}), "
+                f"(median of {mid['repeats']}, load after each {mid['loads']}), "
                 f"peak {mid['peak_mb']:,.0f} MB (before updates {mid['rss_before_mb']:,.0f} MB), "
                 f"views {mid['view_bytes'] / 2**20:,.1f} MB, {mid['bytes_per_payload']:.0f} B/payload, "
                 f"max rel err {mid['max_rel_err']:.1e}",

@@ -27,8 +27,8 @@ delta is exactly 0 is dropped; a stored payload whose count is 0 and whose entri
 """
 
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -352,21 +352,20 @@ cdef bint near_zero(const double* row, Py_ssize_t W, bint tolerance) noexcept no
     return True
 
 
-cdef Py_ssize_t store_add(object store, const int64_t* codes, double* G, Py_ssize_t ng, Py_ssize_t W) except -1:
+cdef Py_ssize_t store_add(object store, const int64_t* codes, double* G, Py_ssize_t ng, Py_ssize_t W,
+                          int64_t* rows) except -1:
     """``V += δV`` for ``ng`` distinct codes: new keys at free rows (latest freed first) or at the top,
     zero payloads deleted.  Two passes: every code's row (probes prefetched ahead; the arrays grown
     once, by :meth:`ColumnStore.reserve`, if the new keys need it), then the additions (rows
-    prefetched ahead).  Returns the keys deleted."""
+    prefetched ahead).  ``rows``: scratch of ``ng``.  Returns the keys deleted."""
     cdef Int64Index index = store.codes
     if index is None:
         raise ValueError("the compiled kernel needs a store in int mode")
     cdef Py_ssize_t nfree = store.nfree, top = store.top, g, w, deleted = 0, fresh = 0
-    cdef int64_t r, code
+    cdef int64_t r
     cdef bint tolerance = store.tolerance
     cdef double* row
     cdef const double* d
-    rows_a = np.empty(ng, dtype=np.int64)
-    cdef int64_t[::1] rows = rows_a
     for g in range(ng):
         if g + AHEAD < ng:
             prefetch_slot(index, codes[g + AHEAD])
@@ -376,7 +375,8 @@ cdef Py_ssize_t store_add(object store, const int64_t* codes, double* G, Py_ssiz
             fresh += 1
     if fresh > nfree:
         store.reserve(fresh - nfree)  # room at the top for the new keys that free rows do not take
-    store.reserve_free(ng)  # room on the free stack for every key that may go
+    if store.free.shape[0] < nfree + ng:
+        store.reserve_free(ng)  # room on the free stack for every key that may go
     cdef double[:, ::1] A = store.A
     cdef int64_t[::1] keycode = store.keycode
     cdef int64_t[::1] free_rows = store.free
@@ -414,54 +414,141 @@ cdef Py_ssize_t store_add(object store, const int64_t* codes, double* G, Py_ssiz
     return deleted
 
 
+cdef void* room(void** buffer, Py_ssize_t* capacity, Py_ssize_t need, size_t item) except NULL:
+    """``buffer`` with room for ``need`` items (grown by ``realloc`` to at least twice its size)."""
+    cdef Py_ssize_t new
+    cdef void* grown
+    if need <= capacity[0] and buffer[0] != NULL:
+        return buffer[0]
+    new = max(need, 2 * capacity[0], 64)
+    grown = realloc(buffer[0], new * item)
+    if grown == NULL:
+        raise MemoryError()
+    buffer[0] = grown
+    capacity[0] = new
+    return grown
+
+
+cdef void add_row_products(Level L, double* G, const double* Sh, const double* Sc, Py_ssize_t nm) noexcept:
+    """:func:`add_products` of ``M = Σ_r Sc_r ⊗ Sh_r`` formed row by row (few rows: no matrix product)."""
+    cdef Py_ssize_t i, f, a, j, o, kf, start, k = L.k, r
+    cdef double* dst
+    cdef double x
+    for r in range(nm):
+        for i in range(L.nsized):
+            f = L.sized[i]
+            o = L.f_off[f]
+            kf = L.f_size[f]
+            for a in range(kf):
+                start = o + kf if f <= L.nsib else o + a
+                dst = G + 1 + k + row_start(k, o + a) - (o + a)
+                x = Sc[r * k + o + a]
+                for j in range(start, k):
+                    dst[j] += x * Sh[r * k + j]
+
+
 cdef class Path:
-    """The levels from a leaf's parent to the root; :meth:`run` takes a batch's delta at the leaf."""
+    """The levels from a leaf's parent to the root; :meth:`run` takes a batch's delta at the leaf.
+
+    Its scratch memory (payload and code buffers per level, the grouping table, the rows of the
+    matrix product) lives in C and is reused from batch to batch, so a small batch costs no array
+    allocation.
+    """
 
     cdef public list levels
+    cdef double* pay[2]
+    cdef Py_ssize_t pay_cap[2]
+    cdef int64_t* gcodes[2]
+    cdef Py_ssize_t gcodes_cap[2]
+    cdef double* vals
+    cdef Py_ssize_t vals_cap
+    cdef int64_t* sib_rows
+    cdef Py_ssize_t sib_rows_cap
+    cdef int64_t* map_code
+    cdef int64_t* map_group
+    cdef Py_ssize_t map_cap, map_cap2
+    cdef double* Sh
+    cdef double* Sc
+    cdef Py_ssize_t Sh_cap, Sc_cap
+    cdef double* Shat
+    cdef Py_ssize_t Shat_cap
+    cdef int64_t* rows
+    cdef Py_ssize_t rows_cap
+
+    def __cinit__(self, list levels):
+        self.pay[0] = self.pay[1] = NULL
+        self.pay_cap[0] = self.pay_cap[1] = 0
+        self.gcodes[0] = self.gcodes[1] = NULL
+        self.gcodes_cap[0] = self.gcodes_cap[1] = 0
+        self.vals = NULL
+        self.sib_rows = NULL
+        self.map_code = self.map_group = NULL
+        self.Sh = self.Sc = self.Shat = NULL
+        self.rows = NULL
+        self.vals_cap = self.sib_rows_cap = self.map_cap = self.map_cap2 = 0
+        self.Sh_cap = self.Sc_cap = self.Shat_cap = self.rows_cap = 0
 
     def __init__(self, list levels):
         self.levels = levels
 
-    def run(self, codes, values, mults):
+    def __dealloc__(self):
+        free(self.pay[0])
+        free(self.pay[1])
+        free(self.gcodes[0])
+        free(self.gcodes[1])
+        free(self.vals)
+        free(self.sib_rows)
+        free(self.map_code)
+        free(self.map_group)
+        free(self.Sh)
+        free(self.Sc)
+        free(self.Shat)
+        free(self.rows)
+
+    def run(self, codes, values, mults, bint want=True):
         """Propagate the leaf delta (rows: ``codes`` int64 ``(n, K)``, lifted ``values`` double ``(n, L)``,
-        multiplicities ``mults`` double ``(n,)``) up the path.  Returns the root's delta as
-        ``(codes, counts)`` (empty when it died out on the way)."""
-        cdef int64_t[:, ::1] cc = np.ascontiguousarray(codes, dtype=np.int64)
-        cdef double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
-        cdef double[:, ::1] cp = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1, 1)
+        multiplicities ``mults`` ``(n,)``) up the path.  Returns the root's delta as ``(codes, counts)``
+        (empty when it died out on the way), or ``None`` unless ``want``."""
+        cdef const int64_t[:, ::1] cc = np.ascontiguousarray(codes, dtype=np.int64)
+        cdef const double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
+        cdef const double[::1] cm = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1)
         cdef Level L
-        cdef Py_ssize_t n = cc.shape[0], i, s, ng, g, W, size, nsib, t
+        cdef Py_ssize_t n = cc.shape[0], i, s, ng = 0, g, W, size, nsib, t, Kc, Lc, Wc, out = 0, level = 0, nm
         cdef int64_t code, r
-        cdef uint64_t h, mask
+        cdef uint64_t h, mask = 0
         cdef const double* sib[MAX_FACTORS]
         cdef double lift[MAX_FACTORS]
-        cdef double* Shat = NULL
-        cdef double[:, ::1] Sh
-        cdef double[:, ::1] Sc
-        cdef bint single
-        cdef Py_ssize_t nm
-        cdef double* Gp
-        cdef int64_t* map_code = NULL
-        cdef int64_t* map_group = NULL
-        cdef int64_t[:, ::1] sib_rows
-        cdef int64_t[::1] gcodes
-        cdef double[:, ::1] G
-        cdef Int64Index index
-        cdef double[:, ::1] A
         cdef const double* sib_data[MAX_FACTORS]
         cdef Py_ssize_t sib_W[MAX_FACTORS]
-        cdef bint skip
-        out_codes = np.zeros(0, dtype=np.int64)
-        out_counts = np.zeros(0, dtype=np.float64)
-        if cv.shape[0] != n or cp.shape[0] != n:
+        cdef const int64_t* cur_codes
+        cdef const double* cur_vals
+        cdef const double* cur_pay
+        cdef double* G
+        cdef int64_t* gc
+        cdef Int64Index index
+        cdef double[:, ::1] A
+        cdef bint skip, single
+        cdef double dummy = 0.0
+        cdef int64_t zero_code = 0
+        if cv.shape[0] != n or cm.shape[0] != n:
             raise ValueError("codes, values and multiplicities differ in length")
+        Kc, Lc, Wc = cc.shape[1], cv.shape[1], 1
+        cur_codes = &cc[0, 0] if n and Kc else &zero_code
+        cur_vals = &cv[0, 0] if n and Lc else &dummy
+        cur_pay = &cm[0] if n else &dummy
         for L in self.levels:
             if n == 0:
-                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+                break
+            out = level % 2
+            level += 1
             W = L.W
             nsib = L.nsib
+            single = L.out_src < 0
+            G = <double*> room(<void**>&self.pay[out], &self.pay_cap[out], (1 if single else n) * W, sizeof(double))
+            gc = <int64_t*> room(<void**>&self.gcodes[out], &self.gcodes_cap[out], n, sizeof(int64_t))
+            self.Shat = <double*> room(<void**>&self.Shat, &self.Shat_cap, L.k + 1, sizeof(double))
             # every sibling's row for every delta row (-1: absent, the row joins nothing)
-            sib_rows = np.empty((max(nsib, 1), n), dtype=np.int64)
+            self.sib_rows = <int64_t*> room(<void**>&self.sib_rows, &self.sib_rows_cap, max(nsib, 1) * n, sizeof(int64_t))
             for s in range(nsib):
                 store = L.siblings[s]
                 index = store.codes
@@ -474,108 +561,104 @@ cdef class Path:
                 if t < 0:
                     r = probe(index, 0)
                     for i in range(n):
-                        sib_rows[s, i] = r
+                        self.sib_rows[s * n + i] = r
                     continue
                 for i in range(n):
                     if i + AHEAD < n:
-                        prefetch_slot(index, cc[i + AHEAD, t])
-                    sib_rows[s, i] = probe(index, cc[i, t])
-            G = np.zeros((n if L.out_src >= 0 else 1, W), dtype=np.float64)
-            gcodes = np.empty(n, dtype=np.int64)
-            ng = 0
-            if L.out_src >= 0:
+                        prefetch_slot(index, cur_codes[(i + AHEAD) * Kc + t])
+                    self.sib_rows[s * n + i] = probe(index, cur_codes[i * Kc + t])
+            if not single:
                 size = 16
                 while size < 2 * n:
                     size *= 2
                 mask = size - 1
-                map_code = <int64_t*> malloc(size * sizeof(int64_t))
-                map_group = <int64_t*> malloc(size * sizeof(int64_t))
-                if map_code == NULL or map_group == NULL:
-                    free(map_code)
-                    free(map_group)
-                    raise MemoryError()
-                memset(map_group, 0xFF, size * sizeof(int64_t))
-            Shat = <double*> malloc((L.k + 1) * sizeof(double))
-            if Shat == NULL:
-                free(map_code)
-                free(map_group)
-                raise MemoryError()
-            single = L.out_src < 0 and L.k > 0  # one output key: the cross blocks as one matrix product
+                self.map_code = <int64_t*> room(<void**>&self.map_code, &self.map_cap, size, sizeof(int64_t))
+                self.map_group = <int64_t*> room(<void**>&self.map_group, &self.map_cap2, size, sizeof(int64_t))
+                memset(self.map_group, 0xFF, size * sizeof(int64_t))
+            else:
+                memset(G, 0, W * sizeof(double))
+                if L.k:
+                    self.Sh = <double*> room(<void**>&self.Sh, &self.Sh_cap, n * L.k, sizeof(double))
+                    self.Sc = <double*> room(<void**>&self.Sc, &self.Sc_cap, n * L.k, sizeof(double))
+            ng = 0
             nm = 0
-            if single:
-                Sh_a = np.empty((n, L.k), dtype=np.float64)
-                Sc_a = np.empty((n, L.k), dtype=np.float64)
-                Sh = Sh_a
-                Sc = Sc_a
-            try:
-                for i in range(n):
-                    if i + AHEAD < n:
-                        for s in range(nsib):
-                            r = sib_rows[s, i + AHEAD]
-                            if r >= 0:
-                                prefetch_row(sib_data[s] + r * sib_W[s], sib_W[s])
-                    skip = False
+            for i in range(n):
+                if i + AHEAD < n:
                     for s in range(nsib):
-                        r = sib_rows[s, i]
-                        if r < 0:
-                            skip = True
-                            break
-                        sib[s] = sib_data[s] + r * sib_W[s]
-                    if skip:
-                        continue
-                    if L.out_src >= 0:
-                        code = cc[i, L.out_src]
-                        h = mix(<uint64_t>code) & mask
-                        while map_group[h] != -1 and map_code[h] != code:
-                            h = (h + 1) & mask
-                        if map_group[h] == -1:
-                            map_code[h] = code
-                            map_group[h] = ng
-                            gcodes[ng] = code
-                            ng += 1
-                        g = map_group[h]
-                    else:
-                        if ng == 0:
-                            gcodes[0] = 0
-                            ng = 1
-                        g = 0
-                    for s in range(L.nlift):
-                        lift[s] = cv[i, L.lift_src[s]]
-                    if single:
-                        if split_row(L, &G[g, 0], &cp[i, 0], sib, lift, &Sh[nm, 0], &Sc[nm, 0]):
-                            nm += 1
-                    else:
-                        accumulate(L, &G[g, 0], &cp[i, 0], sib, lift, Shat)
-                if nm:
-                    add_products(L, &G[0, 0], np.ascontiguousarray(Sc_a[:nm].T @ Sh_a[:nm]))
-            finally:
-                free(Shat)
-                Shat = NULL
-                if map_code != NULL:
-                    free(map_code)
-                    free(map_group)
-                    map_code = map_group = NULL
+                        r = self.sib_rows[s * n + i + AHEAD]
+                        if r >= 0:
+                            prefetch_row(sib_data[s] + r * sib_W[s], sib_W[s])
+                skip = False
+                for s in range(nsib):
+                    r = self.sib_rows[s * n + i]
+                    if r < 0:
+                        skip = True
+                        break
+                    sib[s] = sib_data[s] + r * sib_W[s]
+                if skip:
+                    continue
+                if not single:
+                    code = cur_codes[i * Kc + L.out_src]
+                    h = mix(<uint64_t>code) & mask
+                    while self.map_group[h] != -1 and self.map_code[h] != code:
+                        h = (h + 1) & mask
+                    if self.map_group[h] == -1:
+                        self.map_code[h] = code
+                        self.map_group[h] = ng
+                        gc[ng] = code
+                        memset(G + ng * W, 0, W * sizeof(double))
+                        ng += 1
+                    g = self.map_group[h]
+                else:
+                    if ng == 0:
+                        gc[0] = 0
+                        ng = 1
+                    g = 0
+                for s in range(L.nlift):
+                    lift[s] = cur_vals[i * Lc + L.lift_src[s]]
+                if single and L.k:
+                    if split_row(L, G, cur_pay + i * Wc, sib, lift, self.Sh + nm * L.k, self.Sc + nm * L.k):
+                        nm += 1
+                else:
+                    accumulate(L, G + g * W, cur_pay + i * Wc, sib, lift, self.Shat)
+            if nm >= 32:  # one matrix product for the cross blocks (BLAS)
+                Sh_v = <double[:nm, :L.k]> self.Sh
+                Sc_v = <double[:nm, :L.k]> self.Sc
+                add_products(L, G, np.ascontiguousarray(np.asarray(Sc_v).T @ np.asarray(Sh_v)))
+            elif nm:
+                add_row_products(L, G, self.Sh, self.Sc, nm)
             # drop groups whose delta is exactly 0 (they change nothing)
             t = 0
             for g in range(ng):
-                if exactly_zero(&G[g, 0], W):
+                if exactly_zero(G + g * W, W):
                     continue
                 if t != g:
-                    gcodes[t] = gcodes[g]
-                    G[t, :] = G[g, :]
+                    gc[t] = gc[g]
+                    memcpy(G + t * W, G + g * W, W * sizeof(double))
                 t += 1
             ng = t
             if ng and L.store is not None:
-                store_add(L.store, &gcodes[0], &G[0, 0], ng, W)
-            codes_arr = np.asarray(gcodes)[:ng].copy()
-            G_arr = np.asarray(G)[:ng]
-            out_codes, out_counts = codes_arr, G_arr[:, 0].copy()
-            if L.arity_out:
-                cc = codes_arr.reshape(ng, 1)
-                cv = codes_arr.astype(np.float64).reshape(ng, 1)
-            else:
-                cc = np.zeros((ng, 0), dtype=np.int64)
-                cv = np.zeros((ng, 0), dtype=np.float64)
-            cp = np.ascontiguousarray(G_arr)
+                self.rows = <int64_t*> room(<void**>&self.rows, &self.rows_cap, ng, sizeof(int64_t))
+                store_add(L.store, gc, G, ng, W, self.rows)
+            # this level's delta is the next level's input: its key's code (and value) per row
+            self.vals = <double*> room(<void**>&self.vals, &self.vals_cap, max(ng, 1), sizeof(double))
+            for g in range(ng):
+                self.vals[g] = <double>gc[g]
+            Kc = Lc = 1 if L.arity_out else 0
+            Wc = W
+            cur_codes = gc
+            cur_vals = self.vals
+            cur_pay = G
             n = ng
+        if not want:
+            return None
+        if n == 0 or level < len(self.levels):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        out_codes = np.empty(n, dtype=np.int64)
+        out_counts = np.empty(n, dtype=np.float64)
+        cdef int64_t[::1] oc = out_codes
+        cdef double[::1] ocn = out_counts
+        for g in range(n):
+            oc[g] = cur_codes[g]
+            ocn[g] = cur_pay[g * Wc]
         return out_codes, out_counts

@@ -464,15 +464,15 @@ cdef class RowTable:
         ``(d, |value_cols|)`` (ints converted as ``float(int)`` does); ``None`` if a code column is not int."""
         cdef Py_ssize_t d = rows.shape[0], i, j, nc = len(code_cols), nv = len(value_cols), col
         cdef const int64_t* c
-        for col in code_cols:
-            if self.kinds[col] != KIND_INT:
+        for j in range(nc):
+            if self.kinds[<Py_ssize_t>code_cols[j]] != KIND_INT:
                 return None
         codes = np.empty((d, nc), dtype=np.int64)
         values = np.empty((d, nv), dtype=np.float64)
         cdef int64_t[:, ::1] co = codes
         cdef double[:, ::1] va = values
-        cdef Py_ssize_t[:] cc = np.asarray(code_cols, dtype=np.intp).reshape(nc)
-        cdef Py_ssize_t[:] vc = np.asarray(value_cols, dtype=np.intp).reshape(nv)
+        cdef const Py_ssize_t[:] cc = code_cols if type(code_cols) is np.ndarray else np.asarray(code_cols, np.intp)
+        cdef const Py_ssize_t[:] vc = value_cols if type(value_cols) is np.ndarray else np.asarray(value_cols, np.intp)
         for i in range(d):
             c = self.cells + rows[i] * self.ncols
             for j in range(nc):
@@ -693,30 +693,55 @@ def parse_batch(updates, dict names, list tables):
         if counts[t] == 0:
             order.append(t)
         counts[t] += 1
-    out = []
+    # one pass over the batch, each update's cells written at its relation's cursor
+    cdef Py_ssize_t nrel = len(order), o
+    arrays = []
+    cdef list tables_o = []
+    cell_ptrs = np.zeros(nt, dtype=np.uintp)
+    mult_ptrs = np.zeros(nt, dtype=np.uintp)
+    kind_ptrs = np.zeros(nt, dtype=np.uintp)
+    cdef size_t[::1] cp = cell_ptrs
+    cdef size_t[::1] mp = mult_ptrs
+    cdef size_t[::1] kp = kind_ptrs
+    cursor = np.zeros(nt, dtype=np.intp)
+    cdef Py_ssize_t[::1] cur = cursor
+    ncols_of = np.zeros(nt, dtype=np.intp)
+    cdef Py_ssize_t[::1] nc = ncols_of
     cdef int64_t[:, ::1] cv
     cdef int64_t[::1] ov
     cdef int8_t[::1] kv
     for t in order:
         table = tables[t]
         ncols = table.ncols
-        cells = np.empty((counts[t], ncols), dtype=np.int64)
+        cells = np.empty((counts[t], max(ncols, 1)), dtype=np.int64)[:, :ncols]
+        cells = np.ascontiguousarray(cells)
         mults = np.empty(counts[t], dtype=np.int64)
-        kinds = np.empty(ncols, dtype=np.int8)
+        kinds = np.empty(ncols + 1, dtype=np.int8)
         cv = cells
         ov = mults
         kv = kinds
         for j in range(ncols):
             kv[j] = table.kinds[j]
-        p = 0
-        for i in range(n):
-            if wv[i] != t:
-                continue
+        cp[t] = <size_t>&cv[0, 0] if ncols and counts[t] else 0
+        mp[t] = <size_t>&ov[0]
+        kp[t] = <size_t>&kv[0]
+        nc[t] = ncols
+        arrays.append((t, cells, mults, kinds[:ncols]))
+    cdef int64_t* cells_p
+    cdef int8_t* kinds_p
+    for i in range(n):
+        t = wv[i]
+        if t < 0:
+            continue
+        p = cur[t]
+        cur[t] = p + 1
+        ncols = nc[t]
+        (<int64_t*>mp[t])[p] = mm[i]
+        if ncols:
             row = <object>PyTuple_GET_ITEM(items[i], 1)
+            cells_p = (<int64_t*>cp[t]) + p * ncols
+            kinds_p = <int8_t*>kp[t]
             for j in range(ncols):
-                if not strict_cell(<object>PyTuple_GET_ITEM(row, j), &kv[j], &cv[p, j]):
+                if not strict_cell(<object>PyTuple_GET_ITEM(row, j), &kinds_p[j], &cells_p[j]):
                     return None
-            ov[p] = mm[i]
-            p += 1
-        out.append((t, cells, mults, kinds))
-    return out
+    return arrays

@@ -96,6 +96,20 @@ GROWTH = 8
 SMALL_ARRAY = 32 << 20
 
 
+class _Epoch:
+    """A counter bumped whenever some store leaves int mode or gains a secondary index: what decides
+    whether the compiled kernel may write a store (cached per compiled path, checked in O(1))."""
+
+    value = 0
+
+    @classmethod
+    def bump(cls) -> None:
+        cls.value += 1
+
+
+EPOCH = _Epoch
+
+
 # ------------------------------------------------------------------ the packed upper triangle of Q
 def triangle_size(k: int) -> int:
     """``k (k + 1) / 2``: the entries of a symmetric ``k × k`` matrix kept (its upper triangle)."""
@@ -273,6 +287,7 @@ class ColumnStore:
 
     # -- the two key modes
     def _use_codes(self) -> None:
+        EPOCH.bump()
         self.codes = Int64Index()
         self.keycode = np.zeros(len(self.A), dtype=np.int64)
         self._rows = self._keys = None
@@ -313,6 +328,7 @@ class ColumnStore:
         """Leave int mode for good: keys as Python tuples in a dict (for a key the codes cannot hold)."""
         if self.codes is None:
             return
+        EPOCH.bump()
         keys, rows = self.live()
         self._rows = dict(zip(keys, rows.tolist(), strict=True))
         self._keys = [None] * len(self.A)
@@ -395,6 +411,7 @@ class ColumnStore:
     def index(self, positions: tuple[int, ...]) -> dict[Key, dict[Key, int]]:
         idx = self.indexes.get(positions)
         if idx is None:
+            EPOCH.bump()
             idx = {}
             project = key_projection(positions)
             keys, rows = self.live()

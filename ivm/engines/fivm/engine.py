@@ -458,13 +458,22 @@ class FIVM(Engine):
         rebuild = False
         for index, cells, mults, kinds in parsed:
             relation = self._relations[index]
-            table = self.base[relation]
+            table = self._tables[index]  # type: ignore[index]
             rows, nets, _, big = table.apply_cells(cells, mults, kinds)
             self.updates_applied += len(rows)
             if relation not in self.updatable:
                 rebuild = True
             elif not rebuild and len(rows):
-                self._propagate_columnar(relation, None, table, rows, nets)
+                leaves = self.tree.leaves.get(relation, ())
+                path = self._paths.get(id(leaves[0])) if len(leaves) == 1 else None
+                if path is not None and path.ready():  # one occurrence, compiled (the common case)
+                    codes, values = table.gather(rows, path.code_cols, path.value_cols) or (None, None)
+                    if codes is not None:
+                        self._run_path(path, codes, values, nets)
+                    else:
+                        self._propagate_columnar(relation, None, table, rows, nets)
+                else:
+                    self._propagate_columnar(relation, None, table, rows, nets)
             table.compact()
             if big:
                 self._base_to_dict(relation)
@@ -756,9 +765,9 @@ class FIVM(Engine):
 
     def _run_path(self, path: CompiledPath, codes: np.ndarray, values: np.ndarray, nets: Any) -> None:
         """One leaf's delta up its compiled path; the root's changes recorded for :meth:`drain_delta`."""
-        root_codes, root_counts = path.kernel.run(codes, values, nets)
-        if self._tracking and len(root_codes):
-            self._record_codes(path.root, root_codes, root_counts)
+        root = path.kernel.run(codes, values, nets, self._tracking)
+        if root is not None and len(root[0]):
+            self._record_codes(path.root, *root)
 
     def _record_codes(self, root: ViewNode, codes: np.ndarray, counts: np.ndarray) -> None:
         """:meth:`_record_block` for the root's delta as int codes (keys ``(code,)``, or ``()``)."""
@@ -1498,7 +1507,7 @@ class CompiledPath:
     """A leaf's compiled path (:class:`~._covar_kernel.Path`): which tuple columns key the views and
     siblings (``code_cols``) and which are lifted (``value_cols``), the stores it writes and reads."""
 
-    __slots__ = ("code_cols", "kernel", "root", "siblings", "value_cols", "written")
+    __slots__ = ("_epoch", "_ready", "code_cols", "kernel", "root", "siblings", "value_cols", "written")
 
     def __init__(
         self,
@@ -1510,18 +1519,23 @@ class CompiledPath:
         root: ViewNode,
     ) -> None:
         self.kernel = kernel
-        self.code_cols = code_cols
-        self.value_cols = value_cols
+        self.code_cols = np.array(code_cols, dtype=np.intp)
+        self.value_cols = np.array(value_cols, dtype=np.intp)
         self.written = written
         self.siblings = siblings
         self.root = root
+        self._epoch = -1
+        self._ready = False
 
     def ready(self) -> bool:
-        """Every store in int mode, and no secondary index on a store it writes (it keeps none)."""
-        for store in self.written:
-            if store.codes is None or store.indexes:
-                return False
-        return all(store.codes is not None for store in self.siblings)
+        """Every store in int mode, and no secondary index on a store it writes (it keeps none); the
+        answer is kept until some store leaves int mode or gains an index (:data:`.columnar.EPOCH`)."""
+        if self._epoch != columnar.EPOCH.value:
+            self._epoch = columnar.EPOCH.value
+            self._ready = all(s.codes is not None and not s.indexes for s in self.written) and all(
+                s.codes is not None for s in self.siblings
+            )
+        return self._ready
 
 
 def _delta_arrays(rows: list[Row], code_cols: list[int], value_cols: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
