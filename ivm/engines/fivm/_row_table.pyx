@@ -41,6 +41,16 @@ import numpy as np
 cdef extern from "Python.h":
     PyObject* PyDict_GetItem(object d, object key)
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define IVM_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 1)
+    #else
+    #define IVM_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void IVM_PREFETCH(const void* p) noexcept nogil
+
 
 cdef enum:
     KIND_UNKNOWN = -1
@@ -312,9 +322,9 @@ cdef class RowTable:
             return -1
         return self._find(probe, row_hash(probe, self.kinds, self.ncols), &where)
 
-    cdef Py_ssize_t _upsert(self, const int64_t* probe) noexcept nogil:
-        """The row equal to ``probe``, appended (multiplicity 0) if absent; room reserved by the caller."""
-        cdef uint64_t where, h = row_hash(probe, self.kinds, self.ncols)
+    cdef Py_ssize_t _upsert(self, const int64_t* probe, uint64_t h) noexcept nogil:
+        """The row equal to ``probe`` (hash ``h``), appended (multiplicity 0) if absent; room reserved by the caller."""
+        cdef uint64_t where
         cdef Py_ssize_t r = self._find(probe, h, &where)
         if r >= 0:
             return r
@@ -545,10 +555,15 @@ cdef class RowTable:
             free(seen_row)
             free(seen_pos)
             raise MemoryError()
+        hashes_a = np.empty(n, dtype=np.uint64)
+        cdef uint64_t[::1] hashes = hashes_a
+        for i in range(n):  # every row's hash first, its slot prefetched (the probes below then overlap)
+            hashes[i] = row_hash(&cells[i, 0], self.kinds, self.ncols)
+            IVM_PREFETCH(&self.slots[hashes[i] & self.mask])
         try:
             memset(seen_row, 0xFF, size * sizeof(int64_t))
             for i in range(n):
-                r = self._upsert(&cells[i, 0])
+                r = self._upsert(&cells[i, 0], hashes[i])
                 s = mix(<uint64_t>r) & mask
                 while seen_row[s] != -1 and seen_row[s] != r:
                     s = (s + 1) & mask

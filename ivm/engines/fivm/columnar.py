@@ -21,10 +21,18 @@ supports of siblings is a set of block writes:
 in numpy for support size k, plus O(|join|) dictionary lookups; the number of
 Python-level operations does not depend on k.
 
-A view is a :class:`ColumnStore`: a dict from key to row number and arrays
-``C (rows,)``, ``S (rows, k)``, ``Q (rows, k, k)``; deleted rows are reused.
+A view is a :class:`ColumnStore`: one array ``A (rows, 1 + k + k(k+1)/2)`` of payloads (the count,
+``s``, and the upper triangle of the symmetric ``Q``, packed row by row: :func:`triangle`, as
+F-IVM's C++ keeps it), its columns seen as ``C``, ``S`` and ``Q``, and a primary index from key to
+row: int64 codes in a compiled hash table for views keyed by at most one int variable, a dict
+otherwise; deleted rows are reused, and the arrays grow by an eighth of their capacity once large
+(in place).  The same stores are read and written by the compiled path of
+``_covar_kernel.pyx`` (``implementation="compiled"``), which this module's numpy path is the
+reference of (and the fallback where the kernel does not apply).
 
-Small deltas, one row at a time (:func:`row_delta`, :meth:`ColumnStore.add_row`).
+Small deltas, one row at a time (:func:`row_delta`, :meth:`ColumnStore.add_row`).  (The figures
+below were measured before ``Q`` was packed and before the compiled path; they explain the row
+path's threshold.)
 The grouped kernel's cost has a fixed part per view and call that does not
 shrink with the delta: every factor's C, S and Q rows gathered by fancy
 indexing (three copies per factor), per pair of factor blocks a weight product,

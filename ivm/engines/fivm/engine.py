@@ -27,7 +27,12 @@ Aggregates and rings (``ring=`` option, default from the query's aggregate):
   numbers and computed without ring method calls (:mod:`ivm.engines.fivm.lanes`);
 - ``covariance``: the continuous covariance ring (``exact=True`` keeps Python
   ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
-  generalized covariance ring (Def. 37);
+  generalized covariance ring (Def. 37, on the ring-object path).  Covariance
+  payloads are kept in column stores (:mod:`ivm.engines.fivm.columnar`, §6.2's
+  sized payloads, ``Q``'s upper triangle); float payloads go up the view tree
+  in C where the path allows it (``implementation="compiled"``,
+  ``_covar_kernel.pyx``), and the base relations are kept compact
+  (:mod:`ivm.engines.fivm.base_relation`);
 - ``listing`` / ``factorized``: the relational ring F[Z] over τ(ω, ∅) (§6.4).
 
 View trees (``tree=`` option): ``"tau"`` (default) is τ(ω, F), the answers
@@ -341,7 +346,8 @@ class FIVM(Engine):
         state = self.__dict__.copy()
         for name in ("_paths", "_tables"):
             state.pop(name, None)
-        state["base"] = {r: base_relation.pack(b) for r, b in self.base.items()}
+        if any(base_relation.is_table(b) for b in self.base.values()):  # (else the same dict: shared copies stay one)
+            state["base"] = {r: base_relation.pack(b) for r, b in self.base.items()}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
