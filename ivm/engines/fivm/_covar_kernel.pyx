@@ -21,7 +21,9 @@ the lifting ``g_X = (1, x, x xᵀ)``) over disjoint supports is, division-free, 
 
 formed directly in the packed triangle (the lifting's own block is ``w x xᵀ``).  Cost per delta row
 and view: #siblings probes and O(k²) multiply-adds in tight loops (contiguous runs of the
-triangle), O(F²) scalar work for F factors; per view O(#groups) store probes.  A group whose
+triangle), O(F²) scalar work for F factors; per view O(#groups) store probes.  At a view with one output key (the root of a Boolean
+query) the cross blocks are summed as runs ``(Ŝ_i / P) Ŝ_j`` over the rows, in a loop built for AVX2 and
+FMA when the CPU has them (no BLAS call, so no thread of a BLAS library competes with the stream).  A group whose
 delta is exactly 0 is dropped; a stored payload whose count is 0 and whose entries are within
 1e-7 of 0 is deleted (§9 item 1), as the numpy path does.
 """
@@ -44,6 +46,47 @@ cdef extern from *:
     #endif
     """
     void IVM_PREFETCH(const void* p) noexcept nogil
+
+
+cdef extern from *:
+    """
+    /* G's triangle += Σ_r Sc_r[i] · Sh_r[start_i ..] for every support row i (the runs of the cross
+       blocks of a level with one output key): the same loop built for AVX2 + FMA where the compiler
+       and the CPU have them (chosen once at run time), plain otherwise. */
+    #define IVM_RUNS_BODY                                                              \
+        for (Py_ssize_t r = 0; r < nm; r++) {                                          \
+            const double* sh = Sh + r * k;                                            \
+            const double* sc = Sc + r * k;                                             \
+            for (Py_ssize_t i = 0; i < k; i++) {                                       \
+                const double x = sc[i];                                                \
+                double* dst = G + off[i];                                              \
+                const double* src = sh + start[i];                                     \
+                const Py_ssize_t len = k - start[i];                                   \
+                for (Py_ssize_t j = 0; j < len; j++) dst[j] += x * src[j];             \
+            }                                                                          \
+        }
+    static void ivm_runs_plain(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                               const Py_ssize_t* start, const Py_ssize_t* off) { IVM_RUNS_BODY }
+    #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    __attribute__((target("avx2,fma")))
+    static void ivm_runs_avx2(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                              const Py_ssize_t* start, const Py_ssize_t* off) { IVM_RUNS_BODY }
+    static int ivm_has_avx2 = -1;
+    static void ivm_runs(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                         const Py_ssize_t* start, const Py_ssize_t* off) {
+        if (ivm_has_avx2 < 0) {
+            __builtin_cpu_init();
+            ivm_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        }
+        if (ivm_has_avx2) ivm_runs_avx2(G, Sh, Sc, nm, k, start, off);
+        else ivm_runs_plain(G, Sh, Sc, nm, k, start, off);
+    }
+    #else
+    #define ivm_runs ivm_runs_plain
+    #endif
+    """
+    void ivm_runs(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                  const Py_ssize_t* start, const Py_ssize_t* off) noexcept nogil
 
 
 cdef enum:
@@ -109,6 +152,17 @@ cdef class Level:
     cdef Py_ssize_t f_off[MAX_FACTORS]
     cdef Py_ssize_t f_size[MAX_FACTORS]
     cdef Py_ssize_t sized[MAX_FACTORS]  # factors of non-zero size, by offset
+    # per support row i: where its run of products starts (the column after a stored factor's own
+    # block, or i itself in the lifting's block) and that entry's place in the packed triangle
+    cdef Py_ssize_t* run_start
+    cdef Py_ssize_t* run_off
+
+    def __cinit__(self, *args, **kwargs):
+        self.run_start = self.run_off = NULL
+
+    def __dealloc__(self):
+        free(self.run_start)
+        free(self.run_off)
 
     def __init__(self, store, list siblings, sib_src, Py_ssize_t out_src, lift_src, Py_ssize_t k,
                  Py_ssize_t child_k, blocks, bint arity_out):
@@ -139,6 +193,20 @@ cdef class Level:
             self.sized[i] = order[i]
         if blocks[0][1] != child_k or (self.nlift and blocks[self.nf - 1][1] != self.nlift):
             raise ValueError("a level's blocks do not match the child's support and the liftings")
+        self.run_start = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
+        self.run_off = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
+        if self.run_start == NULL or self.run_off == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t a, o, kf, row, start
+        for i in range(self.nsized):
+            f = self.sized[i]
+            o = self.f_off[f]
+            kf = self.f_size[f]
+            for a in range(kf):
+                row = o + a
+                start = o + kf if f <= self.nsib else row
+                self.run_start[row] = start
+                self.run_off[row] = 1 + k + row_start(k, row) + (start - row)
 
     @property
     def width(self) -> int:
@@ -264,11 +332,11 @@ cdef void accumulate(Level L, double* G, const double* child, const double** sib
 
 cdef bint split_row(Level L, double* G, const double* child, const double** sib, const double* lift,
                     double* Shat, double* scaled) noexcept:
-    """:func:`accumulate` for a level with one output key, leaving the off-diagonal blocks to a matrix product.
+    """:func:`accumulate` for a level with one output key, leaving the off-diagonal blocks to :c:func:`ivm_runs`.
 
     When ``P ≠ 0``: adds ``c``, ``s`` and the stored factors' own blocks ``w_f Q_f`` to ``G`` and writes
-    this row's ``Ŝ`` and ``Ŝ / P`` (their products, summed over the rows, are the other blocks:
-    :func:`add_products`); returns True.  Otherwise adds the whole product (division-free) and returns
+    this row's ``Ŝ`` and ``Ŝ / P`` (their products ``(Ŝ_i / P) Ŝ_j``, summed over the rows, are the other
+    blocks, and the lifting's own block ``w x_i x_j``); returns True.  Otherwise adds the whole product (division-free) and returns
     False.
     """
     cdef double c[MAX_FACTORS]
@@ -312,22 +380,6 @@ cdef bint split_row(Level L, double* G, const double* child, const double** sib,
                     dst[b] += wi * src[b]
                 src += kf - a
     return True
-
-
-cdef void add_products(Level L, double* G, const double[:, ::1] M) noexcept:
-    """``G``'s triangle += the blocks of ``M = Σ (Ŝ/P)ᵀ Ŝ`` that the products give: every entry right of a
-    stored factor's own block, and the lifting's own block too (``Ŝ_i Ŝ_j / P = w x_i x_j``)."""
-    cdef Py_ssize_t i, f, a, j, o, kf, start, k = L.k
-    cdef double* dst
-    for i in range(L.nsized):
-        f = L.sized[i]
-        o = L.f_off[f]
-        kf = L.f_size[f]
-        for a in range(kf):
-            start = o + kf if f <= L.nsib else o + a
-            dst = G + 1 + k + row_start(k, o + a) - (o + a)
-            for j in range(start, k):
-                dst[j] += M[o + a, j]
 
 
 cdef bint exactly_zero(const double* row, Py_ssize_t W) noexcept nogil:
@@ -427,24 +479,6 @@ cdef void* room(void** buffer, Py_ssize_t* capacity, Py_ssize_t need, size_t ite
     buffer[0] = grown
     capacity[0] = new
     return grown
-
-
-cdef void add_row_products(Level L, double* G, const double* Sh, const double* Sc, Py_ssize_t nm) noexcept:
-    """:func:`add_products` of ``M = Σ_r Sc_r ⊗ Sh_r`` formed row by row (few rows: no matrix product)."""
-    cdef Py_ssize_t i, f, a, j, o, kf, start, k = L.k, r
-    cdef double* dst
-    cdef double x
-    for r in range(nm):
-        for i in range(L.nsized):
-            f = L.sized[i]
-            o = L.f_off[f]
-            kf = L.f_size[f]
-            for a in range(kf):
-                start = o + kf if f <= L.nsib else o + a
-                dst = G + 1 + k + row_start(k, o + a) - (o + a)
-                x = Sc[r * k + o + a]
-                for j in range(start, k):
-                    dst[j] += x * Sh[r * k + j]
 
 
 cdef class Path:
@@ -621,12 +655,8 @@ cdef class Path:
                         nm += 1
                 else:
                     accumulate(L, G + g * W, cur_pay + i * Wc, sib, lift, self.Shat)
-            if nm >= 32:  # one matrix product for the cross blocks (BLAS)
-                Sh_v = <double[:nm, :L.k]> self.Sh
-                Sc_v = <double[:nm, :L.k]> self.Sc
-                add_products(L, G, np.ascontiguousarray(np.asarray(Sc_v).T @ np.asarray(Sh_v)))
-            elif nm:
-                add_row_products(L, G, self.Sh, self.Sc, nm)
+            if nm:  # the cross blocks: rank-one runs into the triangle (vectorized where the CPU allows)
+                ivm_runs(G, self.Sh, self.Sc, nm, L.k, L.run_start, L.run_off)
             # drop groups whose delta is exactly 0 (they change nothing)
             t = 0
             for g in range(ng):
