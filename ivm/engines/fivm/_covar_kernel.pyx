@@ -228,7 +228,7 @@ cdef void accumulate(Level L, double* G, const double* child, const double** sib
     cdef const double* q[MAX_FACTORS]
     cdef double pre[MAX_FACTORS + 1]
     cdef double suf[MAX_FACTORS + 1]
-    cdef double u = 1.0, wi, coef, x, P
+    cdef double u = 1.0, wi, coef, x, P, invP
     cdef Py_ssize_t f, i, j, a, b, m = L.nsized, k = L.k, o, kf, og, kg, S0 = 1, Q0 = 1 + L.k, end
     cdef double* dst
     cdef const double* src
@@ -257,6 +257,7 @@ cdef void accumulate(Level L, double* G, const double* child, const double** sib
     P = pre[m]
     G[0] += P
     if P != 0.0:
+        invP = 1.0 / P
         for i in range(m):
             f = L.sized[i]
             o = L.f_off[f]
@@ -277,13 +278,13 @@ cdef void accumulate(Level L, double* G, const double* child, const double** sib
                     src = q[f] + row_start(kf, a)
                     for b in range(kf - a):
                         dst[b] += wi * src[b]
-                    x = Shat[o + a] / P
+                    x = Shat[o + a] * invP
                     dst = dst + (end - o - a)
                     for j in range(k - end):
                         dst[j] += x * Shat[end + j]
             else:  # the lifting: its own block and the later ones in one run
                 for a in range(kf):
-                    x = Shat[o + a] / P
+                    x = Shat[o + a] * invP
                     dst = G + Q0 + row_start(k, o + a)
                     for j in range(k - o - a):
                         dst[j] += x * Shat[o + a + j]
@@ -340,7 +341,7 @@ cdef bint split_row(Level L, double* G, const double* child, const double** sib,
     False.
     """
     cdef double c[MAX_FACTORS]
-    cdef double u = 1.0, wi, P
+    cdef double u = 1.0, wi, P, invP
     cdef Py_ssize_t f, i, a, b, m = L.nsized, k = L.k, o, kf, Q0 = 1 + L.k
     cdef double* dst
     cdef const double* src
@@ -357,6 +358,7 @@ cdef bint split_row(Level L, double* G, const double* child, const double** sib,
         accumulate(L, G, child, sib, lift, Shat)
         return False
     G[0] += P
+    invP = 1.0 / P
     for i in range(m):
         f = L.sized[i]
         o = L.f_off[f]
@@ -370,7 +372,7 @@ cdef bint split_row(Level L, double* G, const double* child, const double** sib,
             si = lift
         for a in range(kf):
             Shat[o + a] = wi * si[a]
-            scaled[o + a] = Shat[o + a] / P
+            scaled[o + a] = Shat[o + a] * invP
             G[1 + o + a] += Shat[o + a]
         if f <= L.nsib:  # a stored factor (the child's delta or a sibling): its own block w_f Q_f
             src = si + kf

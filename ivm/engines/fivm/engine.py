@@ -75,7 +75,7 @@ from ivm.rings.covariance import Covariance, CovarianceRing
 from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
 from ivm.rings.numeric import NumericRing, SumRing
 from ivm.rings.relational import Relation, RelationalRing
-from ivm.updates import Row, Update, by_relation, distinct_delta
+from ivm.updates import Row, Update, apply_to_base, by_relation, distinct_delta
 
 RING_NAMES = ("count", "sum", "covariance", "generalized_covariance", "listing", "factorized")
 TREE_NAMES = ("tau", "nu")
@@ -490,6 +490,8 @@ class FIVM(Engine):
         """``R += δR`` on the relation's dict or table: the old multiplicities (δR's order) and, for a
         table, the rows touched (for :meth:`_propagate_columnar`; compact the table after it)."""
         base = self.base[relation]
+        if type(base) is dict:  # (the count and SUM rings: dicts, one call)
+            return apply_to_base(base, delta), None
         if base_relation.is_table(base):
             done = base_relation.apply_delta(base, delta)
             if done is not None:
