@@ -11,23 +11,34 @@ Inserts arrive in chunks of the batch size, round-robin over the relations
 
 Every (implementation, batch size) runs in a fresh process; the table reports
 tuples/s (median of ``--repeats`` processes), peak RSS of the process and RSS
-before the first update (the generated stream included), and checks the final
+before the first update (the generated data included), and checks the final
 406 numbers against an independent numpy computation (per-postcode group sums
 joined by postcode) to 1e-9 relative.  Figures of the native systems (the
 issue's measurements on this machine kind) are printed beside for the ratio.
 
+The stream is generated lazily: the relations are kept as numpy arrays (postcodes
+int32, features as int16 cents, 2 bytes a value) and each chunk becomes Python
+tuples ``(postcode, f1, ...)`` (an int, then floats equal to ``round(u, 2)``) just
+before the engine gets it, so the engine receives the same tuples in the same order
+as from a list built in advance, without 1.4e7 tuples held at once (5.7 GB at
+``--postcodes 1555000``).  The clock runs around ``engine.apply`` and the building
+of its update list ``[(relation, row, 1), ...]``, not around the making of the
+tuples from the arrays (which the earlier version did before starting the clock).
+
 Run::
 
     .venv/bin/python bench/housing.py                      # ~7e5 tuples, batches 1, 1000, 10000
+    .venv/bin/python bench/housing.py --postcodes 1555000 --batches 1000 --repeats 1   # ~1.4e7 tuples
     .venv/bin/python bench/housing.py --postcodes 20000 --repeats 1 --python   # smaller, with the reference path
     # 27k tuples, batches 1..1000, auto/numpy/python and an older engine checked out beside (git worktree add)
     .venv/bin/python bench/housing.py --postcodes 3000 --batches 1 10 100 1000 \
         --implementations auto numpy python --old /tmp/old313
 
-``--implementations`` picks among ``auto``, ``numpy`` and ``python``
+``--implementations`` picks among ``auto``, ``compiled``, ``numpy`` and ``python``
 (``FIVM(implementation=...)``); ``--old PATH`` also runs the engine of the
 checkout at PATH (imported from there, built without the ``implementation``
-option when its FIVM has none), labelled ``old@<commit>``.
+option when its FIVM has none), labelled ``old@<commit>``; the configurations take turns run by
+run (for each batch size: new, old, new, old, ...), and each run's load average is printed.
 
 Saves ``bench/out/housing.json``.
 """
@@ -38,10 +49,10 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +66,17 @@ FEATURES = {"House": 10, "Shop": 5, "Institution": 2, "Restaurant": 2, "Demograp
 NATIVE = {"F-IVM C++ batch 1000 (tuples/s)": 6.6e6, "F-IVM C++ batch 1 (tuples/s)": 2.45e6, "F-IVM C++ peak MB": 125}
 
 
-def generate(postcodes: int, seed: int) -> dict[str, np.ndarray]:
-    """Per relation an array (rows, 1 + features): postcode then uniform features rounded to cents."""
+def generate(postcodes: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per relation ``(postcodes int32, cents int16 (rows, features))``: uniform features in [0, 100)
+    rounded to cents, ``cents / 100`` being exactly ``np.round(u, 2)`` (the same draws as before)."""
     rng = np.random.default_rng(seed)
     out = {}
     for rel, k in FEATURES.items():
         per = rng.integers(1, 8, postcodes) if rel == "House" else np.ones(postcodes, dtype=np.int64)
-        pc = np.repeat(np.arange(postcodes), per)
+        pc = np.repeat(np.arange(postcodes, dtype=np.int32), per)
         rng.shuffle(pc)
-        feats = np.round(rng.uniform(0, 100, (len(pc), k)), 2)
-        out[rel] = np.column_stack([pc.astype(float), feats])
+        cents = np.rint(rng.uniform(0, 100, (len(pc), k)) * 100).astype(np.int16)
+        out[rel] = (pc, cents)
     return out
 
 
@@ -77,59 +89,64 @@ def query_text() -> str:
     return f"Q(COVAR({', '.join(names)})) :- {', '.join(atoms)}"
 
 
-def chunks(data: dict[str, np.ndarray], batch: int) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """Round-robin chunks of ``batch`` tuples per relation, rows as Python tuples (postcode an int)."""
-    rows = {}
-    for rel, arr in data.items():
-        lists = arr.tolist()
-        rows[rel] = [(int(r[0]), *r[1:]) for r in lists]
-    out = []
-    pos = dict.fromkeys(rows, 0)
-    while any(pos[r] < len(rows[r]) for r in rows):
-        for rel in rows:
-            if pos[rel] < len(rows[rel]):
-                out.append((rel, rows[rel][pos[rel] : pos[rel] + batch]))
-                pos[rel] += batch
-    return out
+def chunks(data: dict[str, tuple[np.ndarray, np.ndarray]], batch: int) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    """Round-robin chunks of ``batch`` tuples per relation, made lazily: rows as Python tuples
+    ``(postcode, f1, ...)``, the postcode an int and the features floats."""
+    pos = dict.fromkeys(data, 0)
+    while any(pos[r] < len(data[r][0]) for r in data):
+        for rel, (pc, cents) in data.items():
+            start = pos[rel]
+            if start < len(pc):
+                stop = start + batch
+                rows = [
+                    (p, *f) for p, f in zip(pc[start:stop].tolist(), (cents[start:stop] / 100).tolist(), strict=True)
+                ]
+                yield rel, rows
+                pos[rel] = stop
 
 
-def oracle(data: dict[str, np.ndarray]) -> np.ndarray:
-    """MᵀM over [1, postcode, features...] of the star join, by per-postcode sums (independent of the engine)."""
-    P = int(max(a[:, 0].max() for a in data.values())) + 1
+def size(data: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:
+    return sum(len(pc) for pc, _ in data.values())
+
+
+def oracle(data: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """MᵀM over [1, postcode, features...] of the star join, by per-postcode sums (independent of the engine).
+
+    Per relation: the count and feature sums per postcode (``bincount``), and its diagonal block
+    ``Σ_rows others(postcode) · x xᵀ`` as one matrix product per chunk of rows; memory O(P · k + chunk).
+    """
+    P = int(max(pc.max() for pc, _ in data.values())) + 1
     order = ["postcode"] + [f"{r}{i}" for r, k in FEATURES.items() for i in range(k)]
-    # per relation and postcode: count, sums of [features], sums of outer products
-    parts = []
-    for arr in data.values():
-        pc = arr[:, 0].astype(int)
-        X = arr[:, 1:]
-        cnt = np.bincount(pc, minlength=P).astype(float)
-        S = np.zeros((P, X.shape[1]))
-        np.add.at(S, pc, X)
-        QQ = np.zeros((P, X.shape[1], X.shape[1]))
-        np.add.at(QQ, pc, X[:, :, None] * X[:, None, :])
-        parts.append((cnt, S, QQ))
+    counts, sums = [], []
+    for pc, cents in data.values():
+        counts.append(np.bincount(pc, minlength=P).astype(float))
+        sums.append(
+            np.stack([np.bincount(pc, weights=cents[:, j] / 100, minlength=P) for j in range(cents.shape[1])], 1)
+        )
     n = len(order) + 1
     M = np.zeros((n, n))
-    total_cnt = np.prod([p[0] for p in parts], axis=0)
+    total_cnt = np.prod(counts, axis=0)
     pcs = np.arange(P, dtype=float)
     offs = []
     o = 2
-    for _, S, _ in parts:
+    for S in sums:
         offs.append(o)
         o += S.shape[1]
     M[0, 0] = total_cnt.sum()
     M[0, 1] = M[1, 0] = (total_cnt * pcs).sum()
     M[1, 1] = (total_cnt * pcs * pcs).sum()
-    for i, (_, Si, Qi) in enumerate(parts):
-        others = np.prod([p[0] for j, p in enumerate(parts) if j != i], axis=0)
+    for i, ((pc, cents), Si) in enumerate(zip(data.values(), sums, strict=True)):
+        others = np.prod([c for j, c in enumerate(counts) if j != i], axis=0)
         a = offs[i]
         b = a + Si.shape[1]
         M[0, a:b] = M[a:b, 0] = (others[:, None] * Si).sum(0)
         M[1, a:b] = M[a:b, 1] = (others[:, None] * pcs[:, None] * Si).sum(0)
-        M[a:b, a:b] = (others[:, None, None] * Qi).sum(0)
-        for j in range(i + 1, len(parts)):
-            Sj = parts[j][1]
-            rest = np.prod([p[0] for h, p in enumerate(parts) if h not in (i, j)], axis=0)
+        for start in range(0, len(pc), 1 << 20):
+            X = cents[start : start + (1 << 20)] / 100
+            M[a:b, a:b] += (X * others[pc[start : start + (1 << 20)]][:, None]).T @ X
+        for j in range(i + 1, len(sums)):
+            Sj = sums[j]
+            rest = np.prod([c for h, c in enumerate(counts) if h not in (i, j)], axis=0)
             c = offs[j]
             d = c + Sj.shape[1]
             block = (Si * rest[:, None]).T @ Sj
@@ -156,17 +173,18 @@ def worker(postcodes: int, batch: int, implementation: str, seed: int, root: str
     if root is not None:
         assert Path(ivm.__file__).resolve().is_relative_to(Path(root).resolve()), ivm.__file__
     data = generate(postcodes, seed)
-    stream = chunks(data, batch)
-    tuples = sum(len(rows) for _, rows in stream)
+    tuples = size(data)
     options: dict[str, Any] = {"exact": False}
     if "implementation" in inspect.signature(FIVM.__init__).parameters:
         options["implementation"] = implementation
     engine = FIVM(parse(query_text()), **options)
     before = rss_mb()
-    start = time.perf_counter()
-    for rel, rows in stream:
+    seconds = 0.0
+    clock = time.perf_counter
+    for rel, rows in chunks(data, batch):  # each chunk made just before it is applied (outside the clock)
+        start = clock()
         engine.apply([(rel, row, 1) for row in rows])
-    seconds = time.perf_counter() - start
+        seconds += clock() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     got = engine.result().matrix()
     want = oracle(data)
@@ -197,8 +215,8 @@ def main() -> None:
     ap.add_argument(
         "--implementations",
         nargs="+",
-        choices=["auto", "numpy", "python"],
-        help="FIVM(implementation=...) values to run (default: numpy, plus python with --python)",
+        choices=["auto", "compiled", "numpy", "python"],
+        help="FIVM(implementation=...) values to run (default: auto, plus python with --python)",
     )
     ap.add_argument("--old", metavar="PATH", help="also run the engine of the checkout at PATH (e.g. a git worktree)")
     ap.add_argument("--seed", type=int, default=1)
@@ -213,29 +231,35 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load average before the run {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     rows = []
-    impls = args.implementations or ["numpy"] + (["python"] if args.python else [])
+    impls = args.implementations or ["auto"] + (["python"] if args.python else [])
     configs: list[tuple[str, str, str | None]] = [(impl, impl, None) for impl in impls]
     if args.old:
         commit = subprocess.run(
             ["git", "-C", args.old, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
         ).stdout.strip()
         configs.append((f"old@{commit}", "auto", args.old))
-    for label, impl, root in configs:
-        for batch in args.batches:
-            runs = []
-            for _ in range(args.repeats):
+    for batch in args.batches:
+        # the configurations alternate run by run (new, old, new, old, ...), so a change of load hits both
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in configs}
+        for _ in range(args.repeats):
+            for label, impl, root in configs:
                 cmd = [sys.executable, __file__, "--seed", str(args.seed), "--worker", str(args.postcodes), str(batch)]
                 cmd += [impl, *(["--root", root] if root else [])]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                runs.append(json.loads(out.strip().splitlines()[-1]))
-            mid = sorted(runs, key=lambda r: r["tuples_per_s"])[len(runs) // 2]
+                run = json.loads(out.strip().splitlines()[-1])
+                run["load"] = os.getloadavg()[0]
+                runs[label].append(run)
+        for label, _, _ in configs:
+            done = runs[label]
+            mid = sorted(done, key=lambda r: r["tuples_per_s"])[len(done) // 2]
             mid["implementation"] = label
-            mid["repeats"] = [round(r["tuples_per_s"]) for r in runs]
+            mid["repeats"] = [round(r["tuples_per_s"]) for r in done]
+            mid["loads"] = [round(r["load"], 2) for r in done]
             mid["load_after"] = os.getloadavg()[0]
             rows.append(mid)
             print(
                 f"{label:11s} batch {batch:>6,}: {mid['tuples']:,} tuples, {mid['tuples_per_s']:>10,.0f} tuples/s "
-                f"(median of {statistics.median(mid['repeats']):,.0f} over {mid['repeats']}), "
+                f"(median of {mid['repeats']}, load after each {mid['loads']}), "
                 f"peak {mid['peak_mb']:,.0f} MB (before updates {mid['rss_before_mb']:,.0f} MB), "
                 f"views {mid['view_bytes'] / 2**20:,.1f} MB, {mid['bytes_per_payload']:.0f} B/payload, "
                 f"max rel err {mid['max_rel_err']:.1e}",

@@ -5,7 +5,8 @@ A view's primary index (F-IVM §2.2: key → payload) when every key is one inte
 grouped delta rule of :mod:`ivm.engines.fivm.columnar` looks up all keys of a delta in
 one call, without a Python object per key.  Linear probing over a power-of-two table
 at most half full, splitmix64 hashing, backward-shift deletion (no tombstones): expected
-O(1) per key for lookup, insert and delete, 16 bytes per slot.  The table lives in C
+O(1) per key for lookup, insert and delete, 16 bytes per slot (a key and its row side by side, so
+a probe reads one cache line).  The table lives in C
 memory, so the garbage collector never walks it.
 """
 
@@ -40,11 +41,6 @@ cdef class Int64Index:
     [-1, 1]
     """
 
-    cdef int64_t* keys
-    cdef int64_t* rows
-    cdef uint64_t mask
-    cdef Py_ssize_t used
-
     def __cinit__(self, Py_ssize_t capacity=16):
         cdef Py_ssize_t size = 16
         while size < 2 * capacity:
@@ -52,52 +48,56 @@ cdef class Int64Index:
         self._allocate(size)
 
     def __dealloc__(self):
-        free(self.keys)
-        free(self.rows)
+        free(self.slots)
 
     cdef void _allocate(self, Py_ssize_t size) except *:
-        self.keys = <int64_t*> malloc(size * sizeof(int64_t))
-        self.rows = <int64_t*> malloc(size * sizeof(int64_t))
-        if self.keys == NULL or self.rows == NULL:
+        self.slots = <int64_t*> malloc(2 * size * sizeof(int64_t))
+        if self.slots == NULL:
             raise MemoryError()
-        memset(self.rows, 0xFF, size * sizeof(int64_t))  # every row -1: empty
+        memset(self.slots, 0xFF, 2 * size * sizeof(int64_t))  # every row -1: empty
         self.mask = size - 1
         self.used = 0
 
     cdef void _grow(self) except *:
-        cdef int64_t* old_keys = self.keys
-        cdef int64_t* old_rows = self.rows
+        cdef int64_t* old = self.slots
         cdef Py_ssize_t old_size = self.mask + 1, i
         self._allocate(2 * old_size)
         for i in range(old_size):
-            if old_rows[i] != EMPTY:
-                self._put(old_keys[i], old_rows[i])
-        free(old_keys)
-        free(old_rows)
+            if old[2 * i + 1] != EMPTY:
+                self._put(old[2 * i], old[2 * i + 1])
+        free(old)
 
-    cdef inline void _put(self, int64_t key, int64_t row) noexcept nogil:
+    cdef void _reserve(self, Py_ssize_t n) except *:
+        """Room for ``n`` more keys without growing (the table stays at most half full)."""
+        while 2 * (self.used + n) > <Py_ssize_t>(self.mask + 1):
+            self._grow()
+
+    cdef void _put(self, int64_t key, int64_t row) noexcept nogil:
         cdef uint64_t i = mix(<uint64_t>key) & self.mask
-        while self.rows[i] != EMPTY:
-            if self.keys[i] == key:
-                self.rows[i] = row
+        cdef int64_t* slots = self.slots
+        while slots[2 * i + 1] != EMPTY:
+            if slots[2 * i] == key:
+                slots[2 * i + 1] = row
                 return
             i = (i + 1) & self.mask
-        self.keys[i] = key
-        self.rows[i] = row
+        slots[2 * i] = key
+        slots[2 * i + 1] = row
         self.used += 1
 
-    cdef inline int64_t _get(self, int64_t key) noexcept nogil:
+    cdef int64_t _get(self, int64_t key) noexcept nogil:
         cdef uint64_t i = mix(<uint64_t>key) & self.mask
-        while self.rows[i] != EMPTY:
-            if self.keys[i] == key:
-                return self.rows[i]
+        cdef int64_t* slots = self.slots
+        while slots[2 * i + 1] != EMPTY:
+            if slots[2 * i] == key:
+                return slots[2 * i + 1]
             i = (i + 1) & self.mask
         return EMPTY
 
-    cdef inline void _delete(self, int64_t key) noexcept nogil:
+    cdef void _delete(self, int64_t key) noexcept nogil:
         cdef uint64_t i = mix(<uint64_t>key) & self.mask, j, home
-        while self.rows[i] != EMPTY:
-            if self.keys[i] == key:
+        cdef int64_t* slots = self.slots
+        while slots[2 * i + 1] != EMPTY:
+            if slots[2 * i] == key:
                 break
             i = (i + 1) & self.mask
         else:
@@ -106,14 +106,14 @@ cdef class Int64Index:
         j = i
         while True:
             j = (j + 1) & self.mask
-            if self.rows[j] == EMPTY:
+            if slots[2 * j + 1] == EMPTY:
                 break
-            home = mix(<uint64_t>self.keys[j]) & self.mask
+            home = mix(<uint64_t>slots[2 * j]) & self.mask
             if ((j - home) & self.mask) >= ((j - i) & self.mask):
-                self.keys[i] = self.keys[j]
-                self.rows[i] = self.rows[j]
+                slots[2 * i] = slots[2 * j]
+                slots[2 * i + 1] = slots[2 * j + 1]
                 i = j
-        self.rows[i] = EMPTY
+        slots[2 * i + 1] = EMPTY
         self.used -= 1
 
     def __len__(self) -> int:
@@ -123,6 +123,10 @@ cdef class Int64Index:
     def nbytes(self) -> int:
         """Bytes of the table (keys and rows, empty slots included)."""
         return <Py_ssize_t>(self.mask + 1) * 2 * sizeof(int64_t)
+
+    def get(self, int64_t key) -> int:
+        """The row of one key, -1 if absent: O(1) expected."""
+        return self._get(key)
 
     def get_many(self, const int64_t[:] keys):
         """The row of every key, -1 where absent: O(len(keys)) expected."""
@@ -142,8 +146,7 @@ cdef class Int64Index:
         for i in range(n):
             if rows[i] < 0:
                 raise ValueError("rows must be non-negative")
-        while 2 * (self.used + n) > <Py_ssize_t>(self.mask + 1):
-            self._grow()
+        self._reserve(n)
         with nogil:
             for i in range(n):
                 self._put(keys[i], rows[i])
@@ -163,9 +166,9 @@ cdef class Int64Index:
         cdef int64_t[:] k = ks
         cdef int64_t[:] r = rs
         for i in range(size):
-            if self.rows[i] != EMPTY:
-                k[j] = self.keys[i]
-                r[j] = self.rows[i]
+            if self.slots[2 * i + 1] != EMPTY:
+                k[j] = self.slots[2 * i]
+                r[j] = self.slots[2 * i + 1]
                 j += 1
         return ks, rs
 

@@ -21,10 +21,18 @@ supports of siblings is a set of block writes:
 in numpy for support size k, plus O(|join|) dictionary lookups; the number of
 Python-level operations does not depend on k.
 
-A view is a :class:`ColumnStore`: a dict from key to row number and arrays
-``C (rows,)``, ``S (rows, k)``, ``Q (rows, k, k)``; deleted rows are reused.
+A view is a :class:`ColumnStore`: one array ``A (rows, 1 + k + k(k+1)/2)`` of payloads (the count,
+``s``, and the upper triangle of the symmetric ``Q``, packed row by row: :func:`triangle`, as
+F-IVM's C++ keeps it), its columns seen as ``C``, ``S`` and ``Q``, and a primary index from key to
+row: int64 codes in a compiled hash table for views keyed by at most one int variable, a dict
+otherwise; deleted rows are reused, and the arrays grow by an eighth of their capacity once large
+(in place).  The same stores are read and written by the compiled path of
+``_covar_kernel.pyx`` (``implementation="compiled"``), which this module's numpy path is the
+reference of (and the fallback where the kernel does not apply).
 
-Small deltas, one row at a time (:func:`row_delta`, :meth:`ColumnStore.add_row`).
+Small deltas, one row at a time (:func:`row_delta`, :meth:`ColumnStore.add_row`).  (The figures
+below were measured before ``Q`` was packed and before the compiled path; they explain the row
+path's threshold.)
 The grouped kernel's cost has a fixed part per view and call that does not
 shrink with the delta: every factor's C, S and Q rows gathered by fancy
 indexing (three copies per factor), per pair of factor blocks a weight product,
@@ -64,6 +72,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -88,11 +97,98 @@ def _absent(n: int) -> Iterator[int]:
 
 #: Float payloads whose entries are all within this of 0 are zero (the ring's zero test, §9 item 1).
 FLOAT_ZERO = 1e-7
+#: A store's arrays of at least :data:`SMALL_ARRAY` bytes grow by 1/GROWTH of their capacity (at least to
+#: what is needed), so at most about 1/9 of it is unused; they grow in place (``realloc`` remaps them).
+GROWTH = 8
+#: arrays below this many bytes grow by half their capacity instead (``realloc`` may copy them)
+SMALL_ARRAY = 32 << 20
+
+
+class _Epoch:
+    """A counter bumped whenever some store leaves int mode or gains a secondary index: what decides
+    whether the compiled kernel may write a store (cached per compiled path, checked in O(1))."""
+
+    value = 0
+
+    @classmethod
+    def bump(cls) -> None:
+        cls.value += 1
+
+
+EPOCH = _Epoch
+
+
+# ------------------------------------------------------------------ the packed upper triangle of Q
+def triangle_size(k: int) -> int:
+    """``k (k + 1) / 2``: the entries of a symmetric ``k × k`` matrix kept (its upper triangle)."""
+    return k * (k + 1) // 2
+
+
+@cache
+def triangle(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column of every packed entry: the upper triangle of a ``k × k`` matrix, row by row.
+
+    ``Q`` of a payload over a support of size k is symmetric (``Q = Σ x xᵀ``, §6.2), so a store
+    keeps ``Q[i, j]`` for ``i ≤ j`` only, at position ``i k - i (i - 1) / 2 + (j - i)``
+    (row-major), as F-IVM's C++ does: ``1 + k + k (k + 1) / 2`` numbers per payload.
+
+    >>> [a.tolist() for a in triangle(3)]
+    [[0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]
+    """
+    rows, cols = np.triu_indices(k)
+    rows.flags.writeable = False
+    cols.flags.writeable = False
+    return rows, cols
+
+
+def packed_position(k: int, i: int, j: int) -> int:
+    """The position of ``Q[i, j]`` (``i ≤ j``) in the packed upper triangle of a ``k × k`` matrix."""
+    return i * k - i * (i - 1) // 2 + (j - i)
+
+
+@cache
+def diagonal_cells(k: int, offset: int, size: int) -> np.ndarray:
+    """Where a factor's packed ``size × size`` triangle lands in a ``k``-support's triangle at ``offset``.
+
+    >>> diagonal_cells(3, 1, 2).tolist()  # Q[1,1], Q[1,2], Q[2,2] of a 3 × 3 matrix
+    [3, 4, 5]
+    """
+    rows, cols = triangle(size)
+    i, j = rows + offset, cols + offset
+    out = i * k - i * (i - 1) // 2 + (j - i)
+    out.flags.writeable = False
+    return out
+
+
+@cache
+def cross_cells(k: int, offset_a: int, size_a: int, offset_b: int, size_b: int) -> np.ndarray:
+    """Where the block rows ``offset_a..`` × columns ``offset_b..`` (row-major, ``offset_a + size_a ≤
+    offset_b``) land in a ``k``-support's packed triangle."""
+    i = np.repeat(np.arange(offset_a, offset_a + size_a), size_b)
+    j = np.tile(np.arange(offset_b, offset_b + size_b), size_a)
+    out = i * k - i * (i - 1) // 2 + (j - i)
+    out.flags.writeable = False
+    return out
+
+
+def pack(Q: np.ndarray) -> np.ndarray:
+    """The packed upper triangle of ``Q (..., k, k)``: ``(..., k (k + 1) / 2)``."""
+    rows, cols = triangle(Q.shape[-1])
+    return Q[..., rows, cols]
+
+
+def unpack(packed: np.ndarray, k: int) -> np.ndarray:
+    """The symmetric ``k × k`` matrix of one packed triangle."""
+    rows, cols = triangle(k)
+    out = np.zeros((k, k), dtype=packed.dtype)
+    out[rows, cols] = packed
+    out[cols, rows] = packed
+    return out
 
 
 @dataclass
 class Block:
-    """Payloads of ``len(keys)`` rows over one support: ``C (n,)``, ``S (n, k)``, ``Q (n, k, k)``."""
+    """Payloads of ``len(keys)`` rows over one support: ``C (n,)``, ``S (n, k)``, packed ``Q (n, k(k+1)/2)``."""
 
     keys: list[Key]
     C: np.ndarray
@@ -125,89 +221,180 @@ def int_codes(keys: Sequence[Key]) -> np.ndarray | None:
         return None
 
 
+def equal_code(value: Any) -> int | None:
+    """The int64 ``c`` with ``c == value`` (Python equality: ``1.0``, ``True``, ``Fraction(1)`` → 1), else ``None``."""
+    if type(value) is not int:
+        try:
+            code = int(value)
+        except (TypeError, ValueError, OverflowError, ArithmeticError):
+            return None
+        if code != value:  # (Python equality: 1 == 1.0 == True)
+            return None
+        value = code
+    return value if -(2**63) <= value < 2**63 else None
+
+
 def empty_block(k: int, dtype: Any) -> Block:
-    return Block([], np.zeros(0, dtype=dtype), np.zeros((0, k), dtype=dtype), np.zeros((0, k, k), dtype=dtype))
+    return Block(
+        [], np.zeros(0, dtype=dtype), np.zeros((0, k), dtype=dtype), np.zeros((0, triangle_size(k)), dtype=dtype)
+    )
 
 
 def zero_rows(C: np.ndarray, S: np.ndarray, Q: np.ndarray, tolerance: bool) -> np.ndarray:
     """The rows whose payload is 0 (float payloads: every entry within :data:`FLOAT_ZERO`)."""
-    n = len(C)
     if tolerance:
         zero = np.abs(C) <= 0  # counts are exact even in float payloads
         if S.shape[1]:
-            zero &= (np.abs(S) <= FLOAT_ZERO).all(axis=1) & (np.abs(Q.reshape(n, -1)) <= FLOAT_ZERO).all(axis=1)
+            zero &= (np.abs(S) <= FLOAT_ZERO).all(axis=1) & (np.abs(Q) <= FLOAT_ZERO).all(axis=1)
         return zero
     zero = C == 0
     if S.shape[1]:
-        zero &= ~S.astype(bool).any(axis=1) & ~Q.reshape(n, -1).astype(bool).any(axis=1)
+        zero &= ~S.astype(bool).any(axis=1) & ~Q.astype(bool).any(axis=1)
     return np.asarray(zero, dtype=bool)
 
 
 class ColumnStore:
     """A materialized view as arrays, with a primary index (key → row) and lazy secondary indexes (§2.2).
 
-    ``index(positions)`` maps ``π_positions key`` to ``{key: row}``; rows are
-    stable while a key is present, so indexes change only when keys come and go.
+    Payloads are rows of one array ``A (capacity, 1 + k + k(k+1)/2)``: the count, ``s`` over the
+    support, and the packed upper triangle of the symmetric ``Q`` (:func:`triangle`); ``C``, ``S``
+    and ``Q`` are views of its columns.  Rows are stable while a key is present (deleted rows are
+    reused), so indexes change only when keys come and go.  ``A`` grows by an eighth of its
+    capacity at a time, in place when it can (``ndarray.resize``: ``realloc``, no copy).
     Amortized O(1) dictionary work per key and O(k²) array work per payload.
 
-    While every key is one Python int, ``codes`` (an :class:`Int64Index`, when compiled) mirrors
-    the dict, so a grouped delta finds all its rows in one call (:meth:`lookup`) instead of one dict
-    probe per key; the first key of another kind drops it for good (the dict stays authoritative).
+    Keys.  A view keyed by at most one variable (``arity`` 0 or 1) keeps its keys as int64
+    *codes* while every key is ``()`` (code 0) or a 1-tuple of a Python ``int`` in int64: an
+    :class:`Int64Index` (code → row) and ``keycode`` (row → code), with no Python object per key,
+    so a grouped delta finds all its rows in one call (:meth:`lookup`) and the compiled kernel
+    (``_covar_kernel.pyx``) reads and writes the store directly.  Lookups keep the dict's
+    equality (``(1.0,)`` finds ``(1,)``); the first new key of another kind (a string, a float
+    that is not already present as an int) moves the store to a dict (``key → row``) for good.
+    Without the compiled index every store uses the dict.
     """
 
-    def __init__(self, k: int, dtype: Any, tolerance: bool) -> None:
+    def __init__(self, k: int, dtype: Any, tolerance: bool, arity: int | None = None) -> None:
         self.k = k
+        self.T = triangle_size(k)
+        self.W = 1 + k + self.T
         self.dtype = dtype
         self.tolerance = tolerance
-        self.rows: dict[Key, int] = {}
-        self.keys: list[Key | None] = []
-        self.free: list[int] = []
-        self.C = np.zeros(0, dtype=dtype)
-        self.S = np.zeros((0, k), dtype=dtype)
-        self.Q = np.zeros((0, k, k), dtype=dtype)
+        self.arity = arity
+        self.A = np.zeros((0, self.W), dtype=dtype)
+        self.top = 0  # rows ever handed out (in use or free)
+        self.free = np.zeros(0, dtype=np.int64)  # a stack of free rows: free[:nfree]
+        self.nfree = 0
         self.indexes: dict[tuple[int, ...], dict[Key, dict[Key, int]]] = {}
         self.support: tuple[int, ...] = ()  # ring indices in layout order (set by the engine)
-        self.codes: Any = Int64Index() if Int64Index is not None else None
+        self.codes: Any = None
+        self.keycode: np.ndarray | None = None
+        self._rows: dict[Key, int] | None = {}
+        self._keys: list[Key | None] | None = []
+        if Int64Index is not None and arity in (0, 1):
+            self._use_codes()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["codes"] = self.codes is not None  # rebuilt from the dict: snapshots need no extension
-        return state
+    # -- the two key modes
+    def _use_codes(self) -> None:
+        EPOCH.bump()
+        self.codes = Int64Index()
+        self.keycode = np.zeros(len(self.A), dtype=np.int64)
+        self._rows = self._keys = None
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        codes = state.pop("codes", False)
-        self.__dict__.update(state)
-        self.codes = None
-        if codes and Int64Index is not None:
-            keys = list(self.rows)
-            found = int_codes(keys) if keys else np.zeros(0, dtype=np.int64)
-            if found is not None:
-                self.codes = Int64Index(len(keys))
-                self.codes.set_many(found, np.fromiter(self.rows.values(), dtype=np.int64, count=len(keys)))
+    def _key(self, code: int) -> Key:
+        return () if self.arity == 0 else (code,)
 
-    def _codes_of(self, keys: Sequence[Key], codes: np.ndarray | None) -> np.ndarray | None:
-        """``keys``' int codes if the int index is in use and they all have one, else drop the index."""
+    def _exact_code(self, key: Key) -> int | None:
+        """The code a new key is stored under in int mode, or ``None`` if it needs the dict."""
+        if self.arity == 0:
+            return 0 if key == () else None
+        if len(key) == 1 and type(key[0]) is int and -(2**63) <= key[0] < 2**63:
+            return key[0]
+        return None
+
+    def _equal_code(self, key: Key) -> int | None:
+        """The code of the stored key equal to ``key`` if there can be one (Python equality)."""
+        if self.arity == 0:
+            return 0 if len(key) == 0 else None
+        return equal_code(key[0]) if len(key) == 1 else None
+
+    def _int_codes(self, keys: Sequence[Key]) -> np.ndarray | None:
+        if self.arity == 0:
+            return np.zeros(len(keys), dtype=np.int64) if all(map(tuple.__eq__, keys, repeat(()))) else None
+        return int_codes(keys)
+
+    def live(self) -> tuple[list[Key], np.ndarray]:
+        """Every key and its row, in row order."""
+        if self.codes is not None:
+            codes, rows = self.codes.items()
+            order = np.argsort(rows, kind="stable")
+            codes, rows = codes[order], rows[order]
+            return [() for _ in range(len(rows))] if self.arity == 0 else list(zip(codes.tolist())), rows
+        assert self._rows is not None
+        return list(self._rows), np.fromiter(self._rows.values(), dtype=np.int64, count=len(self._rows))
+
+    def to_dict_keys(self) -> None:
+        """Leave int mode for good: keys as Python tuples in a dict (for a key the codes cannot hold)."""
         if self.codes is None:
-            return None
+            return
+        EPOCH.bump()
+        keys, rows = self.live()
+        self._rows = dict(zip(keys, rows.tolist(), strict=True))
+        self._keys = [None] * len(self.A)
+        for key, row in zip(keys, rows.tolist(), strict=True):
+            self._keys[row] = key
+        self.codes = self.keycode = None
+
+    def prefer_codes(self, arity: int) -> None:
+        """Take int mode if it is available and every key fits (after a restore of an older snapshot)."""
+        self.arity = arity
+        if self.codes is not None or Int64Index is None or arity not in (0, 1) or self.indexes:
+            return
+        keys, rows = self.live()
+        codes = self._int_codes(keys) if keys else np.zeros(0, dtype=np.int64)
         if codes is None:
-            codes = int_codes(keys)
-            if codes is None:
-                self.codes = None
-        return codes
+            return
+        self._use_codes()
+        self.codes.set_many(codes, rows)
+        self.keycode[rows] = codes  # type: ignore[index]
 
     # -- reading
+    @property
+    def C(self) -> np.ndarray:
+        return self.A[:, 0]
+
+    @property
+    def S(self) -> np.ndarray:
+        return self.A[:, 1 : 1 + self.k]
+
+    @property
+    def Q(self) -> np.ndarray:
+        return self.A[:, 1 + self.k :]
+
+    @property
+    def rows(self) -> Mapping[Key, int]:
+        """key → row: the dict, or (int mode) a read-only mapping over the codes."""
+        return self._rows if self.codes is None else IntRows(self)  # type: ignore[return-value]
+
+    def row_of(self, key: Key) -> int:
+        """The row of ``key``, -1 if absent (Python equality of keys)."""
+        if self.codes is None:
+            return self._rows.get(key, -1)  # type: ignore[union-attr]
+        code = self._equal_code(key)
+        return -1 if code is None else self.codes.get(code)
+
     def lookup(self, keys: Sequence[Key], codes: np.ndarray | None = None) -> np.ndarray:
         """The row of every key, -1 where absent (``codes``: the keys' :func:`int_codes`, if known)."""
-        if self.codes is not None and (codes is not None or keys):
-            if codes is None:
-                codes = int_codes(keys)
+        if self.codes is not None:
+            if codes is None and keys:
+                codes = self._int_codes(keys)
             if codes is not None:
                 return self.codes.get_many(codes)
-        get = self.rows.get
+            return np.fromiter(map(self.row_of, keys), dtype=np.int64, count=len(keys))
+        get = self._rows.get  # type: ignore[union-attr]
         return np.fromiter(map(get, keys, _absent(len(keys))), dtype=np.intp, count=len(keys))
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.codes) if self.codes is not None else len(self._rows)  # type: ignore[arg-type]
 
     @property
     def data(self) -> PayloadView:
@@ -215,104 +402,162 @@ class ColumnStore:
         return PayloadView(self)
 
     def payload(self, row: int) -> Any:
-        c = self.C[row]
+        c = self.A[row, 0]
         c = c.item() if isinstance(c, np.generic) else c
         order = np.argsort(self.support, kind="stable")
         idx = tuple(self.support[i] for i in order)
-        return Covariance(c, self.S[row][order].copy(), self.Q[row][np.ix_(order, order)].copy(), idx)
+        Q = unpack(self.A[row, 1 + self.k :], self.k)
+        return Covariance(c, self.A[row, 1 : 1 + self.k][order].copy(), Q[np.ix_(order, order)].copy(), idx)
 
     def block(self) -> Block:
         """Every stored payload as one :class:`Block` (for re-evaluation)."""
-        keys = list(self.rows)
-        r = np.fromiter(self.rows.values(), dtype=np.intp, count=len(keys))
-        return Block(keys, self.C[r], self.S[r], self.Q[r])
+        keys, r = self.live()
+        a = self.A[r]
+        codes = self.keycode[r] if self.codes is not None and self.arity == 1 else None  # type: ignore[index]
+        return Block(keys, a[:, 0], a[:, 1 : 1 + self.k], a[:, 1 + self.k :], codes)
 
     def index(self, positions: tuple[int, ...]) -> dict[Key, dict[Key, int]]:
         idx = self.indexes.get(positions)
         if idx is None:
+            EPOCH.bump()
             idx = {}
             project = key_projection(positions)
-            for key, row in self.rows.items():
+            keys, rows = self.live()
+            for key, row in zip(keys, rows.tolist(), strict=True):
                 idx.setdefault(project(key), {})[key] = row
             self.indexes[positions] = idx
         return idx
 
     def memory(self) -> tuple[int, int, float]:
-        """(keys, bytes, bytes per payload): arrays exactly (rows in use), tables and keys measured."""
-        n = len(self.rows)
-        width = 1 + self.k + self.k * self.k
-        item = self.C.itemsize if self.dtype != object else 8 + 32  # an object slot and its Python number
-        per_payload = float(width * item)
-        sample = [k for k, _ in zip(self.rows, range(32), strict=False)]
-        per_key = sum(sys.getsizeof(k) for k in sample) / len(sample) if sample else 0.0
-        tables = (
-            sys.getsizeof(self.rows) + sys.getsizeof(self.keys) + sum(sys.getsizeof(i) for i in self.indexes.values())
-        )
+        """(keys, bytes, bytes per payload): arrays exactly (capacity included), tables and keys measured."""
+        n = len(self)
+        item = self.A.itemsize if self.dtype != object else 8 + 32  # an object slot and its Python number
+        per_payload = float(self.W * item)
+        tables = sys.getsizeof(self.indexes) + sum(sys.getsizeof(i) for i in self.indexes.values())
+        tables += self.free.nbytes
         if self.codes is not None:
-            tables += self.codes.nbytes
-        arrays = len(self.C) * width * item
+            tables += self.codes.nbytes + self.keycode.nbytes  # type: ignore[union-attr]
+            per_key = 0.0
+        else:
+            tables += sys.getsizeof(self._rows) + sys.getsizeof(self._keys)
+            sample = [k for k, _ in zip(self._rows, range(32), strict=False)]  # type: ignore[arg-type]
+            per_key = sum(sys.getsizeof(k) + sum(map(sys.getsizeof, k)) for k in sample) / len(sample) if sample else 0
+        arrays = len(self.A) * self.W * item
         return n, int(tables + arrays + n * per_key), per_payload
 
     # -- writing
     def _grow(self, need: int) -> None:
-        cap = len(self.C)
+        """Capacity for ``need`` rows: by an eighth at least, in place when numpy can (no copy)."""
+        cap = len(self.A)
         if need <= cap:
             return
-        new = max(need, 2 * cap, 16)
-        k, dtype = self.k, self.dtype
-        C, S, Q = np.zeros(new, dtype=dtype), np.zeros((new, k), dtype=dtype), np.zeros((new, k, k), dtype=dtype)
-        C[:cap], S[:cap], Q[:cap] = self.C, self.S, self.Q
-        self.C, self.S, self.Q = C, S, Q
-        self.keys.extend([None] * (new - len(self.keys)))
+        # below 32 MB (where realloc may copy) by half the capacity, above by an eighth (remapped in place)
+        step = cap // 2 if cap * self.W * 8 < SMALL_ARRAY else cap // GROWTH
+        new = max(need, cap + step, 16)
+        if self.dtype is object:  # an object array's new rows must hold the int 0
+            A = np.zeros((new, self.W), dtype=object)
+            A[:cap] = self.A
+            self.A = A
+        else:
+            try:
+                self.A.resize((new, self.W), refcheck=True)  # realloc: large arrays are remapped, not copied
+            except ValueError:  # a view of A is alive somewhere: copy instead
+                A = np.zeros((new, self.W), dtype=self.dtype)
+                A[:cap] = self.A
+                self.A = A
+        if self.keycode is not None:
+            keycode = np.zeros(new, dtype=np.int64)
+            keycode[:cap] = self.keycode
+            self.keycode = keycode
+        if self._keys is not None:
+            self._keys.extend([None] * (new - len(self._keys)))
 
-    def add(self, block: Block) -> None:
-        """``V += δV`` for a block with distinct keys, deleting keys whose payload becomes 0 (§9 item 1)."""
-        if not block.keys:
-            return
-        codes = self._codes_of(block.keys, block.codes)
-        if codes is not None:
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` new rows at the top without growing (for the compiled kernel)."""
+        self._grow(self.top + n)
+
+    def reserve_free(self, n: int) -> None:
+        """Room for ``n`` more rows on the free stack."""
+        if len(self.free) < self.nfree + n:
+            free = np.zeros(max(self.nfree + n, len(self.free) + len(self.free) // 2, 16), dtype=np.int64)
+            free[: self.nfree] = self.free[: self.nfree]
+            self.free = free
+
+    def _take_rows(self, n: int) -> np.ndarray:
+        """``n`` unused rows (freed ones first, latest first, then new ones at the end)."""
+        reuse = min(n, self.nfree)
+        taken = self.free[self.nfree - reuse : self.nfree][::-1]
+        self.nfree -= reuse
+        fresh = n - reuse
+        self._grow(self.top + fresh)
+        out = np.concatenate([taken, np.arange(self.top, self.top + fresh, dtype=np.int64)])
+        self.top += fresh
+        return out
+
+    def _rows_for(self, keys: list[Key], codes: np.ndarray | None) -> np.ndarray:
+        """The row of every key (distinct keys), new keys entered at fresh rows (zero payloads)."""
+        if self.codes is not None:
+            if codes is None:
+                codes = self._int_codes(keys)
+            if codes is None:  # other kinds of keys: equal to stored ints, or new (then the dict)
+                found = [self._equal_code(key) for key in keys]
+                rows = np.array([-1 if c is None else self.codes.get(c) for c in found], dtype=np.int64)
+                if (rows >= 0).all():
+                    return rows
+                if all(
+                    c is not None and (r >= 0 or self._exact_code(key) is not None)
+                    for c, r, key in zip(found, rows.tolist(), keys, strict=True)
+                ):
+                    codes = np.array(found, dtype=np.int64)
+                else:
+                    self.to_dict_keys()
+                    return self._rows_for(keys, None)
             r = self.codes.get_many(codes)
             fresh = np.flatnonzero(r < 0)
             if len(fresh):
                 new = self._take_rows(len(fresh))
                 r[fresh] = new
                 self.codes.set_many(codes[fresh], new)
-                self._index_fresh([block.keys[i] for i in fresh.tolist()], new.tolist())
-        else:
-            rows_get = self.rows.get
-            rows = list(map(rows_get, block.keys, _absent(len(block.keys))))
-            fresh_i = [i for i, row in enumerate(rows) if row < 0]
-            if fresh_i:
-                new_rows = self._take_rows(len(fresh_i)).tolist()
-                for i, row in zip(fresh_i, new_rows, strict=True):
-                    rows[i] = row
-                self._index_fresh([block.keys[i] for i in fresh_i], new_rows)
-            r = np.asarray(rows, dtype=np.intp)
-        self.C[r] += block.C
-        if self.k:
-            self.S[r] += block.S
-            self.Q[r] += block.Q
-        C = self.C[r]
-        candidates = r[C == 0]  # counts are exact, so only a row with count 0 can be 0 (§9 item 1)
+                self.keycode[new] = codes[fresh]  # type: ignore[index]
+                if self.indexes:
+                    self._index_fresh([keys[i] for i in fresh.tolist()], new.tolist())
+            return r
+        get = self._rows.get  # type: ignore[union-attr]
+        rows = list(map(get, keys, _absent(len(keys))))
+        fresh_i = [i for i, row in enumerate(rows) if row < 0]
+        if fresh_i:
+            new_rows = self._take_rows(len(fresh_i)).tolist()
+            for i, row in zip(fresh_i, new_rows, strict=True):
+                rows[i] = row
+            fresh_keys = [keys[i] for i in fresh_i]
+            self._rows.update(zip(fresh_keys, new_rows, strict=True))  # type: ignore[union-attr]
+            slots = self._keys
+            for row, key in zip(new_rows, fresh_keys, strict=True):
+                slots[row] = key  # type: ignore[index]
+            if self.indexes:
+                self._index_fresh(fresh_keys, new_rows)
+        return np.asarray(rows, dtype=np.intp)
+
+    def add(self, block: Block) -> None:
+        """``V += δV`` for a block with distinct keys, deleting keys whose payload becomes 0 (§9 item 1)."""
+        if not block.keys:
+            return
+        r = self._rows_for(block.keys, block.codes)
+        k = self.k
+        A = self.A
+        A[r, 0] += block.C
+        if k:
+            A[r, 1 : 1 + k] += block.S
+            A[r, 1 + k :] += block.Q
+        candidates = r[A[r, 0] == 0]  # counts are exact, so only a row with count 0 can be 0 (§9 item 1)
         if len(candidates):
-            zero = zero_rows(self.C[candidates], self.S[candidates], self.Q[candidates], self.tolerance)
+            a = A[candidates]
+            zero = zero_rows(a[:, 0], a[:, 1 : 1 + k], a[:, 1 + k :], self.tolerance)
             if zero.any():
                 self._delete(candidates[zero])
 
-    def _take_rows(self, n: int) -> np.ndarray:
-        """``n`` unused rows (freed ones first, then new ones at the end), the arrays grown to hold them."""
-        reuse = min(n, len(self.free))
-        taken = [self.free.pop() for _ in range(reuse)]
-        top = len(self.rows) + len(self.free) + reuse  # rows in use or free before this call
-        self._grow(top + n - reuse)
-        return np.array(taken + list(range(top, top + n - reuse)), dtype=np.int64)
-
     def _index_fresh(self, keys: list[Key], rows: list[int]) -> None:
-        """Enter new keys at their rows in the dict, the key list and the secondary indexes."""
-        self.rows.update(zip(keys, rows, strict=True))
-        slots = self.keys
-        for row, key in zip(rows, keys, strict=True):
-            slots[row] = key
+        """Enter new keys at their rows in the secondary indexes."""
         for positions, idx in self.indexes.items():
             project = key_projection(positions)
             for key, row in zip(keys, rows, strict=True):
@@ -321,59 +566,148 @@ class ColumnStore:
     def add_row(self, key: Key, c: Any, s: np.ndarray | None, q: np.ndarray | None) -> None:
         """:meth:`add` for one key: ``V[key] += (c, s, q)`` in place (``s``/``q`` ``None`` when ``k = 0``).
 
-        One dict probe, three in-place array updates and an O(1) zero test while the count is not 0
+        One primary-index probe, in-place array updates and an O(1) zero test while the count is not 0
         (O(k²) when it is, §9 item 1): no temporary arrays.
         """
-        r = self.rows.get(key)
-        if r is None:
-            free = self.free
-            if free:
-                r = free.pop()
-            else:
-                r = len(self.rows)
-                if r >= len(self.C):
-                    self._grow(r + 1)
-            self.rows[key] = r
-            self.keys[r] = key
-            codes = self._codes_of((key,), None)
-            if codes is not None:
-                self.codes.set_many(codes, np.array([r], dtype=np.int64))
-            for positions, idx in self.indexes.items():
-                idx.setdefault(key_projection(positions)(key), {})[key] = r
-            self.C[r] = c  # a free row holds 0
-            if self.k:
-                self.S[r] = s
-                self.Q[r] = q
-        else:
-            self.C[r] += c
-            if self.k:
-                self.S[r] += s
-                self.Q[r] += q
-        C = self.C.item(r)
+        r = self.row_of(key)
+        if r < 0:
+            r = int(self._rows_for([key], None)[0])
+        A, k = self.A, self.k
+        A[r, 0] += c
+        if k:
+            A[r, 1 : 1 + k] += s
+            A[r, 1 + k :] += q
+        C = A.item(r, 0)
         if C != 0:
             return
-        if self.k == 0 or row_is_zero(C, self.S[r], self.Q[r], self.tolerance):
+        if k == 0 or row_is_zero(C, A[r, 1 : 1 + k], A[r, 1 + k :], self.tolerance):
             self._delete(np.array([r], dtype=np.intp))
 
     def _delete(self, rows: np.ndarray) -> None:
-        projected = [(key_projection(p), idx) for p, idx in self.indexes.items()]
+        rows = np.asarray(rows, dtype=np.int64)
         if self.codes is not None:
-            self.codes.delete_many(np.fromiter((self.keys[r][0] for r in rows.tolist()), np.int64, len(rows)))  # type: ignore[index]
-        for row in rows.tolist():
-            key = self.keys[row]
-            self.keys[row] = None
-            del self.rows[key]  # type: ignore[arg-type]
-            for project, idx in projected:
+            codes = self.keycode[rows]  # type: ignore[index]
+            self.codes.delete_many(codes)
+            keys = [self._key(c) for c in codes.tolist()] if self.indexes else []
+        else:
+            keys = [self._keys[r] for r in rows.tolist()]  # type: ignore[index]
+            for row, key in zip(rows.tolist(), keys, strict=True):
+                self._keys[row] = None  # type: ignore[index]
+                del self._rows[key]  # type: ignore[union-attr,arg-type]
+        for positions, idx in self.indexes.items():
+            project = key_projection(positions)
+            for key in keys:
                 sub = project(key)  # type: ignore[arg-type]
                 bucket = idx[sub]
                 del bucket[key]  # type: ignore[arg-type]
                 if not bucket:
                     del idx[sub]
-            self.free.append(row)
-        self.C[rows] = 0
-        if self.k:
-            self.S[rows] = 0
-            self.Q[rows] = 0
+        self.A[rows] = 0
+        self.reserve_free(len(rows))
+        self.free[self.nfree : self.nfree + len(rows)] = rows
+        self.nfree += len(rows)
+
+    # -- snapshots: live rows only; the compiled index is rebuilt (snapshots need no extension)
+    def __getstate__(self) -> dict[str, Any]:
+        keys, rows = self.live()
+        state = {
+            "version": 2,
+            "k": self.k,
+            "dtype": self.dtype,
+            "tolerance": self.tolerance,
+            "arity": self.arity,
+            "support": self.support,
+            "A": self.A[rows],
+        }
+        if self.codes is not None:
+            state["codes"] = self.keycode[rows]  # type: ignore[index]
+        else:
+            state["keys"] = keys
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "version" not in state:  # a snapshot of the full-matrix layout (C, S, Q (n, k, k), rows dict)
+            state = _upgrade_state(state)
+        self.__init__(state["k"], state["dtype"], state["tolerance"], None)  # type: ignore[misc]
+        self.arity = state["arity"]
+        self.support = state["support"]
+        A = state["A"]
+        n = len(A)
+        self.A = A.copy() if A.flags.owndata and A.flags.c_contiguous else np.ascontiguousarray(A).copy()
+        self.top = n
+        self._keys = [None] * n
+        rows = np.arange(n, dtype=np.int64)
+        if "codes" in state:
+            codes = np.asarray(state["codes"], dtype=np.int64)
+            keys = [self._key(c) for c in codes.tolist()]
+        else:
+            keys = list(state["keys"])
+            codes = self._int_codes(keys) if keys and self.arity in (0, 1) else None
+            if not keys:
+                codes = np.zeros(0, dtype=np.int64)
+        self._rows = dict(zip(keys, rows.tolist(), strict=True))
+        self._keys = list(keys)
+        if codes is not None and Int64Index is not None and self.arity in (0, 1):
+            self._use_codes()
+            self.codes.set_many(codes, rows)
+            self.keycode[:] = codes  # type: ignore[index]
+
+
+def _upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A :class:`ColumnStore` state of the full-matrix layout as a packed one (older snapshots)."""
+    rows: dict[Key, int] = state["rows"]
+    r = np.fromiter(rows.values(), dtype=np.intp, count=len(rows))
+    k = state["k"]
+    C, S, Q = state["C"], state["S"], state["Q"]
+    A = np.zeros((len(r), 1 + k + triangle_size(k)), dtype=C.dtype)
+    A[:, 0] = C[r]
+    A[:, 1 : 1 + k] = S[r]
+    A[:, 1 + k :] = pack(Q[r])
+    keys = list(rows)
+    arity = len(keys[0]) if keys else None
+    return {
+        "version": 2,
+        "k": k,
+        "dtype": state["dtype"],
+        "tolerance": state["tolerance"],
+        "arity": arity,
+        "support": state.get("support", ()),
+        "A": A,
+        "keys": keys,
+    }
+
+
+class IntRows(Mapping[Key, int]):
+    """key → row over a store in int mode (the codes), with the dict's key equality."""
+
+    def __init__(self, store: ColumnStore) -> None:
+        self.store = store
+
+    def __getitem__(self, key: Key) -> int:
+        row = self.store.row_of(key)
+        if row < 0:
+            raise KeyError(key)
+        return row
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        row = self.store.row_of(key)
+        return default if row < 0 else row
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self.store.row_of(key) >= 0
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.store.live()[0])
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def items(self) -> Any:
+        keys, rows = self.store.live()
+        return list(zip(keys, rows.tolist(), strict=True))
+
+    def values(self) -> Any:
+        return self.store.live()[1].tolist()
 
 
 class PayloadView(Mapping[Key, Any]):
@@ -383,17 +717,27 @@ class PayloadView(Mapping[Key, Any]):
         self.store = store
 
     def __getitem__(self, key: Key) -> Any:
-        return self.store.payload(self.store.rows[key])
+        row = self.store.row_of(key)
+        if row < 0:
+            raise KeyError(key)
+        return self.store.payload(row)
 
     def get(self, key: Key, default: Any = None) -> Any:
-        row = self.store.rows.get(key)
-        return default if row is None else self.store.payload(row)
+        row = self.store.row_of(key)
+        return default if row < 0 else self.store.payload(row)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self.store.row_of(key) >= 0
 
     def __iter__(self) -> Iterator[Key]:
-        return iter(self.store.rows)
+        return iter(self.store.live()[0])
 
     def __len__(self) -> int:
-        return len(self.store.rows)
+        return len(self.store)
+
+    def items(self) -> Any:
+        keys, rows = self.store.live()
+        return [(key, self.store.payload(r)) for key, r in zip(keys, rows.tolist(), strict=True)]
 
 
 @dataclass
@@ -505,11 +849,13 @@ def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> B
         return empty_block(k, dtype)
     keys, gid, codes = _group(out_keys)
     reduce = _Reducer(gid, len(keys))
-    factors: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None, int]] = []  # (c, s, Q, offset)
+    factors: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None, int]] = []  # (c, s, Q packed, offset)
     off, size = child_block
     factors.append((delta.C[src], delta.S[src] if size else None, delta.Q[src] if size else None, off))
     for (off, size), store, rows in zip(sibling_blocks, stores, sib_rows, strict=True):
-        factors.append((store.C[rows], store.S[rows] if size else None, store.Q[rows] if size else None, off))  # type: ignore[union-attr]
+        a = store.A[rows]  # type: ignore[union-attr]  # one gather per sibling: count, s and Q
+        kk = store.k  # type: ignore[union-attr]
+        factors.append((a[:, 0], a[:, 1 : 1 + kk] if size else None, a[:, 1 + kk :] if size else None, off))
     n = len(out_keys)
     X = lift_values(lifted) if layout.lift_size else None
     if dtype is not object:
@@ -517,7 +863,8 @@ def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> B
         if block is not None:
             return Block(keys, *block, codes)
     if X is not None:
-        factors.append((None, X, X[:, :, None] * X[:, None, :], layout.lift_offset))  # type: ignore[arg-type]
+        rows_l, cols_l = triangle(X.shape[1])
+        factors.append((None, X, X[:, rows_l] * X[:, cols_l], layout.lift_offset))  # type: ignore[arg-type]
     cs = [f[0] for f in factors]
 
     def c_except(*skip: int) -> np.ndarray | None:
@@ -530,22 +877,23 @@ def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> B
 
     C = reduce(c_except() if any(c is not None for c in cs) else np.ones(n, dtype=dtype))
     S = np.zeros((len(keys), k), dtype=dtype)
-    Q = np.zeros((len(keys), k, k), dtype=dtype)
-    blocks = [i for i, f in enumerate(factors) if f[1] is not None and f[1].shape[1]]
+    Q = np.zeros((len(keys), triangle_size(k)), dtype=dtype)
+    blocks = sorted(
+        (i for i, f in enumerate(factors) if f[1] is not None and f[1].shape[1]), key=lambda i: factors[i][3]
+    )
     for i in blocks:
         _, s, q, o = factors[i]
         w = c_except(i)
         kk = s.shape[1]  # type: ignore[union-attr]
         S[:, o : o + kk] = reduce(s if w is None else s * w[:, None])  # type: ignore[index, operator]
-        Q[:, o : o + kk, o : o + kk] = reduce(q if w is None else q * w[:, None, None])  # type: ignore[index, operator]
-    for a_i, i in enumerate(blocks):
+        Q[:, diagonal_cells(k, o, kk)] = reduce(q if w is None else q * w[:, None])  # type: ignore[index, operator]
+    for a_i, i in enumerate(blocks):  # blocks in offset order: block i's rows lie above block j's columns
         for j in blocks[a_i + 1 :]:
             _, si, _, oi = factors[i]
             _, sj, _, oj = factors[j]
             ki, kj = si.shape[1], sj.shape[1]  # type: ignore[union-attr]
             cross = reduce.outer(c_except(i, j), si, sj)  # type: ignore[arg-type]
-            Q[:, oi : oi + ki, oj : oj + kj] = cross
-            Q[:, oj : oj + kj, oi : oi + ki] = cross.transpose(0, 2, 1)
+            Q[:, cross_cells(k, oi, ki, oj, kj)] = cross.reshape(len(keys), ki * kj)
     return Block(keys, C, S, Q, codes)
 
 
@@ -563,8 +911,8 @@ def _float_product(
     the product is ``Q_fg = (w_f s_f)(w_g s_g)ᵀ / P`` (f ≠ g; the lifting's own block ``P x xᵀ``
     too), so ``Q = ⊕ Ŝᵀ Ŝ / P`` for ``Ŝ = [w_f s_f]_f``, one matrix product when the delta has one
     output key, and the diagonal blocks of stored factors are then ``⊕ w_f Q_f`` (§6.2, the rule
-    of :func:`row_delta` for a whole batch).  ``None`` when some row has ``P = 0`` (a count 0): the
-    division-free rule of :func:`delta_rule` handles those batches.
+    of :func:`row_delta` for a whole batch); only the upper triangle is formed.  ``None`` when some
+    row has ``P = 0`` (a count 0): the division-free rule of :func:`delta_rule` handles those batches.
     """
     P: np.ndarray | None = None
     for c, _, _, _ in factors:
@@ -585,9 +933,10 @@ def _float_product(
     if X is not None:
         np.multiply(X, P[:, None], out=Shat[:, lift_offset : lift_offset + X.shape[1]])
     scaled = Shat / P[:, None]
-    Q = (scaled.T @ Shat)[None] if reduce.single else reduce(scaled[:, :, None] * Shat[:, None, :])
+    rows, cols = triangle(k)
+    Q = (scaled.T @ Shat)[rows, cols][None] if reduce.single else reduce(scaled[:, rows] * Shat[:, cols])
     for o, kk, q, w in diagonal:
-        Q[:, o : o + kk, o : o + kk] = reduce(q * w[:, None, None])
+        Q[:, diagonal_cells(k, o, kk)] = reduce(q * w[:, None])
     return reduce(P), reduce(Shat), Q
 
 
@@ -620,6 +969,19 @@ def _direct_join(
     return src, found, out_keys, lifted
 
 
+class _RowGetter:
+    """``get(key)`` → the row of ``key`` in a store, ``None`` if absent (a primary-key step of an index join)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: ColumnStore) -> None:
+        self.store = store
+
+    def get(self, key: Key) -> int | None:
+        row = self.store.row_of(key)
+        return None if row < 0 else row
+
+
 def _index_join(
     plan: DeltaPlan, delta: Block, stores: list[Any]
 ) -> tuple[np.ndarray, list[np.ndarray], list[Key], list[Key]]:
@@ -632,7 +994,8 @@ def _index_join(
     lifting = bool(plan.lift_vars)
     probes = [projection(step.key_slots if step.full else step.bound_slots) for step in steps]
     lookups = [
-        store.rows if step.full else store.index(step.bound_pos) for step, store in zip(steps, stores, strict=True)
+        _RowGetter(store) if step.full else store.index(step.bound_pos)
+        for step, store in zip(steps, stores, strict=True)
     ]
     src: list[int] = []
     sib: list[list[int]] = [[] for _ in steps]
@@ -705,8 +1068,8 @@ class RowRule:
     Factors in plan order: the child, the siblings, then the liftings of the view's own variables.
     ``blocks[f]`` is factor f's ``(offset, size)`` in the view's support; ``sized`` lists the factors
     with a non-empty support in offset order (their blocks tile the support); ``flat`` maps every
-    cell (i, j) of the ``k × k`` matrix to the cell ``(f(i), f(j))`` of the sized factors' coefficient
-    matrix (f(i): the sized factor owning support position i).
+    packed cell (i ≤ j) of the ``k × k`` matrix (:func:`triangle`) to the cell ``(f(i), f(j))`` of
+    the sized factors' coefficient matrix (f(i): the sized factor owning support position i).
     """
 
     k: int
@@ -735,7 +1098,8 @@ def _compile_rules(node: ViewNode, layout: Layout) -> list[RowRule | None]:
         for position, f in enumerate(sized):
             offset, size = blocks[f]
             owner[offset : offset + size] = position
-        flat = (owner[:, None] * len(sized) + owner[None, :]).ravel()
+        rows, cols = triangle(k)
+        flat = owner[rows] * len(sized) + owner[cols]
         rules.append(RowRule(k, tuple(blocks), sized, tuple(blocks[f][1] for f in sized), flat, lift))
     return rules
 
@@ -743,9 +1107,10 @@ def _compile_rules(node: ViewNode, layout: Layout) -> list[RowRule | None]:
 def row_rules(node: ViewNode) -> list[RowRule | None]:
     """``node.layout.rules``, compiled on first use for layouts restored from older snapshots."""
     layout: Layout = node.layout  # type: ignore[attr-defined]
-    if layout.rules is None:
-        layout.rules = _compile_rules(node, layout)
-    return layout.rules
+    rules = layout.rules
+    if rules is None or any(r is not None and len(r.flat) != triangle_size(r.k) for r in rules):
+        layout.rules = rules = _compile_rules(node, layout)  # (older snapshots: the full k × k map)
+    return rules
 
 
 def row_is_zero(c: Any, s: np.ndarray | None, q: np.ndarray | None, tolerance: bool) -> bool:
@@ -777,8 +1142,8 @@ def row_delta(plan: DeltaPlan, rule: RowRule, key: Key, c: Any, s: Any, q: Any, 
     rounds like the block rule, within a few ulp); otherwise (exact payloads, or a factor with count
     0) ``K`` is formed division-free by prefix products and expanded to ``k × k`` by one ``take``.
     Cost: #siblings lookups, O(F²) scalar operations for F factors and O(k²) arithmetic in 2F + O(1)
-    array calls (about 15 µs for the Housing root, F = 7, k = 27), no per-call allocation besides the
-    output row.  Returns ``(key, c, s, q)`` of the view, or ``None`` if a sibling has no such key.
+    array calls, only the upper triangle of ``Q`` formed (packed, :func:`triangle`).  Returns
+    ``(key, c, s, q)`` of the view, or ``None`` if a sibling has no such key.
     """
     direct = plan.direct
     assert direct is not None
@@ -794,12 +1159,14 @@ def row_delta(plan: DeltaPlan, rule: RowRule, key: Key, c: Any, s: Any, q: Any, 
     f = 1
     for step, project in zip(plan.steps, direct.siblings, strict=True):
         store = step.sibling.store
-        r = store.rows.get(project(key))  # type: ignore[union-attr]
-        if r is None:
+        r = store.row_of(project(key))  # type: ignore[union-attr]
+        if r < 0:
             return None
-        cf = store.C.item(r)  # type: ignore[union-attr]
+        a = store.A[r]  # type: ignore[union-attr]
+        cf = a.item(0)
         if blocks[f][1]:
-            cs[f], ss[f], qs[f] = cf, store.S[r], store.Q[r]  # type: ignore[union-attr]
+            kk = store.k  # type: ignore[union-attr]
+            cs[f], ss[f], qs[f] = cf, a[1 : 1 + kk], a[1 + kk :]
         else:
             u *= cf
         f += 1
@@ -818,12 +1185,13 @@ def row_delta(plan: DeltaPlan, rule: RowRule, key: Key, c: Any, s: Any, q: Any, 
         for f in sized:
             o, size = blocks[f]
             np.multiply(ss[f], P / cs[f], out=S[o : o + size])
-        Q = np.multiply.outer(S, S)
+        rows, cols = triangle(k)
+        Q = S[rows] * S[cols]
         np.divide(Q, P, out=Q)  # every block Q_fg = K_fg s_f s_gᵀ, the lifting's diagonal block included
         for f in sized:
             if qs[f] is not None:
                 o, size = blocks[f]
-                np.multiply(qs[f], P / cs[f], out=Q[o : o + size, o : o + size])
+                Q[diagonal_cells(k, o, size)] = qs[f] * (P / cs[f])
         return out_key, P, S, Q
     return out_key, P, *_row_product(rule, cs, ss, qs, u, np.float64 if floats else object)
 
@@ -854,10 +1222,11 @@ def _row_product(
             K[i][i] = w[i]  # g_X = (1, x, x xᵀ): its own block is w · x xᵀ
     vectors = [np.asarray(ss[f], dtype=dtype) for f in sized]
     s_all = np.concatenate(vectors) if n > 1 else vectors[0]
-    Q = np.array(K, dtype=dtype).ravel().take(rule.flat).reshape(rule.k, rule.k) * np.multiply.outer(s_all, s_all)
+    rows, cols = triangle(rule.k)
+    Q = np.array(K, dtype=dtype).ravel().take(rule.flat) * (s_all[rows] * s_all[cols])
     for i, f in enumerate(sized):
         if f != lift:
             o, size = blocks[f]
-            Q[o : o + size, o : o + size] = w[i] * qs[f]
+            Q[diagonal_cells(rule.k, o, size)] = w[i] * qs[f]
     S = np.repeat(np.array(w, dtype=dtype), rule.sizes) * s_all
     return S, Q

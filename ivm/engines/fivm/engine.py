@@ -27,7 +27,12 @@ Aggregates and rings (``ring=`` option, default from the query's aggregate):
   numbers and computed without ring method calls (:mod:`ivm.engines.fivm.lanes`);
 - ``covariance``: the continuous covariance ring (``exact=True`` keeps Python
   ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
-  generalized covariance ring (Def. 37);
+  generalized covariance ring (Def. 37, on the ring-object path).  Covariance
+  payloads are kept in column stores (:mod:`ivm.engines.fivm.columnar`, §6.2's
+  sized payloads, ``Q``'s upper triangle); float payloads go up the view tree
+  in C where the path allows it (``implementation="compiled"``,
+  ``_covar_kernel.pyx``), and the base relations are kept compact
+  (:mod:`ivm.engines.fivm.base_relation`);
 - ``listing`` / ``factorized``: the relational ring F[Z] over τ(ω, ∅) (§6.4).
 
 View trees (``tree=`` option): ``"tau"`` (default) is τ(ω, F), the answers
@@ -51,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from ivm.engines.base import Engine
-from ivm.engines.fivm import columnar, factorizable, lanes, nu
+from ivm.engines.fivm import base_relation, columnar, factorizable, lanes, nu
 from ivm.engines.fivm.indicators import add_indicators
 from ivm.engines.fivm.view_tree import (
     DeltaPlan,
@@ -82,6 +87,12 @@ try:  # the compiled index-join sum (``_count_kernel.pyx``), present when pip in
     from ivm.engines.fivm._count_kernel import direct_count, scan_sum, sum_by_key
 except ImportError:  # no compiler at install time: the numpy rule and the loops below
     direct_count = scan_sum = sum_by_key = None
+
+try:  # the compiled covariance path (``_covar_kernel.pyx``) and the batch parser of the compact base relations
+    from ivm.engines.fivm._covar_kernel import Level, Path
+    from ivm.engines.fivm._row_table import parse_batch
+except ImportError:  # no compiler at install time: the numpy path (columnar.py) and dicts
+    Level = Path = parse_batch = None
 
 _NO_BUCKET: dict[Any, Any] = {}  # the bucket of an absent index key (never written)
 
@@ -292,45 +303,94 @@ class FIVM(Engine):
         if self._lanes:
             self._compile_lane_lifts()
         self.implementation = self._choose_implementation(implementation, indicators)
-        self._columnar = self.implementation == "numpy"
+        self._columnar = self.implementation in ("numpy", "compiled")
         if self._columnar:
             self._dtype: Any = object if self.ring.exact else np.float64  # type: ignore[attr-defined]
             columnar.assign_layouts(self.tree.roots, self.ring.index)  # type: ignore[attr-defined]
         for node in self.tree.nodes():
             node.store = self._new_store(node) if node.materialized else None
-        self.base: dict[str, dict[Row, int]] = {r: {} for r in query.relations}
+        self.base: dict[str, Any] = {r: {} for r in query.relations}  # dicts or RowTables (base_relation)
         self._factorized = self.ring_name == "factorized"
         self._tracking = False
         self._pending: dict[Row, Any] = {}
         self._last: dict[Row, int] = {}
         self.updates_applied = 0
         self.rebuilds = 0
+        self._init_compiled()
 
     # ------------------------------------------------------------------ setup
-    def _choose_implementation(self, implementation: str, indicators: bool) -> str:
-        """``"numpy"`` (batches as grouped array operations, :mod:`.columnar`) or ``"python"`` (ring objects).
+    def _init_compiled(self) -> None:
+        """Compact base relations (columnar implementations) and the compiled paths' cache (built lazily).
 
-        ``"auto"`` takes numpy for the continuous covariance ring without
-        indicator projections, the Python reference implementation otherwise.
-        Under numpy, deltas of at most :attr:`small_delta` keys take the row path
-        (:func:`.columnar.row_delta`, about 35 µs per Housing tuple at batch 1)
-        and larger ones the grouped kernel (:func:`.columnar.delta_rule`), both
-        over the same column stores.
+        Called by ``__init__`` and after a restore: a snapshot's packed relations become tables again,
+        an older snapshot's dicts are compacted, and column stores take int codes where they can.
         """
-        if implementation not in ("auto", "numpy", "python"):
-            raise ValueError(f"unknown implementation {implementation!r}; known: auto, numpy, python")
+        self._paths: dict[int, CompiledPath | None] = {}
+        self._relations = list(self.query.relations)
+        self._relation_index = {r: i for i, r in enumerate(self._relations)}
+        for r in self._relations:
+            self.base[r] = base_relation.unpack(self.base[r])
+        if getattr(self, "_columnar", False) and base_relation.RowTable is not None:
+            arity = dict(self.query.relations)
+            for r in self._relations:
+                if isinstance(self.base[r], dict):
+                    self.base[r] = base_relation.compact(self.base[r], arity[r])
+            for node in self.tree.nodes():
+                if isinstance(node.store, columnar.ColumnStore):
+                    node.store.prefer_codes(len(node.keys))
+        tables = [self.base[r] if base_relation.is_table(self.base[r]) else None for r in self._relations]
+        in_tables = any(t is not None for t in tables)  # (an empty table is falsy)
+        self._tables: list[Any] | None = tables if parse_batch is not None and in_tables else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_paths", "_tables"):
+            state.pop(name, None)
+        if any(base_relation.is_table(b) for b in self.base.values()):  # (else the same dict: shared copies stay one)
+            state["base"] = {r: base_relation.pack(b) for r, b in self.base.items()}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "implementation" not in state:  # snapshots taken before the implementation option: ring objects
+            self.implementation, self._columnar = "python", False
+        self._init_compiled()
+
+    def _choose_implementation(self, implementation: str, indicators: bool) -> str:
+        """``"compiled"`` (:mod:`._covar_kernel` over column stores), ``"numpy"`` (batches as grouped array
+        operations, :mod:`.columnar`) or ``"python"`` (ring objects).
+
+        ``"auto"`` takes ``compiled`` for the continuous covariance ring with float payloads
+        (``exact=False``) on a τ tree when the extension is built, ``numpy`` for the covariance ring
+        otherwise (exact payloads stay Python ints in object arrays), both without indicator
+        projections, and the Python reference implementation for every other ring.  ``compiled``
+        runs a batch's delta up each leaf-to-root path in C where the path allows it (direct
+        plans, views keyed by at most one int variable, :meth:`_compiled_path`) and takes the numpy
+        path elsewhere, over the same column stores.  Under numpy, deltas of at most
+        :attr:`small_delta` keys take the row path (:func:`.columnar.row_delta`) and larger ones
+        the grouped kernel (:func:`.columnar.delta_rule`).  Both columnar implementations keep the
+        base relations compact (:mod:`.base_relation`) when the extension is built.
+        """
+        if implementation not in ("auto", "compiled", "numpy", "python"):
+            raise ValueError(f"unknown implementation {implementation!r}; known: auto, compiled, numpy, python")
         supported = self.ring_name == "covariance" and not indicators
-        if implementation == "numpy" and not supported:
-            raise ValueError("implementation='numpy' covers the covariance ring without indicators")
+        if implementation in ("numpy", "compiled") and not supported:
+            raise ValueError(f"implementation={implementation!r} covers the covariance ring without indicators")
+        compiled = supported and Path is not None and not self.ring.exact and not self._nu  # type: ignore[attr-defined]
+        if implementation == "compiled" and not compiled:
+            raise ValueError(
+                "implementation='compiled' needs the built extension (_covar_kernel), float payloads (exact=False) "
+                "and a tau view tree"
+            )
         if implementation == "auto":
-            return "numpy" if supported else "python"
+            return ("compiled" if compiled else "numpy") if supported else "python"
         return implementation
 
     def _new_store(self, node: ViewNode) -> Any:
         if not self._columnar:
             return Store()
         support = node.layout.support  # type: ignore[attr-defined]
-        store = columnar.ColumnStore(len(support), self._dtype, tolerance=not self.ring.exact)  # type: ignore[attr-defined]
+        store = columnar.ColumnStore(len(support), self._dtype, not self.ring.exact, len(node.keys))  # type: ignore[attr-defined]
         store.support = support
         return store
 
@@ -384,8 +444,73 @@ class FIVM(Engine):
 
     # ---------------------------------------------------------------- updates
     def apply(self, updates: Sequence[Update]) -> None:
-        """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4)."""
+        """Apply a batch: pre-aggregate per relation, then one delta view tree per atom occurrence (§4).
+
+        With compact base relations a batch of well-formed updates is parsed into cells in one C pass
+        (:func:`~._row_table.parse_batch`), each relation's tuples consolidated while the table is
+        updated (:meth:`~._row_table.RowTable.apply_cells`), and the delta read from the table's
+        cells by the compiled paths; no Python tuple is made.  Any other batch takes the general
+        route (:meth:`apply_deltas`).  O(|batch|) plus the delta view trees.
+        """
+        if self._tables is not None and not self._nu and isinstance(updates, list | tuple):
+            parsed = parse_batch(updates, self._relation_index, self._tables)
+            if parsed is not None:
+                self._apply_parsed(parsed)
+                return
         self.apply_deltas(distinct_delta(updates) or by_relation(updates))
+
+    def _apply_parsed(self, parsed: list[tuple[int, Any, Any, Any]]) -> None:
+        """:meth:`apply_deltas` for a batch parsed into cells per relation (compact base relations)."""
+        rebuild = False
+        for index, cells, mults, kinds in parsed:
+            relation = self._relations[index]
+            table = self._tables[index]  # type: ignore[index]
+            rows, nets, _, big = table.apply_cells(cells, mults, kinds)
+            self.updates_applied += len(rows)
+            if relation not in self.updatable:
+                rebuild = True
+            elif not rebuild and len(rows):
+                leaves = self.tree.leaves.get(relation, ())
+                path = self._paths.get(id(leaves[0])) if len(leaves) == 1 else None
+                if path is not None and path.ready():  # one occurrence, compiled (the common case)
+                    codes, values = table.gather(rows, path.code_cols, path.value_cols) or (None, None)
+                    if codes is not None:
+                        self._run_path(path, codes, values, nets)
+                    else:
+                        self._propagate_columnar(relation, None, table, rows, nets)
+                else:
+                    self._propagate_columnar(relation, None, table, rows, nets)
+            table.compact()
+            if big:
+                self._base_to_dict(relation)
+        if rebuild:
+            self._rebuild()
+
+    def _base_apply(self, relation: str, delta: dict[Row, int]) -> tuple[list[int], Any]:
+        """``R += δR`` on the relation's dict or table: the old multiplicities (δR's order) and, for a
+        table, the rows touched (for :meth:`_propagate_columnar`; compact the table after it)."""
+        base = self.base[relation]
+        if type(base) is dict:  # (the count and SUM rings: dicts, one call)
+            return apply_to_base(base, delta), None
+        if base_relation.is_table(base):
+            done = base_relation.apply_delta(base, delta)
+            if done is not None:
+                olds, rows, big = done
+                if big:
+                    self._base_to_dict(relation)
+                    return olds, None
+                return olds, rows
+            base = self._base_to_dict(relation)
+        return base_relation.apply_dict(base, delta), None
+
+    def _base_to_dict(self, relation: str) -> dict[Row, int]:
+        """Move a relation from its table to a dict for good (a row or multiplicity the table cannot hold)."""
+        self.base[relation] = base = base_relation.to_dict(self.base[relation])
+        if self._tables is not None:
+            self._tables[self._relation_index[relation]] = None
+            if all(t is None for t in self._tables):
+                self._tables = None
+        return base  # type: ignore[no-any-return]
 
     def apply_deltas(self, deltas: dict[str, dict[Row, int]]) -> dict[str, list[int]]:
         """:meth:`apply` of a batch already pre-aggregated per relation (:func:`~ivm.updates.by_relation`'s
@@ -399,7 +524,8 @@ class FIVM(Engine):
         rebuild = False
         out: dict[str, list[int]] = {}
         for relation, delta in deltas.items():
-            olds = out[relation] = apply_to_base(self.base[relation], delta)
+            olds, rows = self._base_apply(relation, delta)
+            out[relation] = olds
             by_row = dict(zip(delta, olds, strict=True)) if self.indicator_leaves or self._nu else {}
             indicator_deltas = self._indicator_deltas(relation, by_row, delta) if self.indicator_leaves else []
             self.updates_applied += len(delta)
@@ -407,14 +533,13 @@ class FIVM(Engine):
                 self._count_negatives(by_row, delta)
             if relation not in self.updatable:
                 rebuild = True
+                if rows is not None:
+                    self.base[relation].compact()
                 continue
             if not rebuild and self._columnar:
-                for leaf in self.tree.leaves.get(relation, []):
-                    if len(delta) <= self.small_delta:  # a few tuples: one row at a time (columnar.row_delta)
-                        for key, m in self._leaf_rows(leaf, delta):
-                            self._propagate_row(leaf, key, m, None, None)
-                    else:
-                        self._propagate_block(leaf, self._leaf_block(leaf, delta))
+                self._propagate_columnar(relation, delta, self.base[relation] if rows is not None else None, rows)
+                if rows is not None:
+                    self.base[relation].compact()
             elif not rebuild:
                 single = len(delta) == 1 and not self._factorized and not self._lanes
                 for leaf in self.tree.leaves.get(relation, []):
@@ -477,15 +602,10 @@ class FIVM(Engine):
         """
         products = factorizable.normalize(self.query, relation, factors)
         net = factorizable.expand_net(products, self.query.relations[relation])
-        base = self.base[relation]
-        olds: dict[Row, int] = {}
-        for row, m in net.items():
-            old = olds[row] = base.get(row, 0)
-            new = old + m
-            if new:
-                base[row] = new
-            else:
-                del base[row]
+        old_list, rows = self._base_apply(relation, net)
+        if rows is not None:
+            self.base[relation].compact()
+        olds: dict[Row, int] = dict(zip(net, old_list, strict=True))
         self.updates_applied += len(net)
         self.factorized_updates += 1
         if self._nu:
@@ -538,6 +658,137 @@ class FIVM(Engine):
                 out.append((leaf, d))
         return out
 
+    def _propagate_columnar(
+        self, relation: str, delta: dict[Row, int] | None, table: Any, rows: Any, nets: Any = None
+    ) -> None:
+        """Every atom occurrence of ``relation``: its compiled path (:meth:`_compiled_path`) when it is
+        ready, else the numpy path (the row path for at most :attr:`small_delta` keys).
+
+        The delta is ``delta`` (distinct rows, general route) or, from the parsed route, ``rows`` and
+        ``nets`` of ``table`` (:meth:`~._row_table.RowTable.apply_cells`), turned into a dict only if
+        some occurrence takes the numpy path.  Each occurrence in turn (self-joins), against the
+        state the previous one left (§4).
+        """
+        for leaf in self.tree.leaves.get(relation, []):
+            path = self._compiled_path(leaf)
+            if path is not None and path.ready():
+                arrays = None
+                if nets is None:
+                    assert delta is not None
+                    nets = [m for m in delta.values() if m]
+                if table is not None and rows is not None:
+                    arrays = table.gather(rows, path.code_cols, path.value_cols)
+                elif delta is not None:
+                    arrays = _delta_arrays([r for r, m in delta.items() if m], path.code_cols, path.value_cols)
+                if arrays is not None:
+                    self._run_path(path, arrays[0], arrays[1], nets)
+                    continue
+            if delta is None:
+                delta = table.delta_dict(rows, nets)
+            if len(delta) <= self.small_delta:  # a few tuples: one row at a time (columnar.row_delta)
+                for key, m in self._leaf_rows(leaf, delta):
+                    self._propagate_row(leaf, key, m, None, None)
+            else:
+                self._propagate_block(leaf, self._leaf_block(leaf, delta))
+
+    def _compiled_path(self, leaf: ViewNode) -> CompiledPath | None:
+        """The compiled path of an atom leaf (``_covar_kernel.Path``), or ``None`` where it does not apply.
+
+        It applies under ``implementation="compiled"`` when the atom has neither constants nor a
+        repeated variable (its tuples are the leaf's keys), the leaf is not stored, every plan from
+        the leaf to the root is direct (each sibling found by primary key, §4 / Theorem 13's
+        single-tuple path), every view on the path and every sibling is keyed by at most one
+        variable, and each sibling's key and each view's key is one column of the leaf's tuple at
+        the first step.  Built once per leaf
+        (stores change only on a rebuild, which drops the cache).
+        """
+        key = id(leaf)
+        if key in self._paths:
+            return self._paths[key]
+        path = self._build_path(leaf) if self.implementation == "compiled" and Path is not None else None
+        self._paths[key] = path
+        return path
+
+    def _build_path(self, leaf: ViewNode) -> CompiledPath | None:
+        atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+        if atom.constants or len(leaf.keys) != len(atom.terms) or leaf.store is not None:
+            return None  # (a stored leaf is keyed by whole tuples: the numpy path keeps it)
+        code_cols: list[int] = []
+        value_cols: list[int] = []
+
+        def code(position: int) -> int:
+            if position not in code_cols:
+                code_cols.append(position)
+            return code_cols.index(position)
+
+        def value(position: int) -> int:
+            if position not in value_cols:
+                value_cols.append(position)
+            return value_cols.index(position)
+
+        levels = []
+        written: list[columnar.ColumnStore] = []
+        siblings: list[columnar.ColumnStore] = []
+        child, node = leaf, leaf.parent
+        while node is not None:
+            i = next(i for i, p in enumerate(node.plans) if p.child is child)
+            plan = node.plans[i]
+            direct = plan.direct
+            if direct is None or len(node.keys) > 1:
+                return None
+            stores = [step.sibling.store for step in plan.steps]
+            if any(s is None or len(step.sibling.keys) > 1 for s, step in zip(stores, plan.steps, strict=True)):
+                return None
+            if any(len(p) > 1 for p in direct.sibling_positions):
+                return None
+            first = child is leaf
+            sib_src = [(code(p[0]) if first else 0) if p else -1 for p in direct.sibling_positions]
+            out_src = (code(direct.key_positions[0]) if first else 0) if direct.key_positions else -1
+            lift_src = [value(p) if first else 0 for p in direct.lift_positions]
+            layout = node.layout  # type: ignore[attr-defined]
+            child_block, sibling_blocks = layout.plans[i]
+            blocks = [child_block, *sibling_blocks]
+            if layout.lift_size:
+                blocks.append((layout.lift_offset, layout.lift_size))
+            if layout.lift_size != len(lift_src):
+                return None
+            levels.append(
+                Level(
+                    node.store,
+                    stores,
+                    sib_src,
+                    out_src,
+                    lift_src,
+                    len(layout.support),
+                    child_block[1],
+                    blocks,
+                    len(node.keys) == 1,
+                )
+            )
+            if node.store is not None:
+                written.append(node.store)  # type: ignore[arg-type]
+            siblings.extend(stores)  # type: ignore[arg-type]
+            child, node = node, node.parent
+        return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child)
+
+    def _run_path(self, path: CompiledPath, codes: np.ndarray, values: np.ndarray, nets: Any) -> None:
+        """One leaf's delta up its compiled path; the root's changes recorded for :meth:`drain_delta`."""
+        root = path.kernel.run(codes, values, nets, self._tracking)
+        if root is not None and len(root[0]):
+            self._record_codes(path.root, *root)
+
+    def _record_codes(self, root: ViewNode, codes: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`_record_block` for the root's delta as int codes (keys ``(code,)``, or ``()``)."""
+        if len(self.tree.roots) > 1 or self._nu:
+            return  # diffed at drain time
+        names, free = list(root.keys), list(self.query.free)
+        for code, c in zip(codes.tolist(), counts.tolist(), strict=True):
+            key: tuple[Any, ...] = (code,) if names else ()
+            if names != free:
+                binding = dict(zip(names, key, strict=True))
+                key = tuple(binding[v] for v in free)
+            self._pending[key] = self._pending.get(key, 0) + c
+
     def _leaf_block(self, leaf: ViewNode, delta: dict[Row, int]) -> columnar.Block:
         """``δR`` at an atom leaf as a :class:`~.columnar.Block` of multiplicities (empty support)."""
         atom = self.query.atoms[leaf.atom]  # type: ignore[index]
@@ -553,7 +804,7 @@ class FIVM(Engine):
             keys, mults = list(merged), list(merged.values())
         n = len(keys)
         C = np.array(mults, dtype=self._dtype) if n else np.zeros(0, dtype=self._dtype)
-        return columnar.Block(keys, C, np.zeros((n, 0), dtype=self._dtype), np.zeros((n, 0, 0), dtype=self._dtype))
+        return columnar.Block(keys, C, np.zeros((n, 0), dtype=self._dtype), np.zeros((n, 0), dtype=self._dtype))
 
     def _leaf_rows(self, leaf: ViewNode, delta: dict[Row, int]) -> list[tuple[tuple[Any, ...], int]]:
         """:meth:`_leaf_block` as ``(key, multiplicity)`` pairs, without arrays (for :meth:`_propagate_row`)."""
@@ -637,7 +888,7 @@ class FIVM(Engine):
                     [key],
                     np.array([c], dtype=self._dtype),
                     s[None] if k else np.zeros((1, 0), dtype=self._dtype),
-                    q[None] if k else np.zeros((1, 0, 0), dtype=self._dtype),
+                    q[None] if k else np.zeros((1, 0), dtype=self._dtype),
                 )
                 self._propagate_block(parent, columnar.delta_rule(plan, block, self._dtype, self._lift_values))
                 return
@@ -914,6 +1165,7 @@ class FIVM(Engine):
     def _rebuild(self) -> None:
         """Re-evaluate every view bottom-up from the base relations (preprocessing, §3)."""
         self.rebuilds += 1
+        self._paths = {}  # the stores are new
         if self._columnar:
             self._rebuild_columnar()
             self._rebuild_tracking()
@@ -1187,8 +1439,7 @@ class FIVM(Engine):
         return self.base.get(relation, {}).get(tuple(row), 0)
 
     def multiplicities(self, relation: str, rows: Sequence[Row]) -> list[int]:
-        base = self.base.get(relation, {})
-        return list(map(base.get, rows, repeat(0, len(rows))))
+        return base_relation.multiplicities(self.base.get(relation, {}), rows)
 
     # ------------------------------------------------------------------ intro
     def views(self) -> dict[str, dict[tuple[Any, ...], Any]]:
@@ -1251,11 +1502,71 @@ class FIVM(Engine):
             "bytes_per_payload": round(total / keys, 1) if keys else 0.0,
             "factorized_updates": self.factorized_updates,
             "factorized_work": self.factorized_work,
+            "base_tuples": sum(len(b) for b in self.base.values()),
+            "base_bytes": sum(base_relation.nbytes(b) for b in self.base.values()),
         }
         for name, (_, view_total, per, _) in memory.items():
             out[f"view_bytes[{name}]"] = view_total
             out[f"bytes_per_payload[{name}]"] = round(per, 1)
         return out
+
+
+class CompiledPath:
+    """A leaf's compiled path (:class:`~._covar_kernel.Path`): which tuple columns key the views and
+    siblings (``code_cols``) and which are lifted (``value_cols``), the stores it writes and reads."""
+
+    __slots__ = ("_epoch", "_ready", "code_cols", "kernel", "root", "siblings", "value_cols", "written")
+
+    def __init__(
+        self,
+        kernel: Any,
+        code_cols: list[int],
+        value_cols: list[int],
+        written: list[columnar.ColumnStore],
+        siblings: list[columnar.ColumnStore],
+        root: ViewNode,
+    ) -> None:
+        self.kernel = kernel
+        self.code_cols = np.array(code_cols, dtype=np.intp)
+        self.value_cols = np.array(value_cols, dtype=np.intp)
+        self.written = written
+        self.siblings = siblings
+        self.root = root
+        self._epoch = -1
+        self._ready = False
+
+    def ready(self) -> bool:
+        """Every store in int mode, and no secondary index on a store it writes (it keeps none); the
+        answer is kept until some store leaves int mode or gains an index (:data:`.columnar.EPOCH`)."""
+        if self._epoch != columnar.EPOCH.value:
+            self._epoch = columnar.EPOCH.value
+            self._ready = all(s.codes is not None and not s.indexes for s in self.written) and all(
+                s.codes is not None for s in self.siblings
+            )
+        return self._ready
+
+
+def _delta_arrays(rows: list[Row], code_cols: list[int], value_cols: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """A delta's tuples as the compiled path's arrays: int64 codes of ``code_cols`` (Python ints in int64
+    only, else ``None``) and float64 values of ``value_cols`` (as ``float(x)``)."""
+    n = len(rows)
+    codes = np.empty((n, len(code_cols)), dtype=np.int64)
+    for j, col in enumerate(code_cols):
+        column = list(map(itemgetter(col), rows))
+        if n and set(map(type, column)) != {int}:
+            return None
+        try:
+            codes[:, j] = np.fromiter(column, dtype=np.int64, count=n)
+        except OverflowError:
+            return None
+    if not value_cols:
+        return codes, np.zeros((n, 0))
+    pick = itemgetter(*value_cols) if len(value_cols) > 1 else (lambda row: (row[value_cols[0]],))
+    try:
+        values = np.array(list(map(pick, rows)), dtype=np.float64).reshape(n, len(value_cols))
+    except (TypeError, ValueError):
+        return None
+    return codes, values
 
 
 def payload_nbytes(payload: Any) -> int:

@@ -357,7 +357,7 @@ class Propagator:
                 cols = [column[j] for j in p.idx]
                 S[i, cols] = p.s
                 Q[i][np.ix_(cols, cols)] = p.Q
-        return columnar.Block(keys, C, S, Q)
+        return columnar.Block(keys, C, S, columnar.pack(Q))  # a store keeps Q's upper triangle
 
     # -- the walk
     def run(self, leaf: ViewNode, factors: list[tuple[tuple[str, ...], dict]]) -> None:

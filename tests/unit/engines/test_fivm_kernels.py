@@ -232,6 +232,7 @@ def test_explain_reports_memory_per_view_sized_to_its_support() -> None:
         for name, (k, b, p, s) in view.engine.view_memory().items()
     }
     supports = {entry["support"]: entry for entry in memory.values()}
-    # float payloads: (1 + k + k²) · 8 bytes for a support of k variables (the root has all three)
-    assert {s: e["bytes_per_payload"] for s, e in supports.items()} == {1: 24.0, 2: 56.0, 3: 104.0}
+    # float payloads: (1 + k + k(k+1)/2) · 8 bytes for a support of k variables (Q symmetric: its upper
+    # triangle; the root has all three)
+    assert {s: e["bytes_per_payload"] for s, e in supports.items()} == {1: 24.0, 2: 48.0, 3: 80.0}
     assert [supports[s]["keys"] for s in (1, 2, 3)] == [20, 40, 1]  # V_S(k), V_R(k), the root

@@ -6,7 +6,7 @@ sized covariance payloads).  Differential tests, on random insert/delete
 streams with multiplicities -3..3 cut into batches of 1, 2, 7 and 100 in one
 stream:
 
-- the covariance ring, ``implementation="auto"`` (numpy; the default threshold,
+- the covariance ring, ``implementation="numpy"`` (the default threshold,
   the row path forced for every delta, and the grouped kernel alone) against
   ``implementation="python"``: the result, ``enumerate()``, ``drain_delta()`` and
   every stored view after every batch (floats to 1e-9 relative), with a
@@ -103,7 +103,7 @@ class Spy:
 
 def run_covariance(query: Query, seed: int, floats: bool, small: int | None, n: int = 260) -> None:
     rng = random.Random(seed)
-    fast = FIVM(query, implementation="auto", exact=not floats)
+    fast = FIVM(query, implementation="numpy", exact=not floats)  # the numpy row path (compiled: test_fivm_compiled)
     ref = FIVM(query, implementation="python", exact=not floats)
     assert fast.implementation == "numpy" and ref.implementation == "python"
     if small is not None:
@@ -162,7 +162,7 @@ def test_float_counts_of_zero_take_the_division_free_product(monkeypatch: pytest
     """A sibling whose count cancels to 0 while its sums do not: ``P = 0``, no division by it."""
     spy = Spy(monkeypatch)
     query = ivm.parse("Q(COVAR(a, b)) :- R(k, a), S(k, b)")
-    fast = FIVM(query, exact=False)
+    fast = FIVM(query, exact=False, implementation="numpy")
     ref = FIVM(query, implementation="python", exact=False)
     batch = [("R", (1, 2.0), 1), ("R", (1, 5.0), -1), ("S", (1, 3.0), 2), ("S", (1, 0.5), 1)]
     for update in batch:  # one at a time: rows
@@ -216,7 +216,7 @@ def test_count_and_sum_parts_equal_count_and_sum_rings(
     sum_vars = (rng.choice(variables),) if seed % 3 == 0 else tuple(rng.sample(variables, 2))
     if seed % 5 == 4:
         sum_vars = (sum_vars[0], sum_vars[0])  # SUM(x * x) = Q_xx
-    fast = FIVM(query, exact=not floats)
+    fast = FIVM(query, exact=not floats, implementation="numpy")
     fast.small_delta = ALWAYS if seed % 2 else columnar.SMALL_DELTA
     count = FIVM(Query(query.name, query.free, query.atoms, Aggregate()))
     total = FIVM(Query(query.name, query.free, query.atoms, Aggregate("sum", sum_vars)))

@@ -1,0 +1,696 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""A batch's covariance delta up a leaf-to-root path in C: lift, group, store, product, marginalize.
+
+F-IVM's delta rule (Fig. 7) for float payloads of the covariance ring sized per view (§6.2):
+at each view V on the path of a changed relation, ``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i ⊗ g_X)``.
+:class:`Path` runs it for a whole batch (§4's batch updates) when every plan on the path is
+*direct* (each sibling found by primary key, a projection of the child's key) and every stored
+view on it is keyed by at most one variable whose values are int64 codes (a
+:class:`~ivm.engines.fivm.columnar.ColumnStore` in int mode): per delta row one hash probe per
+sibling, the product over disjoint supports by blocks, and the sum per output key in a hash
+table, then ``V += δV`` in the view's own arrays.  The Python and numpy paths
+(:mod:`ivm.engines.fivm.columnar`) compute the same sums and are its references.
+
+Payloads are rows ``(c, s, Q)`` of ``1 + k + k(k+1)/2`` doubles: the count, ``s`` over the view's
+support (children's blocks in order, then the view's lifted variables) and the packed upper
+triangle of the symmetric ``Q``.  The product of factors ``f`` (the child's delta, the siblings,
+the lifting ``g_X = (1, x, x xᵀ)``) over disjoint supports is, division-free, with
+``w_f = Π_{g≠f} c_g`` and ``K_fg = Π_{h≠f,g} c_h``::
+
+    c = Π c_f,   s_f = w_f s_f,   Q_ff = w_f Q_f,   Q_fg = K_fg s_f s_gᵀ,
+
+formed directly in the packed triangle (the lifting's own block is ``w x xᵀ``).  Cost per delta row
+and view: #siblings probes and O(k²) multiply-adds in tight loops (contiguous runs of the
+triangle), O(F²) scalar work for F factors; per view O(#groups) store probes.  At a view with one output key (the root of a Boolean
+query) the cross blocks are summed as runs ``(Ŝ_i / P) Ŝ_j`` over the rows, in a loop built for AVX2 and
+FMA when the CPU has them (no BLAS call, so no thread of a BLAS library competes with the stream).  A group whose
+delta is exactly 0 is dropped; a stored payload whose count is 0 and whose entries are within
+1e-7 of 0 is deleted (§9 item 1), as the numpy path does.
+"""
+
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+from ivm.engines.fivm._int_index cimport Int64Index
+
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define IVM_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 1)
+    #else
+    #define IVM_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void IVM_PREFETCH(const void* p) noexcept nogil
+
+
+cdef extern from *:
+    """
+    /* G's triangle += Σ_r Sc_r[i] · Sh_r[start_i ..] for every support row i (the runs of the cross
+       blocks of a level with one output key): the same loop built for AVX2 + FMA where the compiler
+       and the CPU have them (chosen once at run time), plain otherwise. */
+    #define IVM_RUNS_BODY                                                              \
+        for (Py_ssize_t r = 0; r < nm; r++) {                                          \
+            const double* sh = Sh + r * k;                                            \
+            const double* sc = Sc + r * k;                                             \
+            for (Py_ssize_t i = 0; i < k; i++) {                                       \
+                const double x = sc[i];                                                \
+                double* dst = G + off[i];                                              \
+                const double* src = sh + start[i];                                     \
+                const Py_ssize_t len = k - start[i];                                   \
+                for (Py_ssize_t j = 0; j < len; j++) dst[j] += x * src[j];             \
+            }                                                                          \
+        }
+    static void ivm_runs_plain(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                               const Py_ssize_t* start, const Py_ssize_t* off) { IVM_RUNS_BODY }
+    #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    __attribute__((target("avx2,fma")))
+    static void ivm_runs_avx2(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                              const Py_ssize_t* start, const Py_ssize_t* off) { IVM_RUNS_BODY }
+    static int ivm_has_avx2 = -1;
+    static void ivm_runs(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                         const Py_ssize_t* start, const Py_ssize_t* off) {
+        if (ivm_has_avx2 < 0) {
+            __builtin_cpu_init();
+            ivm_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        }
+        if (ivm_has_avx2) ivm_runs_avx2(G, Sh, Sc, nm, k, start, off);
+        else ivm_runs_plain(G, Sh, Sc, nm, k, start, off);
+    }
+    #else
+    #define ivm_runs ivm_runs_plain
+    #endif
+    """
+    void ivm_runs(double* G, const double* Sh, const double* Sc, Py_ssize_t nm, Py_ssize_t k,
+                  const Py_ssize_t* start, const Py_ssize_t* off) noexcept nogil
+
+
+cdef enum:
+    MAX_FACTORS = 64
+    AHEAD = 8  # rows ahead whose index slots and payload rows are prefetched (random accesses overlap)
+
+cdef double FLOAT_ZERO = 1e-7
+
+
+cdef inline uint64_t mix(uint64_t x) noexcept nogil:
+    x ^= x >> 30
+    x *= <uint64_t>0xbf58476d1ce4e5b9
+    x ^= x >> 27
+    x *= <uint64_t>0x94d049bb133111eb
+    x ^= x >> 31
+    return x
+
+
+cdef inline int64_t probe(Int64Index index, int64_t key) noexcept:
+    """``index``'s row of ``key`` (-1 if absent): :meth:`Int64Index._get` inlined (same hash and probing)."""
+    cdef uint64_t i = mix(<uint64_t>key) & index.mask
+    cdef const int64_t* slots = index.slots
+    while slots[2 * i + 1] != -1:
+        if slots[2 * i] == key:
+            return slots[2 * i + 1]
+        i = (i + 1) & index.mask
+    return -1
+
+
+cdef inline void prefetch_slot(Int64Index index, int64_t key) noexcept:
+    IVM_PREFETCH(&index.slots[2 * (mix(<uint64_t>key) & index.mask)])
+
+
+cdef inline void prefetch_row(const double* row, Py_ssize_t W) noexcept:
+    """Every cache line of a payload row of ``W`` doubles."""
+    cdef Py_ssize_t w = 0
+    while w < W:
+        IVM_PREFETCH(row + w)
+        w += 8
+    IVM_PREFETCH(row + W - 1)
+
+
+cdef inline Py_ssize_t row_start(Py_ssize_t k, Py_ssize_t i) noexcept nogil:
+    """Position of ``Q[i, i]`` in the packed upper triangle of a ``k × k`` matrix."""
+    return i * k - i * (i - 1) // 2
+
+
+cdef class Level:
+    """One view of a path: its direct plan compiled (F-IVM Fig. 7), its store (or ``None``) and its siblings.
+
+    ``sib_src[s]`` / ``out_src`` say which of the child's codes keys sibling ``s`` / the view
+    (-1: the empty key, code 0); ``lift_src`` which of the child's values the view lifts.  Factors in
+    plan order: the child's delta, the siblings, the lifting; ``blocks[f] = (offset, size)`` in the
+    view's support.
+    """
+
+    cdef public object store
+    cdef public list siblings
+    cdef public bint arity_out
+    cdef Py_ssize_t nsib, out_src, nlift, k, T, W, child_k, nf, nsized
+    cdef Py_ssize_t sib_src[MAX_FACTORS]
+    cdef Py_ssize_t lift_src[MAX_FACTORS]
+    cdef Py_ssize_t f_off[MAX_FACTORS]
+    cdef Py_ssize_t f_size[MAX_FACTORS]
+    cdef Py_ssize_t sized[MAX_FACTORS]  # factors of non-zero size, by offset
+    # per support row i: where its run of products starts (the column after a stored factor's own
+    # block, or i itself in the lifting's block) and that entry's place in the packed triangle
+    cdef Py_ssize_t* run_start
+    cdef Py_ssize_t* run_off
+
+    def __cinit__(self, *args, **kwargs):
+        self.run_start = self.run_off = NULL
+
+    def __dealloc__(self):
+        free(self.run_start)
+        free(self.run_off)
+
+    def __init__(self, store, list siblings, sib_src, Py_ssize_t out_src, lift_src, Py_ssize_t k,
+                 Py_ssize_t child_k, blocks, bint arity_out):
+        cdef Py_ssize_t i, f
+        self.store = store
+        self.siblings = siblings
+        self.nsib = len(siblings)
+        self.nlift = len(lift_src)
+        self.nf = len(blocks)
+        if self.nsib != len(sib_src) or self.nf != 1 + self.nsib + (1 if self.nlift else 0) or self.nf > MAX_FACTORS:
+            raise ValueError("a level's factors do not match its siblings and liftings")
+        self.out_src = out_src
+        self.arity_out = arity_out
+        self.k = k
+        self.T = k * (k + 1) // 2
+        self.W = 1 + k + self.T
+        self.child_k = child_k
+        for i in range(self.nsib):
+            self.sib_src[i] = sib_src[i]
+        for i in range(self.nlift):
+            self.lift_src[i] = lift_src[i]
+        for f in range(self.nf):
+            self.f_off[f] = blocks[f][0]
+            self.f_size[f] = blocks[f][1]
+        order = sorted((f for f in range(self.nf) if blocks[f][1]), key=lambda f: blocks[f][0])
+        self.nsized = len(order)
+        for i in range(self.nsized):
+            self.sized[i] = order[i]
+        if blocks[0][1] != child_k or (self.nlift and blocks[self.nf - 1][1] != self.nlift):
+            raise ValueError("a level's blocks do not match the child's support and the liftings")
+        self.run_start = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
+        self.run_off = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
+        if self.run_start == NULL or self.run_off == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t a, o, kf, row, start
+        for i in range(self.nsized):
+            f = self.sized[i]
+            o = self.f_off[f]
+            kf = self.f_size[f]
+            for a in range(kf):
+                row = o + a
+                start = o + kf if f <= self.nsib else row
+                self.run_start[row] = start
+                self.run_off[row] = 1 + k + row_start(k, row) + (start - row)
+
+    @property
+    def width(self) -> int:
+        return self.W
+
+
+cdef void accumulate(Level L, double* G, const double* child, const double** sib, const double* lift,
+                     double* Shat) noexcept:
+    """``G += δV_j ⊗ ⊗ V_i ⊗ g_X`` for one delta row: the block product (module docstring), in place.
+
+    With ``P = Π c_f ≠ 0`` (float payloads; counts are integers, so ``w_f = P / c_f`` is exact) the
+    off-diagonal blocks of a row ``i`` of the triangle are one contiguous run, ``(Ŝ_i / P) Ŝ_j`` for
+    ``Ŝ = [w_f s_f]_f`` (as :func:`~ivm.engines.fivm.columnar._float_product`); a stored factor's own
+    block is ``w_f Q_f`` and the lifting's is ``Ŝ_i Ŝ_j / P = w x_i x_j``.  With ``P = 0`` the
+    division-free rule, block by block.  ``Shat``: scratch of ``k`` doubles.
+    """
+    cdef double c[MAX_FACTORS]
+    cdef const double* s[MAX_FACTORS]
+    cdef const double* q[MAX_FACTORS]
+    cdef double pre[MAX_FACTORS + 1]
+    cdef double suf[MAX_FACTORS + 1]
+    cdef double u = 1.0, wi, coef, x, P, invP
+    cdef Py_ssize_t f, i, j, a, b, m = L.nsized, k = L.k, o, kf, og, kg, S0 = 1, Q0 = 1 + L.k, end
+    cdef double* dst
+    cdef const double* src
+    cdef const double* si
+    cdef const double* sj
+    # the factors' counts, vectors and packed matrices
+    c[0] = child[0]
+    s[0] = child + 1
+    q[0] = child + 1 + L.child_k
+    for f in range(L.nsib):  # a sibling's block size is its support size
+        c[1 + f] = sib[f][0]
+        s[1 + f] = sib[f] + 1
+        q[1 + f] = sib[f] + 1 + L.f_size[1 + f]
+    if L.nlift:
+        f = L.nf - 1
+        c[f] = 1.0
+        s[f] = lift
+        q[f] = NULL
+    # u: the counts of factors without support; pre/suf: prefix and suffix products of the others
+    for f in range(L.nf):
+        if L.f_size[f] == 0:
+            u *= c[f]
+    pre[0] = u
+    for i in range(m):
+        pre[i + 1] = pre[i] * c[L.sized[i]]
+    P = pre[m]
+    G[0] += P
+    if P != 0.0:
+        invP = 1.0 / P
+        for i in range(m):
+            f = L.sized[i]
+            o = L.f_off[f]
+            wi = P / c[f]
+            si = s[f]
+            for a in range(L.f_size[f]):
+                Shat[o + a] = wi * si[a]
+                G[S0 + o + a] += Shat[o + a]
+        for i in range(m):
+            f = L.sized[i]
+            o = L.f_off[f]
+            kf = L.f_size[f]
+            end = o + kf
+            if q[f] != NULL:  # a stored factor: its own block w_f Q_f, then the run of later blocks
+                wi = P / c[f]
+                for a in range(kf):
+                    dst = G + Q0 + row_start(k, o + a)
+                    src = q[f] + row_start(kf, a)
+                    for b in range(kf - a):
+                        dst[b] += wi * src[b]
+                    x = Shat[o + a] * invP
+                    dst = dst + (end - o - a)
+                    for j in range(k - end):
+                        dst[j] += x * Shat[end + j]
+            else:  # the lifting: its own block and the later ones in one run
+                for a in range(kf):
+                    x = Shat[o + a] * invP
+                    dst = G + Q0 + row_start(k, o + a)
+                    for j in range(k - o - a):
+                        dst[j] += x * Shat[o + a + j]
+        return
+    suf[m] = 1.0
+    for i in range(m - 1, -1, -1):
+        suf[i] = c[L.sized[i]] * suf[i + 1]
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        wi = pre[i] * suf[i + 1]
+        si = s[f]
+        for a in range(kf):
+            G[S0 + o + a] += wi * si[a]
+        if q[f] != NULL:  # a stored factor's own block: w_f Q_f, row by row of the triangles
+            for a in range(kf):
+                dst = G + Q0 + row_start(k, o + a)
+                src = q[f] + row_start(kf, a)
+                for b in range(kf - a):
+                    dst[b] += wi * src[b]
+        else:  # the lifting's own block: w x xᵀ
+            for a in range(kf):
+                x = wi * si[a]
+                dst = G + Q0 + row_start(k, o + a)
+                for b in range(kf - a):
+                    dst[b] += x * si[a + b]
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        si = s[f]
+        coef = pre[i]  # K_fg = pre_i · Π_{i<h<j} c_h · suf_{j+1}
+        for j in range(i + 1, m):
+            og = L.f_off[L.sized[j]]
+            kg = L.f_size[L.sized[j]]
+            sj = s[L.sized[j]]
+            wi = coef * suf[j + 1]
+            for a in range(kf):
+                x = wi * si[a]
+                dst = G + Q0 + row_start(k, o + a) + (og - o - a)
+                for b in range(kg):
+                    dst[b] += x * sj[b]
+            coef *= c[L.sized[j]]
+
+
+cdef bint split_row(Level L, double* G, const double* child, const double** sib, const double* lift,
+                    double* Shat, double* scaled) noexcept:
+    """:func:`accumulate` for a level with one output key, leaving the off-diagonal blocks to :c:func:`ivm_runs`.
+
+    When ``P ≠ 0``: adds ``c``, ``s`` and the stored factors' own blocks ``w_f Q_f`` to ``G`` and writes
+    this row's ``Ŝ`` and ``Ŝ / P`` (their products ``(Ŝ_i / P) Ŝ_j``, summed over the rows, are the other
+    blocks, and the lifting's own block ``w x_i x_j``); returns True.  Otherwise adds the whole product (division-free) and returns
+    False.
+    """
+    cdef double c[MAX_FACTORS]
+    cdef double u = 1.0, wi, P, invP
+    cdef Py_ssize_t f, i, a, b, m = L.nsized, k = L.k, o, kf, Q0 = 1 + L.k
+    cdef double* dst
+    cdef const double* src
+    cdef const double* si
+    c[0] = child[0]
+    for f in range(L.nsib):
+        c[1 + f] = sib[f][0]
+    if L.nlift:
+        c[L.nf - 1] = 1.0
+    for f in range(L.nf):
+        u *= c[f]
+    P = u
+    if P == 0.0:
+        accumulate(L, G, child, sib, lift, Shat)
+        return False
+    G[0] += P
+    invP = 1.0 / P
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        wi = P / c[f]
+        if f == 0:
+            si = child + 1
+        elif f <= L.nsib:
+            si = sib[f - 1] + 1
+        else:
+            si = lift
+        for a in range(kf):
+            Shat[o + a] = wi * si[a]
+            scaled[o + a] = Shat[o + a] * invP
+            G[1 + o + a] += Shat[o + a]
+        if f <= L.nsib:  # a stored factor (the child's delta or a sibling): its own block w_f Q_f
+            src = si + kf
+            for a in range(kf):
+                dst = G + Q0 + row_start(k, o + a)
+                for b in range(kf - a):
+                    dst[b] += wi * src[b]
+                src += kf - a
+    return True
+
+
+cdef bint exactly_zero(const double* row, Py_ssize_t W) noexcept nogil:
+    cdef Py_ssize_t w
+    for w in range(W):
+        if row[w] != 0.0:
+            return False
+    return True
+
+
+cdef bint near_zero(const double* row, Py_ssize_t W, bint tolerance) noexcept nogil:
+    """A stored payload is 0: count 0 and every entry 0 (within 1e-7 for float payloads, §9 item 1)."""
+    cdef Py_ssize_t w
+    if row[0] != 0.0:
+        return False
+    for w in range(1, W):
+        if tolerance:
+            if row[w] > FLOAT_ZERO or row[w] < -FLOAT_ZERO:
+                return False
+        elif row[w] != 0.0:
+            return False
+    return True
+
+
+cdef Py_ssize_t store_add(object store, const int64_t* codes, double* G, Py_ssize_t ng, Py_ssize_t W,
+                          int64_t* rows) except -1:
+    """``V += δV`` for ``ng`` distinct codes: new keys at free rows (latest freed first) or at the top,
+    zero payloads deleted.  Two passes: every code's row (probes prefetched ahead; the arrays grown
+    once, by :meth:`ColumnStore.reserve`, if the new keys need it), then the additions (rows
+    prefetched ahead).  ``rows``: scratch of ``ng``.  Returns the keys deleted."""
+    cdef Int64Index index = store.codes
+    if index is None:
+        raise ValueError("the compiled kernel needs a store in int mode")
+    cdef Py_ssize_t nfree = store.nfree, top = store.top, g, w, deleted = 0, fresh = 0
+    cdef int64_t r
+    cdef bint tolerance = store.tolerance
+    cdef double* row
+    cdef const double* d
+    for g in range(ng):
+        if g + AHEAD < ng:
+            prefetch_slot(index, codes[g + AHEAD])
+        r = probe(index, codes[g])
+        rows[g] = r
+        if r < 0:
+            fresh += 1
+    if fresh > nfree:
+        store.reserve(fresh - nfree)  # room at the top for the new keys that free rows do not take
+    if store.free.shape[0] < nfree + ng:
+        store.reserve_free(ng)  # room on the free stack for every key that may go
+    cdef double[:, ::1] A = store.A
+    cdef int64_t[::1] keycode = store.keycode
+    cdef int64_t[::1] free_rows = store.free
+    if A.shape[1] != W or A.shape[0] < top + max(fresh - nfree, 0) or free_rows.shape[0] < nfree + ng:
+        raise ValueError("the store has no room for this delta")
+    if fresh:
+        index._reserve(fresh)
+        for g in range(ng):
+            if rows[g] < 0:
+                if nfree > 0:
+                    nfree -= 1
+                    r = free_rows[nfree]
+                else:
+                    r = top
+                    top += 1
+                index._put(codes[g], r)
+                keycode[r] = codes[g]
+                rows[g] = r
+    for g in range(ng):
+        if g + AHEAD < ng:
+            prefetch_row(&A[rows[g + AHEAD], 0], W)
+        r = rows[g]
+        row = &A[r, 0]
+        d = G + g * W
+        for w in range(W):
+            row[w] += d[w]
+        if row[0] == 0.0 and near_zero(row, W, tolerance):
+            index._delete(codes[g])
+            memset(row, 0, W * sizeof(double))
+            free_rows[nfree] = r
+            nfree += 1
+            deleted += 1
+    store.nfree = nfree
+    store.top = top
+    return deleted
+
+
+cdef void* room(void** buffer, Py_ssize_t* capacity, Py_ssize_t need, size_t item) except NULL:
+    """``buffer`` with room for ``need`` items (grown by ``realloc`` to at least twice its size)."""
+    cdef Py_ssize_t new
+    cdef void* grown
+    if need <= capacity[0] and buffer[0] != NULL:
+        return buffer[0]
+    new = max(need, 2 * capacity[0], 64)
+    grown = realloc(buffer[0], new * item)
+    if grown == NULL:
+        raise MemoryError()
+    buffer[0] = grown
+    capacity[0] = new
+    return grown
+
+
+cdef class Path:
+    """The levels from a leaf's parent to the root; :meth:`run` takes a batch's delta at the leaf.
+
+    Its scratch memory (payload and code buffers per level, the grouping table, the rows of the
+    matrix product) lives in C and is reused from batch to batch, so a small batch costs no array
+    allocation.
+    """
+
+    cdef public list levels
+    cdef double* pay[2]
+    cdef Py_ssize_t pay_cap[2]
+    cdef int64_t* gcodes[2]
+    cdef Py_ssize_t gcodes_cap[2]
+    cdef double* vals
+    cdef Py_ssize_t vals_cap
+    cdef int64_t* sib_rows
+    cdef Py_ssize_t sib_rows_cap
+    cdef int64_t* map_code
+    cdef int64_t* map_group
+    cdef Py_ssize_t map_cap, map_cap2
+    cdef double* Sh
+    cdef double* Sc
+    cdef Py_ssize_t Sh_cap, Sc_cap
+    cdef double* Shat
+    cdef Py_ssize_t Shat_cap
+    cdef int64_t* rows
+    cdef Py_ssize_t rows_cap
+
+    def __cinit__(self, list levels):
+        self.pay[0] = self.pay[1] = NULL
+        self.pay_cap[0] = self.pay_cap[1] = 0
+        self.gcodes[0] = self.gcodes[1] = NULL
+        self.gcodes_cap[0] = self.gcodes_cap[1] = 0
+        self.vals = NULL
+        self.sib_rows = NULL
+        self.map_code = self.map_group = NULL
+        self.Sh = self.Sc = self.Shat = NULL
+        self.rows = NULL
+        self.vals_cap = self.sib_rows_cap = self.map_cap = self.map_cap2 = 0
+        self.Sh_cap = self.Sc_cap = self.Shat_cap = self.rows_cap = 0
+
+    def __init__(self, list levels):
+        self.levels = levels
+
+    def __dealloc__(self):
+        free(self.pay[0])
+        free(self.pay[1])
+        free(self.gcodes[0])
+        free(self.gcodes[1])
+        free(self.vals)
+        free(self.sib_rows)
+        free(self.map_code)
+        free(self.map_group)
+        free(self.Sh)
+        free(self.Sc)
+        free(self.Shat)
+        free(self.rows)
+
+    def run(self, codes, values, mults, bint want=True):
+        """Propagate the leaf delta (rows: ``codes`` int64 ``(n, K)``, lifted ``values`` double ``(n, L)``,
+        multiplicities ``mults`` ``(n,)``) up the path.  Returns the root's delta as ``(codes, counts)``
+        (empty when it died out on the way), or ``None`` unless ``want``."""
+        cdef const int64_t[:, ::1] cc = np.ascontiguousarray(codes, dtype=np.int64)
+        cdef const double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
+        cdef const double[::1] cm = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1)
+        cdef Level L
+        cdef Py_ssize_t n = cc.shape[0], i, s, ng = 0, g, W, size, nsib, t, Kc, Lc, Wc, out = 0, level = 0, nm
+        cdef int64_t code, r
+        cdef uint64_t h, mask = 0
+        cdef const double* sib[MAX_FACTORS]
+        cdef double lift[MAX_FACTORS]
+        cdef const double* sib_data[MAX_FACTORS]
+        cdef Py_ssize_t sib_W[MAX_FACTORS]
+        cdef const int64_t* cur_codes
+        cdef const double* cur_vals
+        cdef const double* cur_pay
+        cdef double* G
+        cdef int64_t* gc
+        cdef Int64Index index
+        cdef double[:, ::1] A
+        cdef bint skip, single
+        cdef double dummy = 0.0
+        cdef int64_t zero_code = 0
+        if cv.shape[0] != n or cm.shape[0] != n:
+            raise ValueError("codes, values and multiplicities differ in length")
+        Kc, Lc, Wc = cc.shape[1], cv.shape[1], 1
+        cur_codes = &cc[0, 0] if n and Kc else &zero_code
+        cur_vals = &cv[0, 0] if n and Lc else &dummy
+        cur_pay = &cm[0] if n else &dummy
+        for L in self.levels:
+            if n == 0:
+                break
+            out = level % 2
+            level += 1
+            W = L.W
+            nsib = L.nsib
+            single = L.out_src < 0
+            G = <double*> room(<void**>&self.pay[out], &self.pay_cap[out], (1 if single else n) * W, sizeof(double))
+            gc = <int64_t*> room(<void**>&self.gcodes[out], &self.gcodes_cap[out], n, sizeof(int64_t))
+            self.Shat = <double*> room(<void**>&self.Shat, &self.Shat_cap, L.k + 1, sizeof(double))
+            # every sibling's row for every delta row (-1: absent, the row joins nothing)
+            self.sib_rows = <int64_t*> room(<void**>&self.sib_rows, &self.sib_rows_cap, max(nsib, 1) * n, sizeof(int64_t))
+            for s in range(nsib):
+                store = L.siblings[s]
+                index = store.codes
+                if index is None:
+                    raise ValueError("the compiled kernel needs sibling stores in int mode")
+                A = store.A
+                sib_W[s] = A.shape[1]
+                sib_data[s] = &A[0, 0] if A.shape[0] > 0 else NULL
+                t = L.sib_src[s]
+                if t < 0:
+                    r = probe(index, 0)
+                    for i in range(n):
+                        self.sib_rows[s * n + i] = r
+                    continue
+                for i in range(n):
+                    if i + AHEAD < n:
+                        prefetch_slot(index, cur_codes[(i + AHEAD) * Kc + t])
+                    self.sib_rows[s * n + i] = probe(index, cur_codes[i * Kc + t])
+            if not single:
+                size = 16
+                while size < 2 * n:
+                    size *= 2
+                mask = size - 1
+                self.map_code = <int64_t*> room(<void**>&self.map_code, &self.map_cap, size, sizeof(int64_t))
+                self.map_group = <int64_t*> room(<void**>&self.map_group, &self.map_cap2, size, sizeof(int64_t))
+                memset(self.map_group, 0xFF, size * sizeof(int64_t))
+            else:
+                memset(G, 0, W * sizeof(double))
+                if L.k:
+                    self.Sh = <double*> room(<void**>&self.Sh, &self.Sh_cap, n * L.k, sizeof(double))
+                    self.Sc = <double*> room(<void**>&self.Sc, &self.Sc_cap, n * L.k, sizeof(double))
+            ng = 0
+            nm = 0
+            for i in range(n):
+                if i + AHEAD < n:
+                    for s in range(nsib):
+                        r = self.sib_rows[s * n + i + AHEAD]
+                        if r >= 0:
+                            prefetch_row(sib_data[s] + r * sib_W[s], sib_W[s])
+                skip = False
+                for s in range(nsib):
+                    r = self.sib_rows[s * n + i]
+                    if r < 0:
+                        skip = True
+                        break
+                    sib[s] = sib_data[s] + r * sib_W[s]
+                if skip:
+                    continue
+                if not single:
+                    code = cur_codes[i * Kc + L.out_src]
+                    h = mix(<uint64_t>code) & mask
+                    while self.map_group[h] != -1 and self.map_code[h] != code:
+                        h = (h + 1) & mask
+                    if self.map_group[h] == -1:
+                        self.map_code[h] = code
+                        self.map_group[h] = ng
+                        gc[ng] = code
+                        memset(G + ng * W, 0, W * sizeof(double))
+                        ng += 1
+                    g = self.map_group[h]
+                else:
+                    if ng == 0:
+                        gc[0] = 0
+                        ng = 1
+                    g = 0
+                for s in range(L.nlift):
+                    lift[s] = cur_vals[i * Lc + L.lift_src[s]]
+                if single and L.k:
+                    if split_row(L, G, cur_pay + i * Wc, sib, lift, self.Sh + nm * L.k, self.Sc + nm * L.k):
+                        nm += 1
+                else:
+                    accumulate(L, G + g * W, cur_pay + i * Wc, sib, lift, self.Shat)
+            if nm:  # the cross blocks: rank-one runs into the triangle (vectorized where the CPU allows)
+                ivm_runs(G, self.Sh, self.Sc, nm, L.k, L.run_start, L.run_off)
+            # drop groups whose delta is exactly 0 (they change nothing)
+            t = 0
+            for g in range(ng):
+                if exactly_zero(G + g * W, W):
+                    continue
+                if t != g:
+                    gc[t] = gc[g]
+                    memcpy(G + t * W, G + g * W, W * sizeof(double))
+                t += 1
+            ng = t
+            if ng and L.store is not None:
+                self.rows = <int64_t*> room(<void**>&self.rows, &self.rows_cap, ng, sizeof(int64_t))
+                store_add(L.store, gc, G, ng, W, self.rows)
+            # this level's delta is the next level's input: its key's code (and value) per row
+            self.vals = <double*> room(<void**>&self.vals, &self.vals_cap, max(ng, 1), sizeof(double))
+            for g in range(ng):
+                self.vals[g] = <double>gc[g]
+            Kc = Lc = 1 if L.arity_out else 0
+            Wc = W
+            cur_codes = gc
+            cur_vals = self.vals
+            cur_pay = G
+            n = ng
+        if not want:
+            return None
+        if n == 0 or level < len(self.levels):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        out_codes = np.empty(n, dtype=np.int64)
+        out_counts = np.empty(n, dtype=np.float64)
+        cdef int64_t[::1] oc = out_codes
+        cdef double[::1] ocn = out_counts
+        for g in range(n):
+            oc[g] = cur_codes[g]
+            ocn[g] = cur_pay[g * Wc]
+        return out_codes, out_counts
