@@ -40,6 +40,11 @@ checkout at PATH (imported from there, built without the ``implementation``
 option when its FIVM has none), labelled ``old@<commit>``; the configurations take turns run by
 run (for each batch size: new, old, new, old, ...), and each run's load average is printed.
 
+``--orders`` runs each update order (default both): ``postcode``, each relation's tuples sorted by
+postcode as in F-IVM's shipped tables (the order of the native run the ratio is taken against), and
+``shuffled``, the same tuples in a random order of postcodes (each chunk touches random postcodes: a
+cache miss per view probe once the state outgrows the caches).
+
 Saves ``bench/out/housing.json``.
 """
 
@@ -66,9 +71,19 @@ FEATURES = {"House": 10, "Shop": 5, "Institution": 2, "Restaurant": 2, "Demograp
 NATIVE = {"F-IVM C++ batch 1000 (tuples/s)": 6.6e6, "F-IVM C++ batch 1 (tuples/s)": 2.45e6, "F-IVM C++ peak MB": 125}
 
 
-def generate(postcodes: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+ORDERS = ("postcode", "shuffled")
+
+
+def generate(postcodes: int, seed: int, order: str = "shuffled") -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per relation ``(postcodes int32, cents int16 (rows, features))``: uniform features in [0, 100)
-    rounded to cents, ``cents / 100`` being exactly ``np.round(u, 2)`` (the same draws as before)."""
+    rounded to cents, ``cents / 100`` being exactly ``np.round(u, 2)`` (the same draws as before).
+
+    ``order``: ``"shuffled"``, each relation's tuples in a random order of postcodes (every chunk
+    touches random postcodes); ``"postcode"``, the same tuples stably sorted by postcode, the order of
+    F-IVM's shipped Housing tables (``examples/data/housing*/*.tbl`` are sorted by postcode), in which
+    the issue's native run streamed them."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}")
     rng = np.random.default_rng(seed)
     out = {}
     for rel, k in FEATURES.items():
@@ -76,6 +91,9 @@ def generate(postcodes: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarra
         pc = np.repeat(np.arange(postcodes, dtype=np.int32), per)
         rng.shuffle(pc)
         cents = np.rint(rng.uniform(0, 100, (len(pc), k)) * 100).astype(np.int16)
+        if order == "postcode":
+            by = np.argsort(pc, kind="stable")
+            pc, cents = pc[by], cents[by]
         out[rel] = (pc, cents)
     return out
 
@@ -160,7 +178,9 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def worker(postcodes: int, batch: int, implementation: str, seed: int, root: str | None = None) -> dict[str, Any]:
+def worker(
+    postcodes: int, batch: int, implementation: str, seed: int, root: str | None = None, order: str = "shuffled"
+) -> dict[str, Any]:
     """One configuration in this process; ``root``: import ``ivm`` from that checkout instead of this one."""
     if root is not None:
         sys.path.insert(0, str(Path(root).resolve()))
@@ -172,7 +192,7 @@ def worker(postcodes: int, batch: int, implementation: str, seed: int, root: str
 
     if root is not None:
         assert Path(ivm.__file__).resolve().is_relative_to(Path(root).resolve()), ivm.__file__
-    data = generate(postcodes, seed)
+    data = generate(postcodes, seed, order)
     tuples = size(data)
     options: dict[str, Any] = {"exact": False}
     if "implementation" in inspect.signature(FIVM.__init__).parameters:
@@ -194,6 +214,7 @@ def worker(postcodes: int, batch: int, implementation: str, seed: int, root: str
         "postcodes": postcodes,
         "tuples": tuples,
         "batch": batch,
+        "order": order,
         "implementation": implementation,
         "seconds": seconds,
         "tuples_per_s": tuples / seconds,
@@ -220,12 +241,20 @@ def main() -> None:
     )
     ap.add_argument("--old", metavar="PATH", help="also run the engine of the checkout at PATH (e.g. a git worktree)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--orders",
+        nargs="+",
+        choices=ORDERS,
+        default=list(ORDERS),
+        help="update orders: postcode (F-IVM's tables, the native run's order) and/or shuffled (random postcodes)",
+    )
+    ap.add_argument("--order", choices=ORDERS, default="shuffled", help=argparse.SUPPRESS)
     ap.add_argument("--worker", nargs=3, metavar=("POSTCODES", "BATCH", "IMPL"), help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         p, b, impl = args.worker
-        print(json.dumps(worker(int(p), int(b), impl, args.seed, args.root)))
+        print(json.dumps(worker(int(p), int(b), impl, args.seed, args.root, args.order)))
         return
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average before the run {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -238,13 +267,13 @@ def main() -> None:
             ["git", "-C", args.old, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
         ).stdout.strip()
         configs.append((f"old@{commit}", "auto", args.old))
-    for batch in args.batches:
+    for order, batch in [(o, b) for o in args.orders for b in args.batches]:
         # the configurations alternate run by run (new, old, new, old, ...), so a change of load hits both
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in configs}
         for _ in range(args.repeats):
             for label, impl, root in configs:
-                cmd = [sys.executable, __file__, "--seed", str(args.seed), "--worker", str(args.postcodes), str(batch)]
-                cmd += [impl, *(["--root", root] if root else [])]
+                cmd = [sys.executable, __file__, "--seed", str(args.seed), "--order", order]
+                cmd += ["--worker", str(args.postcodes), str(batch), impl, *(["--root", root] if root else [])]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 run = json.loads(out.strip().splitlines()[-1])
                 run["load"] = os.getloadavg()[0]
@@ -258,7 +287,8 @@ def main() -> None:
             mid["load_after"] = os.getloadavg()[0]
             rows.append(mid)
             print(
-                f"{label:11s} batch {batch:>6,}: {mid['tuples']:,} tuples, {mid['tuples_per_s']:>10,.0f} tuples/s "
+                f"{label:11s} {order:8s} batch {batch:>6,}: {mid['tuples']:,} tuples, "
+                f"{mid['tuples_per_s']:>10,.0f} tuples/s "
                 f"(median of {mid['repeats']}, load after each {mid['loads']}), "
                 f"peak {mid['peak_mb']:,.0f} MB (before updates {mid['rss_before_mb']:,.0f} MB), "
                 f"views {mid['view_bytes'] / 2**20:,.1f} MB, {mid['bytes_per_payload']:.0f} B/payload, "
@@ -267,15 +297,15 @@ def main() -> None:
             )
     print()
     print(
-        "| implementation | batch | tuples | tuples/s (median) | runs | vs F-IVM C++ | peak MB | RSS before MB "
-        "| views MB | exact | load after |"
+        "| implementation | order | batch | tuples | tuples/s (median) | runs | vs F-IVM C++ | peak MB "
+        "| RSS before MB | views MB | exact | load after |"
     )
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|")
+    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|")
     for r in rows:
         key = "F-IVM C++ batch 1 (tuples/s)" if r["batch"] == 1 else "F-IVM C++ batch 1000 (tuples/s)"
         native = NATIVE[key]
         print(
-            f"| {r['implementation']} | {r['batch']:,} | {r['tuples']:,} | {r['tuples_per_s']:,.0f} | "
+            f"| {r['implementation']} | {r['order']} | {r['batch']:,} | {r['tuples']:,} | {r['tuples_per_s']:,.0f} | "
             f"{', '.join(f'{x:,}' for x in r['repeats'])} | "
             f"1/{native / r['tuples_per_s']:,.0f} | {r['peak_mb']:,.0f} | {r['rss_before_mb']:,.0f} | "
             f"{r['view_bytes'] / 2**20:,.1f} | {'yes' if r['exact'] else 'NO'} | {r['load_after']:.2f} |"
