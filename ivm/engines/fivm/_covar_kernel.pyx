@@ -109,9 +109,9 @@ cdef inline int64_t probe(Int64Index index, int64_t key) noexcept:
     """``index``'s row of ``key`` (-1 if absent): :meth:`Int64Index._get` inlined (same hash and probing)."""
     cdef uint64_t i = mix(<uint64_t>key) & index.mask
     cdef const int64_t* slots = index.slots
-    while slots[2 * i + 1] != -1:
+    while slots[2 * i + 1] != 0:  # (a slot keeps row + 1; 0: empty)
         if slots[2 * i] == key:
-            return slots[2 * i + 1]
+            return slots[2 * i + 1] - 1
         i = (i + 1) & index.mask
     return -1
 

@@ -4,7 +4,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 
 cdef class Int64Index:
-    cdef int64_t* slots  # slot i: key at 2i, row at 2i + 1 (-1: empty)
+    cdef int64_t* slots  # slot i: key at 2i, row + 1 at 2i + 1 (0: empty)
     cdef uint64_t mask
     cdef Py_ssize_t used
 

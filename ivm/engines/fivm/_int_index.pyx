@@ -6,17 +6,17 @@ grouped delta rule of :mod:`ivm.engines.fivm.columnar` looks up all keys of a de
 one call, without a Python object per key.  Linear probing over a power-of-two table
 at most half full, splitmix64 hashing, backward-shift deletion (no tombstones): expected
 O(1) per key for lookup, insert and delete, 16 bytes per slot (a key and its row side by side, so
-a probe reads one cache line).  The table lives in C
-memory, so the garbage collector never walks it.
+a probe reads one cache line; the row is kept as ``row + 1``, so an empty slot is all zero and a new
+table is zeroed memory from ``_mem.pxd``, no ``memset``).  The table lives in C memory, so the
+garbage collector never walks it.
 """
 
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memset
-
 import numpy as np
 
-cdef int64_t EMPTY = -1
+from ivm.engines.fivm._mem cimport ivm_alloc, ivm_free
+
+cdef int64_t EMPTY = 0  # a slot's row + 1; 0: empty
 
 
 cdef inline uint64_t mix(uint64_t x) noexcept nogil:
@@ -48,13 +48,13 @@ cdef class Int64Index:
         self._allocate(size)
 
     def __dealloc__(self):
-        free(self.slots)
+        if self.slots != NULL:
+            ivm_free(self.slots, 2 * (self.mask + 1) * sizeof(int64_t))
 
     cdef void _allocate(self, Py_ssize_t size) except *:
-        self.slots = <int64_t*> malloc(2 * size * sizeof(int64_t))
+        self.slots = <int64_t*> ivm_alloc(2 * size * sizeof(int64_t))  # zeroed: every slot empty
         if self.slots == NULL:
             raise MemoryError()
-        memset(self.slots, 0xFF, 2 * size * sizeof(int64_t))  # every row -1: empty
         self.mask = size - 1
         self.used = 0
 
@@ -64,8 +64,8 @@ cdef class Int64Index:
         self._allocate(2 * old_size)
         for i in range(old_size):
             if old[2 * i + 1] != EMPTY:
-                self._put(old[2 * i], old[2 * i + 1])
-        free(old)
+                self._put(old[2 * i], old[2 * i + 1] - 1)
+        ivm_free(old, 2 * old_size * sizeof(int64_t))
 
     cdef void _reserve(self, Py_ssize_t n) except *:
         """Room for ``n`` more keys without growing (the table stays at most half full)."""
@@ -77,11 +77,11 @@ cdef class Int64Index:
         cdef int64_t* slots = self.slots
         while slots[2 * i + 1] != EMPTY:
             if slots[2 * i] == key:
-                slots[2 * i + 1] = row
+                slots[2 * i + 1] = row + 1
                 return
             i = (i + 1) & self.mask
         slots[2 * i] = key
-        slots[2 * i + 1] = row
+        slots[2 * i + 1] = row + 1
         self.used += 1
 
     cdef int64_t _get(self, int64_t key) noexcept nogil:
@@ -89,9 +89,9 @@ cdef class Int64Index:
         cdef int64_t* slots = self.slots
         while slots[2 * i + 1] != EMPTY:
             if slots[2 * i] == key:
-                return slots[2 * i + 1]
+                return slots[2 * i + 1] - 1
             i = (i + 1) & self.mask
-        return EMPTY
+        return -1
 
     cdef void _delete(self, int64_t key) noexcept nogil:
         cdef uint64_t i = mix(<uint64_t>key) & self.mask, j, home
@@ -168,7 +168,7 @@ cdef class Int64Index:
         for i in range(size):
             if self.slots[2 * i + 1] != EMPTY:
                 k[j] = self.slots[2 * i]
-                r[j] = self.slots[2 * i + 1]
+                r[j] = self.slots[2 * i + 1] - 1
                 j += 1
         return ks, rs
 

@@ -24,7 +24,8 @@ are appended in insertion order; a row whose multiplicity reaches 0 leaves the t
 (backward-shift deletion, no tombstones) and its cells are reclaimed by :meth:`RowTable.compact`
 when more than half the rows are dead, which keeps insertion order, as a ``dict`` does.
 Expected O(arity) per lookup, insert or delete; cells grow by half their capacity up to 32 MB and by
-an eighth beyond (``realloc``, which remaps large blocks instead of copying them).
+an eighth beyond, and the cells, multiplicities and slots are zeroed memory that grows without a
+copy (``_mem.pxd``: ``mremap`` of an anonymous mapping beyond 256 KB).
 """
 
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_Check
@@ -37,6 +38,8 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
 import numpy as np
+
+from ivm.engines.fivm._mem cimport ivm_alloc, ivm_free, ivm_grow
 
 cdef extern from "Python.h":
     PyObject* PyDict_GetItem(object d, object key)
@@ -193,6 +196,7 @@ cdef class RowTable:
     cdef readonly Py_ssize_t n  # rows appended, live and dead
     cdef readonly Py_ssize_t live
     cdef uint64_t* slots  # (hash & 0xFFFFFFFF) << 32 | (row + 1); 0: empty
+    cdef size_t cells_bytes, mult_bytes  # the blocks' sizes (``_mem.pxd`` frees and grows them by size)
     cdef uint64_t mask
     cdef Py_ssize_t used  # slots in use
 
@@ -206,6 +210,7 @@ cdef class RowTable:
         memset(self.kinds, 0xFF, ncols + 1)  # KIND_UNKNOWN
         self.cells = NULL
         self.mult = NULL
+        self.cells_bytes = self.mult_bytes = 0
         self.cap = 0
         self.n = 0
         self.live = 0
@@ -214,17 +219,19 @@ cdef class RowTable:
 
     def __dealloc__(self):
         free(self.kinds)
-        free(self.cells)
-        free(self.mult)
-        free(self.slots)
+        ivm_free(self.cells, self.cells_bytes)
+        ivm_free(self.mult, self.mult_bytes)
+        if self.slots != NULL:
+            ivm_free(self.slots, (self.mask + 1) * sizeof(uint64_t))
 
     # ------------------------------------------------------------------ storage
     cdef void _table(self, Py_ssize_t size) except *:
-        cdef uint64_t* slots = <uint64_t*> malloc(size * sizeof(uint64_t))
+        """An empty table of ``size`` slots (zeroed memory: no ``memset``)."""
+        cdef uint64_t* slots = <uint64_t*> ivm_alloc(size * sizeof(uint64_t))
         if slots == NULL:
             raise MemoryError()
-        memset(slots, 0, size * sizeof(uint64_t))
-        free(self.slots)
+        if self.slots != NULL:
+            ivm_free(self.slots, (self.mask + 1) * sizeof(uint64_t))
         self.slots = slots
         self.mask = size - 1
         self.used = 0
@@ -244,7 +251,7 @@ cdef class RowTable:
         for i in range(old_size):
             if old[i] != 0:
                 self._put_slot(old[i])
-        free(old)
+        ivm_free(old, old_size * sizeof(uint64_t))
 
     cdef inline void _put_slot(self, uint64_t slot) noexcept nogil:
         cdef uint64_t i = (slot >> 32) & self.mask
@@ -262,14 +269,16 @@ cdef class RowTable:
             raise OverflowError("a compact relation holds fewer than 2^32 rows")
         if need > self.cap:
             new = max(need, self.cap + (self.cap // 2 if self.cap * self.ncols < (4 << 20) else self.cap // 8), 64)
-            cells = <int64_t*> realloc(self.cells, max(new * self.ncols, 1) * sizeof(int64_t))
+            cells = <int64_t*> ivm_grow(self.cells, self.cells_bytes, max(new * self.ncols, 1) * sizeof(int64_t))
             if cells == NULL:
                 raise MemoryError()
             self.cells = cells
-            mult = <int64_t*> realloc(self.mult, new * sizeof(int64_t))
+            self.cells_bytes = max(new * self.ncols, 1) * sizeof(int64_t)
+            mult = <int64_t*> ivm_grow(self.mult, self.mult_bytes, new * sizeof(int64_t))
             if mult == NULL:
                 raise MemoryError()
             self.mult = mult
+            self.mult_bytes = new * sizeof(int64_t)
             self.cap = new
         if 2 * (self.used + extra) > <Py_ssize_t>(self.mask + 1):
             new = self.mask + 1

@@ -70,6 +70,7 @@ commit before the row path, from a second run of ``--old`` on its worktree)::
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -87,6 +88,11 @@ try:  # the compiled int64 hash index (``_int_index.pyx``), present when pip ins
 except ImportError:  # no compiler at install time: every view is indexed by its dict alone
     Int64Index = None  # type: ignore[assignment,misc]
 
+try:  # growable zeroed memory (``_arena.pyx``): float payload arrays and key codes grow without a copy
+    from ivm.engines.fivm._arena import Arena
+except ImportError:  # no compiler at install time: numpy's resize
+    Arena = None  # type: ignore[assignment,misc]
+
 Key = tuple[Any, ...]
 
 
@@ -98,7 +104,8 @@ def _absent(n: int) -> Iterator[int]:
 #: Float payloads whose entries are all within this of 0 are zero (the ring's zero test, §9 item 1).
 FLOAT_ZERO = 1e-7
 #: A store's arrays of at least :data:`SMALL_ARRAY` bytes grow by 1/GROWTH of their capacity (at least to
-#: what is needed), so at most about 1/9 of it is unused; they grow in place (``realloc`` remaps them).
+#: what is needed), so at most about 1/9 of it is unused; they grow in place (an :class:`Arena`'s
+#: ``mremap``, or ``realloc`` without the extension).
 GROWTH = 8
 #: arrays below this many bytes grow by half their capacity instead (``realloc`` may copy them)
 SMALL_ARRAY = 32 << 20
@@ -260,7 +267,9 @@ class ColumnStore:
     support, and the packed upper triangle of the symmetric ``Q`` (:func:`triangle`); ``C``, ``S``
     and ``Q`` are views of its columns.  Rows are stable while a key is present (deleted rows are
     reused), so indexes change only when keys come and go.  ``A`` grows by an eighth of its
-    capacity at a time, in place when it can (``ndarray.resize``: ``realloc``, no copy).
+    capacity at a time (by half below :data:`SMALL_ARRAY`) without copying: float payloads and the
+    int key codes live in an :class:`~ivm.engines.fivm._arena.Arena` (remapped, the new rows zero
+    without a ``memset``) while no other array views them, else numpy's ``resize`` (``realloc``).
     Amortized O(1) dictionary work per key and O(k²) array work per payload.
 
     Keys.  A view keyed by at most one variable (``arity`` 0 or 1) keeps its keys as int64
@@ -281,6 +290,7 @@ class ColumnStore:
         self.tolerance = tolerance
         self.arity = arity
         self.A = np.zeros((0, self.W), dtype=dtype)
+        self._arenas: dict[str, Any] = {}  # "A", "keycode": the Arena under that array (float A, codes)
         self.top = 0  # rows ever handed out (in use or free)
         self.free = np.zeros(0, dtype=np.int64)  # a stack of free rows: free[:nfree]
         self.nfree = 0
@@ -298,6 +308,7 @@ class ColumnStore:
         EPOCH.bump()
         self.codes = Int64Index()
         self.keycode = np.zeros(len(self.A), dtype=np.int64)
+        self._arenas.pop("keycode", None)
         self._rows = self._keys = None
 
     def _key(self, code: int) -> Key:
@@ -343,6 +354,7 @@ class ColumnStore:
         for key, row in zip(keys, rows.tolist(), strict=True):
             self._keys[row] = key
         self.codes = self.keycode = None
+        self._arenas.pop("keycode", None)
 
     def prefer_codes(self, arity: int) -> None:
         """Take int mode if it is available and every key fits (after a restore of an older snapshot)."""
@@ -458,6 +470,8 @@ class ColumnStore:
             A = np.zeros((new, self.W), dtype=object)
             A[:cap] = self.A
             self.A = A
+        elif Arena is not None:
+            self._grow_arena("A", (new, self.W))
         else:
             try:
                 self.A.resize((new, self.W), refcheck=True)  # realloc: large arrays are remapped, not copied
@@ -466,11 +480,36 @@ class ColumnStore:
                 A[:cap] = self.A
                 self.A = A
         if self.keycode is not None:
-            keycode = np.zeros(new, dtype=np.int64)
-            keycode[:cap] = self.keycode
-            self.keycode = keycode
+            if Arena is not None:
+                self._grow_arena("keycode", (new,))
+            else:
+                keycode = np.zeros(new, dtype=np.int64)
+                keycode[:cap] = self.keycode
+                self.keycode = keycode
         if self._keys is not None:
             self._keys.extend([None] * (new - len(self._keys)))
+
+    def _grow_arena(self, name: str, shape: tuple[int, ...]) -> None:
+        """The array ``self.<name>`` (``A`` or ``keycode``) with ``shape[0]`` rows, its rows kept and the
+        new ones zero: its :class:`Arena` remapped in place when no other array views it (O(1) per
+        page), else (a view of it alive, or an array not yet over an arena) copied into a new arena."""
+        old = getattr(self, name)
+        dtype = old.dtype
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        arena = self._arenas.get(name)
+        if arena is not None:
+            alive = weakref.ref(old)
+            setattr(self, name, None)
+            del old  # the arena's only export, unless a view of the array lives on
+            if arena.resize(nbytes):
+                setattr(self, name, np.frombuffer(arena, dtype=dtype, count=int(np.prod(shape))).reshape(shape))
+                return
+            old = alive()
+        arena = Arena(nbytes)
+        new = np.frombuffer(arena, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+        new[: len(old)] = old
+        self._arenas[name] = arena
+        setattr(self, name, new)
 
     def reserve(self, n: int) -> None:
         """Room for ``n`` new rows at the top without growing (for the compiled kernel)."""
