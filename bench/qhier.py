@@ -243,13 +243,47 @@ def initial_updates(data: dict[str, Relation], chunk: int = 100_000) -> Iterator
             yield [Update(rel, spec.row(i), 1) for i in range(start, min(spec.initial, start + chunk))]
 
 
-def make_stream(data: dict[str, Relation], k: int, rng: random.Random) -> list[Update]:
+@dataclass
+class Stream:
+    """A stream of updates stored compactly: per update the relation's index in ``names``, the tuple's id
+    and the multiplicity (typed arrays, 10 bytes an update, whatever N).
+
+    :meth:`updates` materialises a slice as :class:`~ivm.updates.Update` objects.  The timed loops
+    materialise each slice just before timing it, so the updates the engine reads are freshly allocated
+    objects, laid out the same way for every N (as a consumer's freshly decoded records are): a list of
+    Python updates built long before, with the generation's own work (the random choice among N present
+    ids) in between, would cost more cache misses per update at large N, and that growth would be the
+    harness's, not the engine's.
+    """
+
+    names: list[str]
+    rel: array
+    ids: array
+    mult: array
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def updates(self, data: dict[str, Relation], lo: int = 0, hi: int | None = None) -> list[Update]:
+        """Updates ``lo .. hi`` as objects."""
+        names, rel, ids, mult = self.names, self.rel, self.ids, self.mult
+        return [
+            Update(names[rel[j]], data[names[rel[j]]].row(ids[j]), mult[j])
+            for j in range(lo, len(self) if hi is None else hi)
+        ]
+
+    def inverse(self, data: dict[str, Relation]) -> list[Update]:
+        """The updates that undo the stream (in reverse order, multiplicities negated)."""
+        return [Update(u.relation, u.row, -u.mult) for u in reversed(self.updates(data))]
+
+
+def make_stream(data: dict[str, Relation], k: int, rng: random.Random) -> Stream:
     """k updates, relations chosen uniformly: deletes of present tuples and inserts (fresh or re-inserts)."""
     present = {rel: array("q", range(spec.initial)) for rel, spec in data.items()}
     deleted: dict[str, list[int]] = {rel: [] for rel in data}
     next_id = {rel: 10**12 for rel in data}
-    out = []
     names = sorted(data)
+    out = Stream(names, array("b"), array("q"), array("b"))
     for _ in range(k):
         rel = rng.choice(names)
         spec = data[rel]
@@ -264,13 +298,16 @@ def make_stream(data: dict[str, Relation], k: int, rng: random.Random) -> list[U
             else:
                 continue
             pool.append(i)
-            out.append(Update(rel, spec.row(i), 1))
+            m = 1
         else:
             j = rng.randrange(len(pool))
             pool[j], pool[-1] = pool[-1], pool[j]
             i = pool.pop()
             deleted[rel].append(i)
-            out.append(Update(rel, spec.row(i), -1))
+            m = -1
+        out.rel.append(names.index(rel))
+        out.ids.append(i)
+        out.mult.append(m)
     return out
 
 
@@ -340,9 +377,9 @@ class GcWatch:
             self.seconds += time.perf_counter() - self._t0
 
 
-def _slices(stream: list[Update], parts: int = 5) -> list[list[Update]]:
+def _slices(stream: Stream, parts: int = 5) -> list[tuple[int, int]]:
     size = max(1, len(stream) // parts)
-    return [stream[i : i + size] for i in range(0, len(stream), size)]
+    return [(i, min(len(stream), i + size)) for i in range(0, len(stream), size)]
 
 
 def time_passes(
@@ -350,22 +387,23 @@ def time_passes(
 ) -> tuple[float, float]:
     """Median µs per update over ``args.repeats`` fresh streams (each of other random tuples, so no pass
     finds the items it touches still in cache from an earlier one), each cut in 5 slices timed
-    separately; each stream's inverse, untimed, restores the state.  ``batch`` updates per ``apply``
-    call.  Wall-clock and process CPU time (the latter is not inflated while other processes hold the
-    cores)."""
+    separately, each slice's update objects made just before it is timed (:class:`Stream`); each
+    stream's inverse, untimed, restores the state.  ``batch`` updates per ``apply`` call.  Wall-clock
+    and process CPU time (the latter is not inflated while other processes hold the cores)."""
     rates, cpu = [], []
     for r in range(args.repeats):
         stream = make_stream(data, args.updates, random.Random(args.seed + salt + r))
-        watch.on = True
-        for part in _slices(stream):
+        for lo, hi in _slices(stream):
+            part = stream.updates(data, lo, hi)
             calls = [part[i : i + batch] for i in range(0, len(part), batch)]
+            watch.on = True
             t0, c0 = time.perf_counter(), time.process_time()
             for call in calls:
                 engine.apply(call)
             rates.append((time.perf_counter() - t0) / len(part) * 1e6)
             cpu.append((time.process_time() - c0) / len(part) * 1e6)
-        watch.on = False
-        engine.apply([Update(u.relation, u.row, -u.mult) for u in reversed(stream)])
+            watch.on = False
+        engine.apply(stream.inverse(data))
     return statistics.median(rates), statistics.median(cpu)
 
 
@@ -377,11 +415,13 @@ def _no_op(batch: list[Update]) -> None:
 
 def time_harness(data: dict[str, Relation], args: argparse.Namespace, salt: int) -> float:
     """Median µs per update of the single-update loop with :func:`_no_op` as the engine, over fresh
-    streams in the same process (so with the same heap): the part of the growth that is not the engine's."""
+    streams in the same process (so with the same heap), each slice made just before it is timed as in
+    :func:`time_passes`: the part of the per-update time that is not the engine's."""
     rates = []
     for r in range(args.repeats):
         stream = make_stream(data, args.updates, random.Random(args.seed + salt + r))
-        for part in _slices(stream):
+        for lo, hi in _slices(stream):
+            part = stream.updates(data, lo, hi)
             calls = [part[i : i + 1] for i in range(len(part))]
             t0 = time.perf_counter()
             for call in calls:
@@ -395,7 +435,7 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
     workload = WORKLOADS[workload_name]
     data = workload.make(n)
     n_actual = sum(spec.initial for spec in data.values())
-    stream = make_stream(data, args.updates, random.Random(args.seed))
+    stream = make_stream(data, args.updates, random.Random(args.seed)).updates(data)
     query = parse(workload.query)
     watch = GcWatch()
     gc.callbacks.append(watch)

@@ -137,6 +137,11 @@ class QHierCompactEngine(QHierEngine):
                         node.free_slots,
                     )
                 )
+        for comp in self._components:  # a free leaf's pool relinks its fit-lists' heads in the parent's rows
+            pools[pool_of[id(comp.nodes[0])]].set_parent(pools[sentinel_of[comp.index]])
+            for node in comp.nodes:
+                for child in node.children:
+                    pools[pool_of[id(child)]].set_parent(pools[pool_of[id(node)]])
         free_nodes = []
         for node, parent_pos, comp in self._free_nodes:
             parent_pool = sentinel_of[comp.index] if parent_pos < 0 else pool_of[id(self._free_nodes[parent_pos][0])]
