@@ -79,24 +79,6 @@ cdef i64 TAG = (<i64>1) << 62
 cdef i64 LOW = -((<i64>1) << 62)
 #: the smallest row capacity (rows then grow by x1.5, indexes by x2)
 cdef Py_ssize_t MIN_CAP = 8
-cdef enum:
-    #: a batch is applied in groups of this many updates, whose rows are prefetched level by level first
-    GROUP = 16
-    #: at most this many (update, occurrence) pairs are prefetched per group
-    GROUP_ITEMS = 64
-#: batches prefetch once the state has this many items (about 2 MB: beyond it, a core's L2 no longer
-#: holds the state and an update's rows are cache misses; below it the prefetch passes would be pure cost)
-cdef Py_ssize_t PREFETCH_ITEMS = 1 << 15
-
-
-def prefetch_items(n=None):
-    """The state size (items) from which batches are applied in prefetched groups; set it with ``n``
-    (tests run the grouped path on small states).  Returns the value before the call."""
-    global PREFETCH_ITEMS
-    old = PREFETCH_ITEMS
-    if n is not None:
-        PREFETCH_ITEMS = n
-    return old
 
 
 class KernelOverflow(OverflowError):
@@ -476,36 +458,6 @@ cdef class Pool:
                     return r
             j = (j + 1) & mask
 
-    cdef inline void prefetch_slot(self, i64 pid, i64 v) noexcept:
-        """Start fetching the slot where :meth:`find` starts probing for ``(pid, v)`` (an inline table: the row)."""
-        cdef size_t j = _pair_hash(pid, v) & (self.icap - 1)
-        cdef char* row
-        if self.inline:
-            row = self.data + j * self.stride
-            qh_prefetch_write(row, 1, 3)
-            qh_prefetch_write(row + self.stride - 1, 1, 3)
-        else:
-            qh_prefetch_write(&self.index[j], 1, 3)
-
-    cdef inline void prefetch_row(self, i64 pid, i64 v) noexcept:
-        """Start fetching the row the index names for ``(pid, v)`` (its slot fetched by :meth:`prefetch_slot`)."""
-        cdef size_t mask = self.icap - 1
-        cdef unsigned long long h
-        cdef u64 s
-        cdef size_t j
-        if self.inline:
-            return
-        h = _pair_hash(pid, v)
-        j = h & mask
-        while True:
-            s = self.index[j]
-            if s == EMPTY:
-                return
-            if (s >> 32) == (h & 0xFFFFFFFFULL):
-                qh_prefetch_write(self.data + (s & 0xFFFFFFFFULL) * self.stride, 1, 3)
-                return
-            j = (j + 1) & mask
-
     cdef i32 add(self, i64 pid, i64 v) except -1:
         """A new item (pid, v) with every field zero and empty fit-list links and heads; O(1) amortized."""
         cdef i32 r
@@ -749,24 +701,6 @@ cdef class Relation:
                     return r
             j = (j + 1) & mask
 
-    cdef inline void prefetch_slot(self, const i64* key) noexcept:
-        qh_prefetch_write(&self.index[_row_hash(key, self.arity) & (self.icap - 1)], 1, 3)
-
-    cdef inline void prefetch_row(self, const i64* key) noexcept:
-        """Start fetching the row the index names for ``key`` (its slot fetched by :meth:`prefetch_slot`)."""
-        cdef size_t mask = self.icap - 1
-        cdef unsigned long long h = _row_hash(key, self.arity)
-        cdef size_t j = h & mask
-        cdef u64 s
-        while True:
-            s = self.index[j]
-            if s == EMPTY:
-                return
-            if (s >> 32) == (h & 0xFFFFFFFFULL):
-                qh_prefetch_write(self.data + (s & 0xFFFFFFFFULL) * self.width, 1, 3)
-                return
-            j = (j + 1) & mask
-
     cdef inline i64 get(self, const i64* key) noexcept:
         cdef i32 r = self.find(key)
         return 0 if r < 0 else self.mult(r)
@@ -911,14 +845,6 @@ cdef class Kernel:
     cdef tuple head
     cdef i64* buf
     cdef int bufcap
-    # a group of a batch: codes, relation, multiplicity and batch index per update; the prefetch items
-    cdef i64* gcodes
-    cdef int* gri
-    cdef i64* gm
-    cdef Py_ssize_t* gidx
-    cdef PyObject** pocc
-    cdef const i64** pcodes
-    cdef i64* ppid
     cdef object stale
 
     def __cinit__(self):
@@ -927,13 +853,6 @@ cdef class Kernel:
         self.fparent = NULL
         self.fslot = NULL
         self.buf = NULL
-        self.gcodes = NULL
-        self.gri = NULL
-        self.gm = NULL
-        self.gidx = NULL
-        self.pocc = NULL
-        self.pcodes = NULL
-        self.ppid = NULL
 
     def __init__(self, list pools, list sentinels, list comp_free, list relations, list occurrences,
                  list free_nodes, tuple head, list nullary, bint set_mode, stale):
@@ -967,13 +886,6 @@ cdef class Kernel:
             self.fslot[j] = (<Pool>pools[p]).slot
         self.bufcap = max([r.arity for r in relations] + [1])
         self.buf = <i64*>_grow(NULL, 0, sizeof(i64) * self.bufcap)
-        self.gcodes = <i64*>_grow(NULL, 0, sizeof(i64) * self.bufcap * GROUP)
-        self.gri = <int*>_grow(NULL, 0, sizeof(int) * GROUP)
-        self.gm = <i64*>_grow(NULL, 0, sizeof(i64) * GROUP)
-        self.gidx = <Py_ssize_t*>_grow(NULL, 0, sizeof(Py_ssize_t) * GROUP)
-        self.pocc = <PyObject**>_grow(NULL, 0, sizeof(PyObject*) * GROUP_ITEMS)
-        self.pcodes = <const i64**>_grow(NULL, 0, sizeof(i64*) * GROUP_ITEMS)
-        self.ppid = <i64*>_grow(NULL, 0, sizeof(i64) * GROUP_ITEMS)
 
     def __dealloc__(self):
         PyMem_Free(self.fpool)
@@ -981,13 +893,6 @@ cdef class Kernel:
         PyMem_Free(self.fparent)
         PyMem_Free(self.fslot)
         PyMem_Free(self.buf)
-        PyMem_Free(self.gcodes)
-        PyMem_Free(self.gri)
-        PyMem_Free(self.gm)
-        PyMem_Free(self.gidx)
-        PyMem_Free(self.pocc)
-        PyMem_Free(self.pcodes)
-        PyMem_Free(self.ppid)
 
     # -- value codes ------------------------------------------------------------------------------
 
@@ -1039,18 +944,11 @@ cdef class Kernel:
     # -- updates (§6.4) ---------------------------------------------------------------------------
 
     def apply(self, updates):
-        """Apply ``(relation, row, multiplicity)`` updates one by one; O(|φ|²) expected each.
-
-        A batch on a state larger than the caches goes in groups (:meth:`_apply_groups`), with the same
-        effect, errors included.
-        """
+        """Apply ``(relation, row, multiplicity)`` updates one by one; O(|φ|²) expected each."""
         cdef Py_ssize_t i = 0
         cdef int ri, a, ovf
         cdef Relation rel
         cdef i64 m
-        if self.items >= PREFETCH_ITEMS and len(updates) > 1:
-            self._apply_groups(updates if type(updates) is list else list(updates))
-            return
         for relation, row, mult in updates:
             if not mult:
                 i += 1
@@ -1072,131 +970,6 @@ cdef class Kernel:
                 raise KernelOverflow(i)
             self._update(ri, self.buf, m, i)
             i += 1
-
-    cdef int _apply_groups(self, list updates) except -1:
-        """Apply a batch in groups of :data:`GROUP` updates: encode a group, prefetch the rows its updates
-        will touch (:meth:`_prefetch_group`), then apply them one by one as :meth:`apply` does.
-
-        Software prefetching across updates: one update's rows are dependent cache misses (the row
-        names the next one), but different updates' rows are independent, so fetching a group's rows
-        level by level keeps up to a group's misses in flight instead of one.  The effect is the
-        one-by-one application's: an update that cannot be applied (unknown relation, wrong arity, a
-        value that cannot be hashed, an int64 overflow) raises after the updates before it are applied,
-        and prefetching only reads the state.  O(|φ|²) expected per update, as before.
-        """
-        cdef Py_ssize_t n = len(updates), i = 0
-        cdef int g, j, ri = 0, a, ovf
-        cdef Relation rel
-        cdef i64 m = 0
-        cdef i64* codes
-        while i < n:
-            g = 0
-            err = None
-            while g < GROUP and i < n:
-                codes = self.gcodes + g * self.bufcap
-                try:
-                    relation, row, mult = updates[i]
-                    if not mult:
-                        i += 1
-                        continue
-                    index = self.rel_index.get(relation)
-                    if index is None:
-                        raise KeyError(f"relation {relation!r} does not occur in the query")
-                    ri = index
-                    rel = <Relation>self.relations[ri]
-                    if type(row) is not tuple:
-                        row = tuple(row)
-                    if len(row) != rel.arity:
-                        raise ValueError(f"{relation}{row!r} has {len(row)} values, the relation has arity {rel.arity}")
-                    for a in range(rel.arity):
-                        self.encode(row[a], codes + a, True)
-                    ovf = 0
-                    m = PyLong_AsLongLongAndOverflow(mult, &ovf)
-                    if ovf:
-                        raise KernelOverflow(i)
-                except Exception as exc:  # raised once the updates before it are applied
-                    err = exc
-                    break
-                self.gri[g] = ri
-                self.gm[g] = m
-                self.gidx[g] = i
-                g += 1
-                i += 1
-            if g > 1:
-                self._prefetch_group(g)
-            for j in range(g):
-                self._update(self.gri[j], self.gcodes + j * self.bufcap, self.gm[j], self.gidx[j])
-            if err is not None:
-                raise err
-        return 0
-
-    cdef void _prefetch_group(self, int g) noexcept:
-        """Start fetching the rows a group's updates will touch, level by level over the whole group.
-
-        Stage 0 asks for each (update, occurrence) pair's first slot on its root path (and a stored
-        relation's index slot); stage k finds level k-1 (its slot and row asked for one stage earlier,
-        ``g`` updates ago) and asks for level k; a last stage asks for the deepest item's fit-list
-        neighbours (or, for an absent item, the head of its parent's list, which an insert links
-        before).  An item missing on the path ends that pair's prefetching (an insert creates the
-        rest).  Reads only: the updates between a prefetch and its use can change the rows, which
-        costs a wasted prefetch, not a wrong result.
-        """
-        cdef int j, k, t, items = 0, maxdepth = 0
-        cdef Occurrence occ
-        cdef Relation rel
-        cdef Pool pool, prev
-        cdef const i64* codes
-        cdef i32 r, link
-        for j in range(g):
-            rel = <Relation>self.relations[self.gri[j]]
-            codes = self.gcodes + j * self.bufcap
-            if not rel.virtual and rel.arity:
-                rel.prefetch_slot(codes)
-            for o in <list>self.occurrences[self.gri[j]]:
-                if items == GROUP_ITEMS:
-                    break
-                occ = <Occurrence>o
-                self.pocc[items] = <PyObject*>o
-                self.pcodes[items] = codes
-                self.ppid[items] = 0
-                items += 1
-                if occ.depth > maxdepth:
-                    maxdepth = occ.depth
-                (<Pool>occ.path[0]).prefetch_slot(0, codes[occ.positions[0]])
-        for j in range(g):
-            rel = <Relation>self.relations[self.gri[j]]
-            if not rel.virtual and rel.arity:
-                rel.prefetch_row(self.gcodes + j * self.bufcap)
-        for t in range(items):
-            occ = <Occurrence>self.pocc[t]
-            (<Pool>occ.path[0]).prefetch_row(0, self.pcodes[t][occ.positions[0]])
-        for k in range(1, maxdepth + 1):
-            for t in range(items):
-                occ = <Occurrence>self.pocc[t]
-                if self.ppid[t] < 0 or k > occ.depth:
-                    continue
-                codes = self.pcodes[t]
-                prev = <Pool>occ.path[k - 1]
-                r = prev.find(self.ppid[t], codes[occ.positions[k - 1]])
-                if r < 0:
-                    if prev.free:  # an insert: the head of the parent's fit-list
-                        _prefetch_head(prev, <Pool>occ.path[k - 2] if k > 1 else occ.sentinel, self.ppid[t])
-                    self.ppid[t] = -1
-                    continue
-                self.ppid[t] = r
-                if k < occ.depth:
-                    (<Pool>occ.path[k]).prefetch_slot(r, codes[occ.positions[k]])
-                elif prev.free:  # the deepest item: its fit-list neighbours
-                    link = prev.prev(r)[0]
-                    if link >= 0:
-                        qh_prefetch_write(prev.row(link), 1, 3)
-                    link = prev.next(r)[0]
-                    if link >= 0:
-                        qh_prefetch_write(prev.row(link), 1, 3)
-            for t in range(items):
-                occ = <Occurrence>self.pocc[t]
-                if self.ppid[t] >= 0 and k < occ.depth:
-                    (<Pool>occ.path[k]).prefetch_row(self.ppid[t], self.pcodes[t][occ.positions[k]])
 
     def apply_codes(self, int ri, bytes codes, bytes mults):
         """Apply the rows of a compact snapshot (codes already interned) as inserts."""
