@@ -11,9 +11,13 @@ cyclic garbage collector never walks it:
   children sums; for free nodes the local factor ``lw``, the free weight ``fw``
   and the fit-list links ``prev``/``next``; for free nodes with children the
   ``fsum`` and the fit-list head per child slot.  Leaves derive weight, ``lw``
-  and ``fw`` from their multiplicities.  Deleted rows go to a free list and are
-  reused; rows grow by x1.5.  A bound leaf's rows (referenced by no other row)
-  live in its hash table itself, one probe per lookup.
+  and ``fw`` from their multiplicities.  An inner node's deleted rows go to a
+  free list and are reused; rows grow by x1.5.  A leaf's rows live in its hash
+  table itself, so one probe reaches the row (one cache miss where a slot and
+  a row would be two, once the state outgrows the caches): a bound leaf's rows,
+  referenced by no other row, move on a deletion (backward shift); a free
+  leaf's rows, linked in their parent's fit-list, leave a tombstone and move
+  only at a rehash, which relinks them.
 - the value→item maps of the trie are one open-addressing hash index per pool
   (linear probing, backward-shift deletion, doubling) keyed by ``(parent id,
   value code)``: 8 bytes a slot, the key's 32-bit hash beside the row id, the
@@ -23,7 +27,11 @@ cyclic garbage collector never walks it:
   relation with one plain occurrence, the trie alone (its deepest item's
   multiplicity is the tuple's).
 - arrays of 4 MB and more are anonymous mappings advised for transparent huge
-  pages (fewer TLB misses on the random probes of a large state).
+  pages (fewer TLB misses on the random probes of a large state;
+  :func:`huge_pages` switches the advice, for measuring).
+- an insert at a free node asks for the head of its parent's fit-list before
+  it probes for its own row, and a deletion for its fit-list neighbours as
+  soon as it has its row, so those misses overlap (:func:`_prefetch_head`).
 
 Values are int64 codes: an ``int`` in ``[-2^62, 2^62)`` (and a ``bool`` or an
 integral ``float``, which compare equal to it) is its own code; any other value
@@ -232,6 +240,11 @@ cdef class Pool:
     children), so leaves do not store them: a leaf of a free node takes 32
     bytes, of a bound node 24.  One row is one or two cache lines, whatever
     the field.
+
+    A leaf's rows are the slots of its hash table (``inline``; empty slot:
+    parent -1); a free leaf's deleted rows are tombstones (parent -2, ``tomb``)
+    until an insert reuses them or a rehash drops them.  An inner node's rows
+    are a separate array with a free list, named by the index's slots.
     """
 
     cdef public int n_atoms, n_children, free, lists, slot, fpos, leaf, inline, tomb
