@@ -17,21 +17,30 @@ and accepting the query).
 Every (query, engine, N) runs in a fresh process (no state, allocator or
 collector history shared between sizes), with the cyclic collector ON as in
 production.  Per row: build time; the time per update applied one at a time
-(``apply([u])``, the median over ``--repeats`` fresh streams of other random
-tuples, each cut in 5 slices; each stream's inverse, untimed, restores the
-state) and in batches of 1,000; the same with answer deltas drained every 100
-updates; the single-update median also in process CPU time (``upd cpu``: not
-inflated while other processes hold the cores, which wall-clock medians on a
-shared machine are); the same loop with a no-op engine in the same process
-(``harness``: unpack each update, hash its row; it grows with the heap too, and
-that part of the growth is not the engine's); the enumeration delay; the number of generation-2
-collections (and of all collections) during the update passes and the seconds
-spent in them; the peak RSS of the process before the answer-delta pass (whose
-first ``drain_delta()`` lists the whole result); and ``bytes_per_tuple`` from
-``stats()``.  The initial tuples are generated in chunks from their ids (no
-list of N Python tuples), so the peak RSS is the engine's.  The growth
-exponent is the least-squares slope of log(time) against log(N); the target is
-at most 0.05 for the compact engine's update time.
+(``apply([u])``) over ``--repeats`` fresh streams of other random tuples, each
+cut in slices of ``--slice`` updates (200) timed separately, and in batches of
+1,000 (one batch a slice); each stream's inverse, untimed, restores the state.
+The updates are stored compactly (:class:`Stream`: relation, id, multiplicity
+arrays, the same for every N) and each slice's update objects are made just
+before it is timed, so what the harness costs per update does not grow with N.
+Columns: the median over slices in wall-clock time (``upd µs``, ``b1000 µs``) and
+in process CPU time (``upd cpu``), and the 10th percentile of the CPU time
+(``upd p10``, ``b1k p10``): on a shared machine a context switch to another
+process evicts the caches as well as taking the core, the median includes
+that and the 10th percentile of short slices mostly does not; the same
+single-update loop with a no-op engine in the same process (``harness``,
+``harn p10``: unpack each update, hash its row; the part of the time that is not
+the engine's, shown beside it, never subtracted); the time per update with
+answer deltas drained every 100 updates; the enumeration delay; the number of
+generation-2 collections (and of all collections) during the update passes and
+the seconds spent in them; the peak RSS of the process before the answer-delta
+pass (whose first ``drain_delta()`` lists the whole result); and
+``bytes_per_tuple`` from ``stats()``.  The note says how many batches of 1,000
+the engine folded into Z-sets (``consolidate="auto"``: at small N the stream
+repeats T's few tuples often enough).  The initial tuples are generated in chunks
+from their ids (no list of N Python tuples), so the peak RSS is the engine's.
+The growth exponent is the least-squares slope of log(time) against log(N); the
+target is at most 0.05 for the compact engine's update time.
 
 Run::
 
@@ -243,13 +252,47 @@ def initial_updates(data: dict[str, Relation], chunk: int = 100_000) -> Iterator
             yield [Update(rel, spec.row(i), 1) for i in range(start, min(spec.initial, start + chunk))]
 
 
-def make_stream(data: dict[str, Relation], k: int, rng: random.Random) -> list[Update]:
+@dataclass
+class Stream:
+    """A stream of updates stored compactly: per update the relation's index in ``names``, the tuple's id
+    and the multiplicity (typed arrays, 10 bytes an update, whatever N).
+
+    :meth:`updates` materialises a slice as :class:`~ivm.updates.Update` objects.  The timed loops
+    materialise each slice just before timing it, so the updates the engine reads are freshly allocated
+    objects, laid out the same way for every N (as a consumer's freshly decoded records are): a list of
+    Python updates built long before, with the generation's own work (the random choice among N present
+    ids) in between, would cost more cache misses per update at large N, and that growth would be the
+    harness's, not the engine's.
+    """
+
+    names: list[str]
+    rel: array
+    ids: array
+    mult: array
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def updates(self, data: dict[str, Relation], lo: int = 0, hi: int | None = None) -> list[Update]:
+        """Updates ``lo .. hi`` as objects."""
+        names, rel, ids, mult = self.names, self.rel, self.ids, self.mult
+        return [
+            Update(names[rel[j]], data[names[rel[j]]].row(ids[j]), mult[j])
+            for j in range(lo, len(self) if hi is None else hi)
+        ]
+
+    def inverse(self, data: dict[str, Relation]) -> list[Update]:
+        """The updates that undo the stream (in reverse order, multiplicities negated)."""
+        return [Update(u.relation, u.row, -u.mult) for u in reversed(self.updates(data))]
+
+
+def make_stream(data: dict[str, Relation], k: int, rng: random.Random) -> Stream:
     """k updates, relations chosen uniformly: deletes of present tuples and inserts (fresh or re-inserts)."""
     present = {rel: array("q", range(spec.initial)) for rel, spec in data.items()}
     deleted: dict[str, list[int]] = {rel: [] for rel in data}
     next_id = {rel: 10**12 for rel in data}
-    out = []
     names = sorted(data)
+    out = Stream(names, array("b"), array("q"), array("b"))
     for _ in range(k):
         rel = rng.choice(names)
         spec = data[rel]
@@ -264,13 +307,16 @@ def make_stream(data: dict[str, Relation], k: int, rng: random.Random) -> list[U
             else:
                 continue
             pool.append(i)
-            out.append(Update(rel, spec.row(i), 1))
+            m = 1
         else:
             j = rng.randrange(len(pool))
             pool[j], pool[-1] = pool[-1], pool[j]
             i = pool.pop()
             deleted[rel].append(i)
-            out.append(Update(rel, spec.row(i), -1))
+            m = -1
+        out.rel.append(names.index(rel))
+        out.ids.append(i)
+        out.mult.append(m)
     return out
 
 
@@ -285,8 +331,11 @@ class Measurement:
     build_s: float = math.nan
     update_us: float = math.nan
     update_cpu_us: float = math.nan
+    update_p10_us: float = math.nan
     harness_us: float = math.nan
     batch_us: float = math.nan
+    batch_p10_us: float = math.nan
+    harness_p10_us: float = math.nan
     update_delta_us: float = math.nan
     delay_us: float = math.nan
     delay_p99_us: float = math.nan
@@ -340,33 +389,58 @@ class GcWatch:
             self.seconds += time.perf_counter() - self._t0
 
 
-def _slices(stream: list[Update], parts: int = 5) -> list[list[Update]]:
-    size = max(1, len(stream) // parts)
-    return [stream[i : i + size] for i in range(0, len(stream), size)]
+def _slices(stream: Stream, size: int) -> list[tuple[int, int]]:
+    return [(i, min(len(stream), i + size)) for i in range(0, len(stream), size)]
+
+
+def _p10(xs: list[float]) -> float:
+    """The 10th percentile: the slices least disturbed by other processes on a shared machine."""
+    xs = sorted(xs)
+    return xs[(len(xs) - 1) // 10]
 
 
 def time_passes(
     engine: Any, data: dict[str, Relation], args: argparse.Namespace, salt: int, batch: int, watch: GcWatch
-) -> tuple[float, float]:
-    """Median µs per update over ``args.repeats`` fresh streams (each of other random tuples, so no pass
-    finds the items it touches still in cache from an earlier one), each cut in 5 slices timed
-    separately; each stream's inverse, untimed, restores the state.  ``batch`` updates per ``apply``
-    call.  Wall-clock and process CPU time (the latter is not inflated while other processes hold the
-    cores)."""
+) -> tuple[float, float, float, int]:
+    """µs per update over ``args.repeats`` fresh streams (each of other random tuples, so no pass finds
+    the items it touches still in cache from an earlier one), each cut in slices of ``args.slice``
+    updates (at least one batch) timed separately, each slice's update objects made just before it is
+    timed (:class:`Stream`); each stream's inverse, untimed, restores the state.  ``batch`` updates per
+    ``apply`` call.  Returns the median over slices of the wall-clock time and of the process CPU time
+    (the latter is not inflated while other processes hold the cores), and the 10th percentile of the
+    CPU time (slices short enough that some run between two context switches: a switch to another
+    process also evicts the caches, which a median on a loaded machine includes); and the number of
+    timed ``apply`` calls the engine folded into a Z-set first."""
     rates, cpu = [], []
+    folded = 0
     for r in range(args.repeats):
         stream = make_stream(data, args.updates, random.Random(args.seed + salt + r))
-        watch.on = True
-        for part in _slices(stream):
+        for lo, hi in _slices(stream, max(batch, args.slice)):
+            part = stream.updates(data, lo, hi)
             calls = [part[i : i + batch] for i in range(0, len(part), batch)]
+            before = engine.stats()["batches_folded"]
+            watch.on = True
             t0, c0 = time.perf_counter(), time.process_time()
             for call in calls:
                 engine.apply(call)
             rates.append((time.perf_counter() - t0) / len(part) * 1e6)
             cpu.append((time.process_time() - c0) / len(part) * 1e6)
-        watch.on = False
-        engine.apply([Update(u.relation, u.row, -u.mult) for u in reversed(stream)])
-    return statistics.median(rates), statistics.median(cpu)
+            watch.on = False
+            folded += engine.stats()["batches_folded"] - before
+        engine.apply(stream.inverse(data))
+    return statistics.median(rates), statistics.median(cpu), _p10(cpu), folded
+
+
+def _anon_huge_mb() -> float:
+    """MB of this process's memory on transparent huge pages (Linux; NaN elsewhere)."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
 
 
 def _no_op(batch: list[Update]) -> None:
@@ -375,19 +449,23 @@ def _no_op(batch: list[Update]) -> None:
         hash(row)
 
 
-def time_harness(data: dict[str, Relation], args: argparse.Namespace, salt: int) -> float:
-    """Median µs per update of the single-update loop with :func:`_no_op` as the engine, over fresh
-    streams in the same process (so with the same heap): the part of the growth that is not the engine's."""
-    rates = []
+def time_harness(data: dict[str, Relation], args: argparse.Namespace, salt: int) -> tuple[float, float]:
+    """µs per update of the single-update loop with :func:`_no_op` as the engine, over fresh streams in
+    the same process (so with the same heap), sliced and made just before timing as in
+    :func:`time_passes`: the part of the per-update time that is not the engine's.  The median
+    wall-clock time and the 10th percentile of the CPU time."""
+    rates, cpu = [], []
     for r in range(args.repeats):
         stream = make_stream(data, args.updates, random.Random(args.seed + salt + r))
-        for part in _slices(stream):
+        for lo, hi in _slices(stream, args.slice):
+            part = stream.updates(data, lo, hi)
             calls = [part[i : i + 1] for i in range(len(part))]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for call in calls:
                 _no_op(call)
             rates.append((time.perf_counter() - t0) / len(part) * 1e6)
-    return statistics.median(rates)
+            cpu.append((time.process_time() - c0) / len(part) * 1e6)
+    return statistics.median(rates), _p10(cpu)
 
 
 def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Namespace) -> Measurement:
@@ -395,12 +473,16 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
     workload = WORKLOADS[workload_name]
     data = workload.make(n)
     n_actual = sum(spec.initial for spec in data.values())
-    stream = make_stream(data, args.updates, random.Random(args.seed))
+    stream = make_stream(data, args.updates, random.Random(args.seed)).updates(data)
     query = parse(workload.query)
     watch = GcWatch()
     gc.callbacks.append(watch)
     row = Measurement(workload.name, engine_name, n_actual)
     if engine_name.startswith("qhier/"):
+        if args.no_huge_pages:
+            from ivm.engines import _qhier_kernel
+
+            _qhier_kernel.huge_pages(False)
         engine: Any = QHierEngine(query, implementation=engine_name.split("/")[1])  # type: ignore[arg-type]
         t0 = time.perf_counter()
         for batch in initial_updates(data):
@@ -409,13 +491,16 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
         row.delay_us, row.delay_p99_us, row.answers = min(
             (measure_delay(engine.enumerate(), args.enum_limit) for _ in range(3)), key=lambda m: m[0]
         )
-        row.update_us, row.update_cpu_us = time_passes(engine, data, args, 100, 1, watch)
-        row.batch_us = time_passes(engine, data, args, 200, 1000, watch)[0]
-        row.harness_us = time_harness(data, args, 300)
+        row.update_us, row.update_cpu_us, row.update_p10_us, _ = time_passes(engine, data, args, 100, 1, watch)
+        row.batch_us, _, row.batch_p10_us, folded = time_passes(engine, data, args, 200, 1000, watch)
+        if folded:  # consolidate="auto" folds a batch whose duplicate rate is >= 0.25 (T's few tuples repeat)
+            row.note = f"{folded} of {args.repeats * math.ceil(args.updates / 1000)} b1000 batches folded"
+        row.harness_us, row.harness_p10_us = time_harness(data, args, 300)
         # before the answer-delta phase: its first drain_delta() lists the whole result (by design)
         row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         stats = engine.stats()
         row.bytes_per_tuple = stats["bytes_per_tuple"]
+        row.extra["anon_huge_mb"] = _anon_huge_mb()
         row.extra["state_mb"] = stats["state_bytes"] / 2**20
         row.extra["items"] = stats["items"]
         engine.drain_delta()
@@ -472,8 +557,10 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
 def run_fresh(workload: str, n: int, engine: str, args: argparse.Namespace) -> Measurement:
     """Run one row in a new interpreter and read its JSON line."""
     cmd = [sys.executable, __file__, "--child", workload, str(n), engine]
-    for opt in ("updates", "repeats", "enum_limit", "fo_budget", "seed"):
+    for opt in ("updates", "repeats", "slice", "enum_limit", "fo_budget", "seed"):
         cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+    if args.no_huge_pages:
+        cmd.append("--no-huge-pages")
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode:
         sys.stderr.write(out.stderr)
@@ -496,6 +583,16 @@ def _fmt(x: float, digits: int = 2) -> str:
     return "-" if x != x else f"{x:.{digits}f}"
 
 
+def _thp() -> str:
+    """The kernel's transparent huge page modes (``enabled``, ``defrag``); the compact state asks for them
+    with madvise, which takes effect under ``always`` or ``madvise``."""
+    try:
+        modes = [Path(f"/sys/kernel/mm/transparent_hugepage/{k}").read_text().strip() for k in ("enabled", "defrag")]
+    except OSError:
+        return "unknown (not Linux, or no /sys)"
+    return f"enabled {modes[0]}, defrag {modes[1]}"
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -503,9 +600,11 @@ def _load() -> str:
 def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
     print(
         f"{r.workload:9} {r.engine:13} {r.n:>9} {_fmt(r.build_s):>8} {_fmt(r.update_us, 3):>8} "
-        f"{_fmt(r.update_cpu_us, 3):>8} {_fmt(r.harness_us, 3):>8} "
-        f"{_fmt(r.batch_us, 3):>8} {_fmt(r.update_delta_us, 3):>9} {_fmt(r.delay_us, 3):>8} "
+        f"{_fmt(r.update_cpu_us, 3):>8} {_fmt(r.update_p10_us, 3):>8} {_fmt(r.harness_us, 3):>8} "
+        f"{_fmt(r.harness_p10_us, 3):>8} {_fmt(r.batch_us, 3):>8} {_fmt(r.batch_p10_us, 3):>8} "
+        f"{_fmt(r.update_delta_us, 3):>9} {_fmt(r.delay_us, 3):>8} "
         f"{r.gen2:>4}/{r.collections:<6} {_fmt(r.gc_s, 3):>7} {_fmt(r.peak_rss_mb, 0):>7} "
+        f"{_fmt(r.extra.get('anon_huge_mb', math.nan), 0):>6} "
         f"{_fmt(r.bytes_per_tuple, 1):>7}  {r.note}",
         file=file,
         flush=True,
@@ -513,9 +612,10 @@ def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
 
 
 HEADER = (
-    f"{'query':9} {'engine':13} {'N':>9} {'build s':>8} {'upd µs':>8} {'upd cpu':>8} {'harness':>8} {'b1000 µs':>8} "
+    f"{'query':9} {'engine':13} {'N':>9} {'build s':>8} {'upd µs':>8} {'upd cpu':>8} {'upd p10':>8} {'harness':>8} "
+    f"{'harn p10':>8} {'b1000 µs':>8} {'b1k p10':>8} "
     f"{'upd+Δ µs':>9} "
-    f"{'delay µs':>8} {'gc2/all':>11} {'gc s':>7} {'RSS MB':>7} {'B/tuple':>7}  note"
+    f"{'delay µs':>8} {'gc2/all':>11} {'gc s':>7} {'RSS MB':>7} {'THP MB':>6} {'B/tuple':>7}  note"
 )
 
 
@@ -529,6 +629,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--updates", type=int, default=None, help="updates per stream")
     parser.add_argument("--repeats", type=int, default=3, help="fresh streams timed per row")
+    parser.add_argument("--slice", type=int, default=200, help="updates per timed slice (batches: 1,000)")
+    parser.add_argument(
+        "--no-huge-pages", action="store_true", help="the compact state's large arrays on 4 KB pages (no madvise)"
+    )
     parser.add_argument("--enum-limit", type=int, default=50_000)
     parser.add_argument("--fo-max", type=float, default=1e5, help="largest N for first-order IVM and F-IVM")
     parser.add_argument("--fo-budget", type=float, default=2.0, help="seconds of updates for first-order IVM")
@@ -547,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     exps = [args.min_exp + 0.5 * i for i in range(int((max_exp - args.min_exp) * 2) + 1)]
     print("command: " + " ".join([Path(sys.executable).name, *sys.argv]))
     print(f"load average before: {_load()}  (cpus: {os.cpu_count()})")
+    print(f"transparent huge pages: {_thp()}" + ("  (--no-huge-pages: not advised)" if args.no_huge_pages else ""))
     print(HEADER, file=sys.stderr)
     results: list[Measurement] = []
     for name in args.workloads:
@@ -579,8 +684,11 @@ def main(argv: list[str] | None = None) -> int:
                 for label, attr in (
                     ("update", "update_us"),
                     ("update cpu", "update_cpu_us"),
+                    ("update p10", "update_p10_us"),
                     ("harness", "harness_us"),
+                    ("harness p10", "harness_p10_us"),
                     ("batch", "batch_us"),
+                    ("batch p10", "batch_p10_us"),
                     ("delay", "delay_us"),
                 )
             ]

@@ -11,9 +11,13 @@ cyclic garbage collector never walks it:
   children sums; for free nodes the local factor ``lw``, the free weight ``fw``
   and the fit-list links ``prev``/``next``; for free nodes with children the
   ``fsum`` and the fit-list head per child slot.  Leaves derive weight, ``lw``
-  and ``fw`` from their multiplicities.  Deleted rows go to a free list and are
-  reused; rows grow by x1.5.  A bound leaf's rows (referenced by no other row)
-  live in its hash table itself, one probe per lookup.
+  and ``fw`` from their multiplicities.  An inner node's deleted rows go to a
+  free list and are reused; rows grow by x1.5.  A leaf's rows live in its hash
+  table itself, so one probe reaches the row (one cache miss where a slot and
+  a row would be two, once the state outgrows the caches): a bound leaf's rows,
+  referenced by no other row, move on a deletion (backward shift); a free
+  leaf's rows, linked in their parent's fit-list, leave a tombstone and move
+  only at a rehash, which relinks them.
 - the value→item maps of the trie are one open-addressing hash index per pool
   (linear probing, backward-shift deletion, doubling) keyed by ``(parent id,
   value code)``: 8 bytes a slot, the key's 32-bit hash beside the row id, the
@@ -23,7 +27,11 @@ cyclic garbage collector never walks it:
   relation with one plain occurrence, the trie alone (its deepest item's
   multiplicity is the tuple's).
 - arrays of 4 MB and more are anonymous mappings advised for transparent huge
-  pages (fewer TLB misses on the random probes of a large state).
+  pages (fewer TLB misses on the random probes of a large state;
+  :func:`huge_pages` switches the advice, for measuring).
+- an insert at a free node asks for the head of its parent's fit-list before
+  it probes for its own row, and a deletion for its fit-list neighbours as
+  soon as it has its row, so those misses overlap (:func:`_prefetch_head`).
 
 Values are int64 codes: an ``int`` in ``[-2^62, 2^62)`` (and a ``bool`` or an
 integral ``float``, which compare equal to it) is its own code; any other value
@@ -97,6 +105,22 @@ class KernelOverflow(OverflowError):
 #: allows it (madvise): the update's random accesses then miss the TLB far less at 10^7 tuples
 cdef size_t BIG = 1 << 22
 cdef size_t HUGE_PAGE = 1 << 21
+#: whether :func:`_grow` advises its mappings for huge pages (:func:`huge_pages` switches it, to measure)
+cdef bint ADVISE_HUGE = True
+
+
+def huge_pages(flag=None):
+    """Whether arrays of 4 MB and more are advised for transparent huge pages (``madvise(MADV_HUGEPAGE)``).
+
+    Pass ``flag`` to switch it for arrays allocated from then on (the benchmark measures both).  The
+    advice takes effect where ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``always`` or
+    ``madvise``; with ``never`` the arrays live on 4 KB pages.  Returns the value before the call.
+    """
+    global ADVISE_HUGE
+    old = bool(ADVISE_HUGE)
+    if flag is not None:
+        ADVISE_HUGE = bool(flag)
+    return old
 
 
 cdef inline size_t _mapped(size_t n) noexcept nogil:
@@ -122,7 +146,8 @@ cdef void* _grow(void* p, size_t old, size_t new, bint zero=True) except NULL:
     m = mmap(NULL, _mapped(new), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
     if m == MAP_FAILED:
         raise MemoryError()
-    madvise(m, _mapped(new), MADV_HUGEPAGE)
+    if ADVISE_HUGE:
+        madvise(m, _mapped(new), MADV_HUGEPAGE)
     if old:
         memcpy(m, p, old)
     _release(p, old)
@@ -215,10 +240,17 @@ cdef class Pool:
     children), so leaves do not store them: a leaf of a free node takes 32
     bytes, of a bound node 24.  One row is one or two cache lines, whatever
     the field.
+
+    A leaf's rows are the slots of its hash table (``inline``; empty slot:
+    parent -1); a free leaf's deleted rows are tombstones (parent -2, ``tomb``)
+    until an insert reuses them or a rehash drops them.  An inner node's rows
+    are a separate array with a free list, named by the index's slots.
     """
 
-    cdef public int n_atoms, n_children, free, lists, slot, fpos, leaf, inline
-    cdef Py_ssize_t cap, top, live, icap, nfreed, freedcap, stride
+    cdef public int n_atoms, n_children, free, lists, slot, fpos, leaf, inline, tomb
+    #: rehashes of an inline table that doubled it, and that only dropped its tombstones (inspection)
+    cdef public Py_ssize_t grown, purged
+    cdef Py_ssize_t cap, top, live, dead, icap, nfreed, freedcap, stride
     cdef Py_ssize_t o_weight, o_lw, o_fw, o_prev, o_mults, o_sums, o_fsums, o_heads
     cdef char* data
     cdef u64* index
@@ -226,6 +258,9 @@ cdef class Pool:
     cdef int n_bound, n_free
     cdef int* bound_slots
     cdef int* free_slots
+    #: the pool of the parent node (the component's sentinel for a root), whose rows hold this node's
+    #: fit-list heads: a rehash of a free leaf's table moves its rows and relinks them
+    cdef Pool up
 
     def __cinit__(self, int n_atoms, int n_children, bint free, bint lists, int slot, int fpos,
                   bound_slots, free_slots):
@@ -267,9 +302,14 @@ cdef class Pool:
             o += 4 * n_children
         self.stride = (o + 7) // 8 * 8
         self.icap = 0
-        # A bound leaf's items are referenced by no other row (no fit-list, no children), so they live
-        # in the hash table itself: one probe reaches the row, where an index costs a slot and a row.
-        self.inline = self.leaf and not free
+        # A leaf's items are referenced by no row of another node but through the fit-lists, so they
+        # live in the hash table itself: one probe reaches the row, where an index costs a slot and a
+        # row (two dependent cache misses once the state outgrows the caches).  A bound leaf's rows are
+        # referenced by nothing and move on a deletion (backward shift); a free leaf's rows are linked
+        # in their parent's fit-list, so a deletion leaves a tombstone instead and rows move only at a
+        # rehash, which relinks them (``tomb``).
+        self.inline = self.leaf
+        self.tomb = self.leaf and free
         if self.inline:
             self._rehash_inline(MIN_CAP * 2)
         else:
@@ -348,14 +388,34 @@ cdef class Pool:
         self.icap = icap
         return 0
 
+    def set_parent(self, Pool up):
+        """The pool of the parent node (the sentinel for a root): a free leaf's fit-list heads are there."""
+        if self.tomb and not up.lists:
+            raise ValueError("the parent of a free leaf keeps no fit-lists")
+        self.up = up
+
     cdef int _rehash_inline(self, Py_ssize_t icap) except -1:
-        """An inline table of ``icap`` row slots (empty: parent -1), the old rows re-placed."""
+        """An inline table of ``icap`` row slots (empty: parent -1), the live rows re-placed; O(icap).
+
+        A free leaf's rows are relinked: the fit-list links among them mapped to the new
+        slots, and the head of each list (a fit row without predecessor) set in its
+        parent's row.  Called only between updates of occurrences (from :meth:`add`, in
+        the top-down walk), when every row is in its parent's fit-list iff its ``fw`` is
+        non-zero.  Tombstones are dropped.
+        """
         cdef char* old = self.data
         cdef Py_ssize_t oldcap = self.icap, i
         cdef size_t mask = icap - 1, j
         cdef char* src
+        cdef char* row
+        cdef i32* moved = NULL
+        cdef i32 link
         self.data = <char*>_grow(NULL, 0, icap * self.stride, False)
         memset(self.data, 0xFF, icap * self.stride)
+        if self.tomb and self.live:
+            if self.up is None:
+                raise RuntimeError("a free leaf's pool needs its parent pool (set_parent) before it grows")
+            moved = <i32*>_grow(NULL, 0, oldcap * 4, False)
         for i in range(oldcap):
             src = old + i * self.stride
             if (<i32*>src)[0] >= 0:
@@ -363,8 +423,25 @@ cdef class Pool:
                 while (<i32*>(self.data + j * self.stride))[0] >= 0:
                     j = (j + 1) & mask
                 memcpy(self.data + j * self.stride, src, self.stride)
+                if moved != NULL:
+                    moved[i] = <i32>j
+        if moved != NULL:
+            for j in range(<size_t>icap):
+                row = self.data + j * self.stride
+                if (<i32*>row)[0] < 0:
+                    continue
+                link = (<i32*>(row + self.o_prev))[0]
+                if link >= 0:
+                    (<i32*>(row + self.o_prev))[0] = moved[link]
+                elif self.leaf_local(j) != 0:  # fit and first: the head of its parent's fit-list
+                    self.up.heads((<i32*>row)[0])[self.slot] = <i32>j
+                link = (<i32*>(row + self.o_prev + 4))[0]
+                if link >= 0:
+                    (<i32*>(row + self.o_prev + 4))[0] = moved[link]
+            _release(moved, oldcap * 4)
         _release(old, oldcap * self.stride)
         self.icap = self.cap = self.top = icap
+        self.dead = 0
         return 0
 
     cdef inline i32 find(self, i64 pid, i64 v) noexcept:
@@ -378,7 +455,7 @@ cdef class Pool:
             while True:
                 row = self.data + j * self.stride
                 p = (<i32*>row)[0]
-                if p < 0:
+                if p == -1:  # empty (a tombstone, -2, continues the probe)
                     return -1
                 if p == pid and (<i64*>(row + 8))[0] == v:
                     return <i32>j
@@ -401,16 +478,27 @@ cdef class Pool:
         cdef size_t j, mask
         cdef char* row
         if self.inline:
-            if (self.live + 1) * 10 > self.icap * 7:
-                self._rehash_inline(self.icap * 2)
+            if (self.live + self.dead + 1) * 10 > self.icap * 7:
+                # grow when the live rows alone fill more than 35%, else only drop the tombstones
+                if (self.live + 1) * 20 > self.icap * 7:
+                    self._rehash_inline(self.icap * 2)
+                    self.grown += 1
+                else:
+                    self._rehash_inline(self.icap)
+                    self.purged += 1
             mask = self.icap - 1
             j = _pair_hash(pid, v) & mask
             while (<i32*>(self.data + j * self.stride))[0] >= 0:
                 j = (j + 1) & mask
             row = self.data + j * self.stride
+            if (<i32*>row)[0] == -2:  # the key is absent (the caller found no row): reuse the tombstone
+                self.dead -= 1
             memset(row, 0, self.stride)
             (<i32*>row)[0] = <i32>pid
             (<i64*>(row + 8))[0] = v
+            if self.free:
+                self.prev(j)[0] = -1
+                self.next(j)[0] = -1
             self.live += 1
             return <i32>j
         if self.nfreed:
@@ -444,10 +532,28 @@ cdef class Pool:
     cdef int remove(self, i32 r) except -1:
         """Drop item ``r`` from the index (backward-shift deletion) and put its row on the free list.
 
-        In an inline table the later rows of the cluster move up instead (their ids change: nothing
-        refers to a bound leaf's row)."""
+        In a bound leaf's table the later rows of the cluster move up instead (their ids change: nothing
+        refers to a bound leaf's row).  A free leaf's row (unlinked from its fit-list, since its ``fw`` is
+        0) becomes a tombstone, or, at the end of its cluster, empty with the tombstones before it."""
         cdef size_t mask, i, j, k
         cdef char* rj
+        if self.tomb:
+            # Only the parent field marks the slot (the rest of the row stays readable: the answer
+            # deltas of this update are read through it after the collection, see Kernel._emit).
+            mask = self.icap - 1
+            self.support(r)[0] = 0
+            if self.parent((r + 1) & mask)[0] == -1:
+                self.parent(r)[0] = -1
+                i = (r - 1) & mask
+                while self.parent(i)[0] == -2:
+                    self.parent(i)[0] = -1
+                    self.dead -= 1
+                    i = (i - 1) & mask
+            else:
+                self.parent(r)[0] = -2
+                self.dead += 1
+            self.live -= 1
+            return 0
         if self.inline:
             mask = self.icap - 1
             i = r
@@ -495,6 +601,16 @@ cdef class Pool:
         cdef Py_ssize_t r
         return [r for r in range(self.top) if self.parent(r)[0] == pid and self.support(r)[0] > 0]
 
+    def table(self):
+        """``(slots, live rows, tombstones)`` of the pool's hash table (inspection)."""
+        return self.icap, self.live, self.dead
+
+    def rebuild(self):
+        """Rehash an inline table at its size, as :meth:`add` does when tombstones fill it (tests)."""
+        if self.inline:
+            self._rehash_inline(self.icap)
+            self.purged += 1
+
     def make_root(self):
         """The single item (row 0) of a component's sentinel pool (the paper's start list)."""
         self.add(0, 0)
@@ -504,6 +620,18 @@ cdef class Pool:
         if self.inline:
             return self.icap * self.stride
         return self.cap * self.stride + self.icap * 8 + self.freedcap * 4
+
+
+cdef inline void _prefetch_head(Pool pool, Pool ppool, i64 pid) noexcept:
+    """Start fetching the head row of item ``pid``'s fit-list of ``pool`` (an insert links before it).
+
+    Issued before the find of the item itself, so the two cache misses of an insert at a free
+    node overlap instead of following each other: the head's id is in the parent's row, which the
+    walk has just read.
+    """
+    cdef i32 head = ppool.heads(pid)[pool.slot]
+    if head >= 0:
+        qh_prefetch_write(pool.row(head), 1, 3)
 
 
 cdef inline unsigned long long _row_hash(const i64* codes, int arity) noexcept nogil:
@@ -920,6 +1048,8 @@ cdef class Kernel:
         cdef Pool pool
         for k in range(occ.depth):
             pool = <Pool>occ.path[k]
+            if k == occ.depth - 1 and pool.free:  # see _update_occurrence
+                _prefetch_head(pool, <Pool>occ.path[k - 1] if k else occ.sentinel, pid)
             r = pool.find(pid, codes[occ.positions[k]])
             if r < 0:
                 return 0
@@ -1008,6 +1138,8 @@ cdef class Kernel:
         for k in range(depth):
             pool = <Pool>occ.path[k]
             v = codes[occ.positions[k]]
+            if k == depth - 1 and pool.free:
+                _prefetch_head(pool, <Pool>occ.path[k - 1] if k else occ.sentinel, pid)
             r = pool.find(pid, v)
             if r < 0:
                 r = pool.add(pid, v)
@@ -1019,15 +1151,12 @@ cdef class Kernel:
             old_leaf = pool.leaf_local(r)
         if pool.free:
             # The fit-list neighbours this update may relink are random rows of a large pool: start
-            # fetching them now, so the misses overlap the bottom-up pass instead of following it.
+            # fetching them now, so the misses overlap the bottom-up pass instead of following it (the
+            # head of the parent's list, which an insert links before, was asked for before the find).
             pr = pool.prev(r)[0]
             nx = pool.next(r)[0]
             if pr >= 0:
                 qh_prefetch_write(pool.row(pr), 1, 3)
-            if nx >= 0:
-                qh_prefetch_write(pool.row(nx), 1, 3)
-            ppool = <Pool>occ.path[depth - 2] if depth > 1 else occ.sentinel
-            nx = ppool.heads(occ.ids[depth - 2] if depth > 1 else 0)[pool.slot]
             if nx >= 0:
                 qh_prefetch_write(pool.row(nx), 1, 3)
         pool.mults(r)[occ.slot] = new

@@ -6,11 +6,12 @@ Boolean answer, O(|free|) = constant enumeration delay; 002 §3, §6), with the
 item trie and the base relations kept by the compiled kernel
 ``ivm/engines/_qhier_kernel.pyx`` as rows of C arrays: int ids instead of object
 references, free lists for deleted rows, and value→item maps that are hash
-indexes of 32-bit row ids.  Nothing in the state is a Python object per tuple,
-so the cyclic garbage collector's cost no longer grows with the state (with the
-reference, 67% of the update time at 4·10^5 tuples was generation-2
-collections walking the items), and the state takes about 35-55 bytes per
-integer tuple instead of about 400 (``stats()["bytes_per_tuple"]``).
+indexes of 32-bit row ids (a leaf's rows are the slots of its hash table
+itself).  Nothing in the state is a Python object per tuple, so the cyclic
+garbage collector's cost no longer grows with the state (with the reference,
+67% of the update time at 4·10^5 tuples was generation-2 collections walking
+the items), and the state takes about 40-75 bytes per integer tuple instead
+of about 400 (``stats()["bytes_per_tuple"]``).
 
 ``QHierEngine(query, implementation="auto")`` builds this engine when the kernel
 is compiled (``pip install -e .`` builds it; without a C compiler "auto" falls
@@ -91,8 +92,8 @@ class QHierCompactEngine(QHierEngine):
     links for free nodes; ``fsum`` and list heads for their children), per
     relation a table of rows and multiplicities (or, under bag semantics, for a
     relation with one plain occurrence, the trie alone), each with a hash index
-    of row ids and 32-bit hashes; rows grow by x1.5, indexes by x2, deleted
-    rows are reused.
+    of row ids and 32-bit hashes (a leaf node's rows are the slots of its hash
+    table); rows grow by x1.5, indexes by x2, deleted rows are reused.
     """
 
     def __init__(
@@ -137,6 +138,11 @@ class QHierCompactEngine(QHierEngine):
                         node.free_slots,
                     )
                 )
+        for comp in self._components:  # a free leaf's pool relinks its fit-lists' heads in the parent's rows
+            pools[pool_of[id(comp.nodes[0])]].set_parent(pools[sentinel_of[comp.index]])
+            for node in comp.nodes:
+                for child in node.children:
+                    pools[pool_of[id(child)]].set_parent(pools[pool_of[id(node)]])
         free_nodes = []
         for node, parent_pos, comp in self._free_nodes:
             parent_pool = sentinel_of[comp.index] if parent_pos < 0 else pool_of[id(self._free_nodes[parent_pos][0])]
