@@ -16,8 +16,10 @@ update whatever the implementation, IVM^eps O(N^max(eps,1-eps)) amortized
   the baseline of ``bench/compare.py``),
 - ``plain``: the plain-Python first-order loop of the issue (:class:`PlainLoop`: a dict
   of sets per relation and direction, one update at a time, ~20 lines),
-- ``native``: ``../shared/anchors/native_fo.py`` (C++, tuple at a time) when present,
-  facebook only (its own copy of the same stream, same seed), once.
+- ``native``: with ``--anchor SCRIPT``, an external native first-order loop (not part of
+  this repository: a script that takes the facebook edge file and ``--seed`` and prints a
+  JSON row, e.g. a C++ loop, tuple at a time), facebook only (its own copy of the same
+  stream, same seed), once.
 
 ``--baseline TREE`` adds, for each system of ``--baseline-systems`` (``auto``),
 a row ``<system>@base`` whose workers import the engines from another checkout
@@ -77,7 +79,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 EDGES = ROOT / "data" / "graphs" / "facebook_combined.edges.gz"
-ANCHOR = ROOT.parent / "shared" / "anchors" / "native_fo.py"
 OUT = ROOT / "bench" / "out"
 QUERY = "Q() :- R(a,b), S(b,c), T(c,a)"
 SYSTEMS = ("auto", "compiled", "auto_python", "fo_python", "plain")
@@ -271,17 +272,15 @@ def summary(workload: str, system: str, batch: int, runs: list[dict], loads: lis
     return row
 
 
-def anchor(seed: int) -> dict | None:
-    """The native C++ first-order loop on facebook (same stream and seed), when it is there."""
-    if not ANCHOR.exists():
-        return None
+def anchor(script: Path, seed: int) -> dict:
+    """The external native first-order loop ``script`` on facebook (same stream and seed)."""
     import gzip
     import tempfile
 
     with tempfile.NamedTemporaryFile("wb", suffix=".edges") as f:
         f.write(gzip.decompress(EDGES.read_bytes()))
         f.flush()
-        cmd = [sys.executable, str(ANCHOR), f.name, "--seed", str(seed)]
+        cmd = [sys.executable, str(script), f.name, "--seed", str(seed)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -298,7 +297,7 @@ def main() -> None:
     ap.add_argument("--hub-shares", default="0,0.01,0.1", help="hubs: shares of hub-hub toggles, one workload each")
     ap.add_argument("--baseline", help="another checkout whose engines run as <system>@base, alternately")
     ap.add_argument("--baseline-systems", default="auto", help="the systems also run from --baseline")
-    ap.add_argument("--no-anchor", action="store_true", help="skip ../shared/anchors/native_fo.py")
+    ap.add_argument("--anchor", type=Path, help="an external native first-order loop timed beside (facebook)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
@@ -361,9 +360,9 @@ def main() -> None:
             print(f"auto ran: {', '.join(engines)} (part: runs in which it partitioned a relation)", flush=True)
         qs = {tuple(r["q"]) for r in rows if r["workload"] == workload}
         assert len(qs) == 1, f"systems disagree on {workload}: {qs}"
-        if workload == "facebook" and not args.no_anchor:
-            a = anchor(args.seed)
-            if a is not None:
+        if workload == "facebook" and args.anchor:
+            a = anchor(args.anchor, args.seed)
+            if a:
                 assert (a["q_ins"], a["q_final"]) == tuple(qs.pop()), "the anchor's counts differ"
                 rows.append({**a, "workload": workload, "system": "native"})
                 print(
