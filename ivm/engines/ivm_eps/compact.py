@@ -80,18 +80,13 @@ __all__ = [
 def uses_compact_partitions(implementation: str) -> bool:
     """Whether ``implementation`` keeps the partitions and views in the compiled state, O(1).
 
-    ``"python"``: never (the reference); ``"compiled"``: always (an ImportError
-    when the kernel is not built); ``"auto"``: when it is built.
+    The same decision as the first-order slots' (:func:`ivm.engines.first_order.uses_compact`:
+    one kernel holds both): ``"python"`` never (the reference); ``"compiled"`` always (an
+    ImportError when the kernel is not built); ``"auto"`` when it is built.
     """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    if implementation == "python":
-        return False
-    if TriangleFirstOrder is None:
-        if implementation == "compiled":
-            raise ImportError("ivm.engines._triangle_kernel is not built (pip install -e . compiles it)")
-        return False
-    return True
+    from ivm.engines.first_order import uses_compact  # here: first_order imports this package
+
+    return uses_compact(implementation)
 
 
 def new_partitioned_state(
