@@ -1,17 +1,20 @@
-"""Independent oracles: brute-force evaluation of count queries over Z-relations.
+"""Independent oracles: brute-force evaluation of count queries over Z-relations, and the random
+streams the engine tests check against them.
 
-Deliberately naive (nested loops over every atom's tuples), sharing no code
+Deliberately plain (index nested loops over every atom's tuples), sharing no code
 with the engines beyond the query model.
 """
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ivm.query.model import Query
 
 ZRelation = dict[tuple, int]
+Update = tuple[str, tuple, int]
 
 
 def apply_stream(
@@ -36,19 +39,33 @@ def apply_stream(
 
 
 def count_answers(query: Query, db: dict[str, ZRelation]) -> dict[tuple, int]:
-    """{answer over the free variables: Σ of products of multiplicities}, zeros dropped."""
+    """{answer over the free variables: Σ of products of multiplicities}, zeros dropped.
+
+    Nested loops over the atoms in query order; each atom's tuples are indexed
+    on the variables bound by the atoms before it (an index nested-loop join),
+    so a level visits only the tuples that agree with the binding so far.
+    """
     out: dict[tuple, int] = defaultdict(int)
+    bound: set[str] = set()
+    levels: list[tuple[tuple[str, ...], tuple[str, ...], dict[tuple, list[tuple[tuple, int]]]]] = []
+    for atom in query.atoms:
+        shared = tuple(dict.fromkeys(v for v in atom.terms if v in bound))
+        index: dict[tuple, list[tuple[tuple, int]]] = defaultdict(list)
+        for row, mult in db.get(atom.relation, {}).items():
+            if atom.matches(row):
+                at = dict(zip(atom.terms, row, strict=True))
+                index[tuple(at[v] for v in shared)].append((row, mult))
+        levels.append((atom.terms, shared, index))
+        bound |= set(atom.terms)
 
     def extend(i: int, binding: dict[str, object], weight: int) -> None:
-        if i == len(query.atoms):
+        if i == len(levels):
             out[tuple(binding[v] for v in query.free)] += weight
             return
-        atom = query.atoms[i]
-        for row, mult in db.get(atom.relation, {}).items():
-            if not atom.matches(row):
-                continue
+        terms, shared, index = levels[i]
+        for row, mult in index.get(tuple(binding[v] for v in shared), ()):
             new = dict(binding)
-            if all(new.setdefault(v, x) == x for v, x in zip(atom.terms, row, strict=True)):
+            if all(new.setdefault(v, x) == x for v, x in zip(terms, row, strict=True)):
                 extend(i + 1, new, weight * mult)
 
     extend(0, {}, 1)
@@ -58,3 +75,49 @@ def count_answers(query: Query, db: dict[str, ZRelation]) -> dict[tuple, int]:
 def count(query: Query, db: dict[str, ZRelation]) -> int:
     """The scalar count Σ over all variables (free or not)."""
     return sum(count_answers(query.with_free(()), db).values())
+
+
+class ZDatabase:
+    """The test's own copy of a database: one Z-relation per relation of ``query``, updated one
+    tuple at a time (a multiplicity may go negative: deletes of absent tuples are kept).
+
+    ``seen_negative`` / ``seen_nonunit`` record whether any multiplicity was ever below 0 / above 1,
+    so that a test can assert its stream reached those cases.
+    """
+
+    def __init__(self, query: Query) -> None:
+        self.rel: dict[str, ZRelation] = {r: {} for r in query.relations}
+        self.seen_negative = self.seen_nonunit = False
+
+    def apply(self, relation: str, row: tuple, m: int) -> None:
+        table = self.rel[relation]
+        new = table.get(row, 0) + m
+        self.seen_negative |= new < 0
+        self.seen_nonunit |= new > 1
+        if new:
+            table[row] = new
+        else:
+            table.pop(row, None)
+
+
+def hub_stream(rng: random.Random, query: Query, length: int, domain: int, hub_rate: float) -> Iterator[Update]:
+    """Random updates to ``query``'s relations: the hub value 0 takes ``hub_rate`` of the positions,
+    the rest is uniform below ``domain``; multiplicities in {-1, 1, 2, 3} (a delete of an absent
+    tuple makes one negative), and a fifth of the steps delete a present tuple to zero."""
+    present: dict[tuple[str, tuple], int] = {}
+    relations = sorted(query.relations)
+    for _ in range(length):
+        if present and rng.random() < 0.2:
+            (relation, row), m = rng.choice(sorted(present.items(), key=repr))
+            del present[(relation, row)]
+            yield relation, row, -m
+            continue
+        relation = rng.choice(relations)
+        row = tuple(0 if rng.random() < hub_rate else rng.randrange(domain) for _ in range(query.relations[relation]))
+        m = rng.choice([1, 1, 2, 3, -1])
+        new = present.get((relation, row), 0) + m
+        if new:
+            present[(relation, row)] = new
+        else:
+            present.pop((relation, row), None)
+        yield relation, row, m

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from functools import partial
 
 import pytest
 
@@ -24,70 +25,12 @@ from ivm.engines.ivm_eps.three_relations import IVMEps3R
 from ivm.engines.ivm_eps.three_relations_invariants import check_3r_invariants
 from ivm.query import parse
 from ivm.query.model import Atom, Query
+from tests.oracles import ZDatabase, count, hub_stream
 
 EPS = [0.0, 0.3, 0.5, 1.0]
 
-
-def oracle_count(query: Query, relations: dict[str, dict[tuple, int]]) -> int:
-    """Hash join of the three atoms over all bindings (no projection first), summed."""
-    partial: list[tuple[dict, int]] = [({}, 1)]
-    for atom in query.atoms:
-        fixed = dict(atom.constants)
-        rows = []
-        for row, m in relations[atom.relation].items():
-            if any(row[p] != v for p, v in fixed.items()):
-                continue
-            binding: dict = {}
-            ok = True
-            for var, value in zip(atom.terms, row, strict=True):
-                if binding.setdefault(var, value) != value:
-                    ok = False
-            if ok:
-                rows.append((binding, m))
-        out = []
-        for left, lm in partial:
-            for right, rm in rows:
-                if all(left.get(v, x) == x for v, x in right.items()):
-                    out.append(({**left, **right}, lm * rm))
-        partial = out
-    return sum(m for _, m in partial)
-
-
-class Base:
-    """Plain Z-relations."""
-
-    def __init__(self, query: Query) -> None:
-        self.rel: dict[str, dict[tuple, int]] = {r: {} for r in query.relations}
-
-    def apply(self, relation: str, row: tuple, m: int) -> None:
-        table = self.rel[relation]
-        new = table.get(row, 0) + m
-        if new:
-            table[row] = new
-        else:
-            table.pop(row, None)
-
-
-def stream(rng: random.Random, query: Query, length: int, domain: int = 5, hub_rate: float = 0.4):
-    """Random updates: a hub value 0 takes ``hub_rate`` of the positions, multiplicities in
-    {-1, 1, 2, 3}, and full deletions of present tuples."""
-    present: dict[tuple[str, tuple], int] = {}
-    relations = sorted(query.relations)
-    for _ in range(length):
-        if present and rng.random() < 0.2:
-            (relation, row), m = rng.choice(sorted(present.items(), key=repr))
-            del present[(relation, row)]
-            yield relation, row, -m
-            continue
-        relation = rng.choice(relations)
-        row = tuple(0 if rng.random() < hub_rate else rng.randrange(domain) for _ in range(query.relations[relation]))
-        m = rng.choice([1, 1, 2, 3, -1])
-        new = present.get((relation, row), 0) + m
-        if new:
-            present[(relation, row)] = new
-        else:
-            present.pop((relation, row), None)
-        yield relation, row, m
+#: random updates with the hub value 0 (tests/oracles.py)
+stream = partial(hub_stream, domain=5, hub_rate=0.4)
 
 
 def bursty_stream(rng: random.Random, query: Query, rounds: int, burst: int = 40):
@@ -144,7 +87,7 @@ def test_random_streams_match_brute_force(text: str, klass: int, eps: float) -> 
     query = parse(text)
     engine = IVMEps3R(query, eps=eps)
     assert engine.stats()["class"] == klass
-    base = Base(query)
+    base = ZDatabase(query)
     for seed in (1, 2):
         rng = random.Random(seed * 1000 + QUERIES.index((text, klass)))
         updates = list(stream(rng, query, 120))
@@ -156,7 +99,7 @@ def test_random_streams_match_brute_force(text: str, klass: int, eps: float) -> 
             for update in batch:
                 base.apply(*update)
             check_3r_invariants(engine)
-            assert engine.result() == oracle_count(query, base.rel)
+            assert engine.result() == count(query, base.rel)
         for relation, table in base.rel.items():
             for row, m in table.items():
                 assert engine.multiplicity(relation, row) == m
@@ -178,7 +121,7 @@ def test_multiplicities_multiply() -> None:
 def _grow_then_shrink(text: str, eps: float, seed: int) -> IVMEps3R:
     query = parse(text)
     engine = IVMEps3R(query, eps=eps)
-    base = Base(query)
+    base = ZDatabase(query)
     rng = random.Random(seed)
     updates = list(bursty_stream(rng, query, 12))
     for k, (relation, row, m) in enumerate(updates + [(r, row, -m) for r, row, m in reversed(updates)]):
@@ -217,7 +160,7 @@ def test_path_minor_rebalancing_both_ways(eps: float) -> None:
     """A key of the middle relation M = R grows past 3θ/2 (light -> heavy) and shrinks below θ/2."""
     query = parse("Q() :- R(a,b), S(b), T(a)")
     engine = IVMEps3R(query, eps=eps)
-    base = Base(query)
+    base = ZDatabase(query)
     preload = [("S", (b,), 1 + b % 3) for b in range(200)] + [("T", (a,), 2) for a in range(60)]
     for update in preload:
         engine.apply([update])
@@ -233,7 +176,7 @@ def test_path_minor_rebalancing_both_ways(eps: float) -> None:
         check_3r_invariants(engine)
         assert ((7,) in engine.M.hf) == (b + 1 >= up)
     assert engine.minor_rebalances == 1
-    assert engine.result() == oracle_count(query, base.rel)
+    assert engine.result() == count(query, base.rel)
     for b in range(up):
         engine.apply([("R", (7, b), -2)])
         base.apply("R", (7, b), -2)
@@ -248,7 +191,7 @@ def test_snapshot_round_trip() -> None:
     for text in ("Q() :- R(a,b), S(b,c), T(c,d)", "Q() :- R(a,b), S(b,c), T(c,a)", "Q() :- R(a,b), S(a,b), T(a,c)"):
         query = parse(text)
         engine = IVMEps3R(query, eps=0.3)
-        base = Base(query)
+        base = ZDatabase(query)
         updates = list(stream(random.Random(3), query, 200))
         for update in updates[:100]:
             engine.apply([update])
@@ -260,7 +203,7 @@ def test_snapshot_round_trip() -> None:
             copy.apply([update])
             base.apply(*update)
         check_3r_invariants(copy)
-        assert copy.result() == engine.result() == oracle_count(query, base.rel)
+        assert copy.result() == engine.result() == count(query, base.rel)
         assert copy.stats() == engine.stats()
 
 
@@ -373,12 +316,12 @@ def test_every_3r_query_up_to_renaming_counts_correctly() -> None:
         query = as_query(atoms)
         eps = rng.choice(EPS)
         engine = IVMEps3R(query, eps=eps)
-        base = Base(query)
+        base = ZDatabase(query)
         for update in stream(rng, query, 25, domain=3):
             engine.apply([update])
             base.apply(*update)
         check_3r_invariants(engine)
-        assert engine.result() == oracle_count(query, base.rel), (str(query), eps)
+        assert engine.result() == count(query, base.rel), (str(query), eps)
 
 
 def test_threshold_base_follows_figure_4_on_the_path_plan() -> None:

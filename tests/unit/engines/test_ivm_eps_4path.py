@@ -22,65 +22,10 @@ from ivm.engines.ivm_eps.four_path import IVMEps4Path
 from ivm.engines.ivm_eps.four_path_invariants import InvariantViolation, check_four_path_invariants
 from ivm.query import parse
 from ivm.query.model import Query
+from tests.oracles import ZDatabase, count
 
 EPS = [0.0, 0.3, 0.5, 1.0]
 CANONICAL = "Q() :- R(a), S(a,b), T(b,c), U(c)"
-
-
-def brute_force(query: Query, relations: dict[str, dict[tuple, int]]) -> int:
-    """Σ over all consistent bindings of the product of the atoms' multiplicities.
-
-    Backtracking over the atoms in query order; each atom's rows are bound to its
-    terms (constants and repeated variables checked here) and indexed on the
-    variables bound by the atoms before it (a dict join).
-    """
-    atoms = query.atoms
-    bound_rows: list[list[tuple[dict, int]]] = []
-    for atom in atoms:
-        fixed = dict(atom.constants)
-        rows = []
-        for row, m in relations[atom.relation].items():
-            if any(row[p] != v for p, v in fixed.items()):
-                continue
-            binding: dict = {}
-            if all(binding.setdefault(var, x) == x for var, x in zip(atom.terms, row, strict=True)):
-                rows.append((binding, m))
-        bound_rows.append(rows)
-    seen: set[str] = set()
-    indexes = []
-    for atom, rows in zip(atoms, bound_rows, strict=True):
-        shared = tuple(sorted(atom.variables & seen))
-        index: dict[tuple, list[tuple[dict, int]]] = {}
-        for binding, m in rows:
-            index.setdefault(tuple(binding[v] for v in shared), []).append((binding, m))
-        indexes.append((shared, index))
-        seen |= atom.variables
-
-    def extend(k: int, binding: dict, mult: int) -> int:
-        if k == len(atoms):
-            return mult
-        shared, index = indexes[k]
-        total = 0
-        for more, m in index.get(tuple(binding[v] for v in shared), ()):
-            total += extend(k + 1, {**binding, **more}, mult * m)
-        return total
-
-    return extend(0, {}, 1)
-
-
-class Base:
-    """Plain Z-relations (the test's own copy of the database)."""
-
-    def __init__(self, query: Query) -> None:
-        self.rel: dict[str, dict[tuple, int]] = {r: {} for r in query.relations}
-
-    def apply(self, relation: str, row: tuple, m: int) -> None:
-        table = self.rel[relation]
-        new = table.get(row, 0) + m
-        if new:
-            table[row] = new
-        else:
-            table.pop(row, None)
 
 
 def value(rng: random.Random, domain: int, hub_rate: float) -> int:
@@ -131,11 +76,11 @@ QUERIES = [
 
 @pytest.mark.parametrize("eps", EPS)
 @pytest.mark.parametrize("text", QUERIES)
-def test_random_streams_match_brute_force(text: str, eps: float) -> None:
+def test_random_streams_match_count(text: str, eps: float) -> None:
     query = parse(text)
     for seed in range(3):
         engine = IVMEps4Path(query, eps=eps)
-        base = Base(query)
+        base = ZDatabase(query)
         rng = random.Random(1000 * seed + 100 * QUERIES.index(text) + EPS.index(eps))
         updates = list(stream(rng, query, 400))
         pos = 0
@@ -146,7 +91,7 @@ def test_random_streams_match_brute_force(text: str, eps: float) -> None:
             for update in batch:
                 base.apply(*update)
             check_four_path_invariants(engine)
-            assert engine.result() == brute_force(query, base.rel)
+            assert engine.result() == count(query, base.rel)
         for relation, table in base.rel.items():
             for row, m in table.items():
                 assert engine.multiplicity(relation, row) == m
@@ -181,7 +126,7 @@ def test_hub_stream_drives_major_and_minor_rebalancing_both_ways(eps: float) -> 
     heavy -> light minor rebalancing on all four partitioned variables, N doubling and halving."""
     query = parse(CANONICAL)
     engine = IVMEps4Path(query, eps=eps)
-    base = Base(query)
+    base = ZDatabase(query)
     rng = random.Random(7)
     background = []
     for _ in range(260):
@@ -224,9 +169,9 @@ def test_hub_stream_drives_major_and_minor_rebalancing_both_ways(eps: float) -> 
             heavy_seen[key] = max(heavy_seen[key], stats[key])
         if k % 97 == 0:
             check_four_path_invariants(engine)
-            assert engine.result() == brute_force(query, base.rel)
+            assert engine.result() == count(query, base.rel)
     check_four_path_invariants(engine)
-    assert engine.result() == brute_force(query, base.rel)
+    assert engine.result() == count(query, base.rel)
     # what is left: the R and U values toggled at the hubs; delete them too
     remaining = [(r, row, -m) for r, table in base.rel.items() for row, m in table.items()]
     assert {r for r, _, _ in remaining} <= {"R", "U"}
@@ -263,7 +208,7 @@ def test_apply_batch_equals_one_at_a_time() -> None:
 def test_snapshot_round_trip() -> None:
     query = parse("Q() :- V(a), E(a,b), E(b,c), V(c)")
     engine = IVMEps4Path(query, eps=0.3)
-    base = Base(query)
+    base = ZDatabase(query)
     updates = list(stream(random.Random(5), query, 400, domain=10))
     for update in updates[:200]:
         engine.apply([update])
@@ -276,14 +221,14 @@ def test_snapshot_round_trip() -> None:
         copy.apply([update])
         base.apply(*update)
     check_four_path_invariants(copy)
-    assert copy.result() == engine.result() == brute_force(query, base.rel)
+    assert copy.result() == engine.result() == count(query, base.rel)
     assert copy.stats() == engine.stats()
 
 
 def test_set_eps_keeps_the_result_and_the_invariants() -> None:
     query = parse(CANONICAL)
     engine = IVMEps4Path(query, eps=0.5)
-    base = Base(query)
+    base = ZDatabase(query)
     rng = random.Random(11)
     updates = list(stream(rng, query, 500, domain=15, hub_rate=0.35))
     for step, eps in enumerate([0.0, 0.3, 1.0, 0.7, 0.5]):
@@ -292,7 +237,7 @@ def test_set_eps_keeps_the_result_and_the_invariants() -> None:
             base.apply(*update)
         before, majors = engine.result(), engine.major_rebalancings
         engine.set_eps(eps)
-        assert engine.eps == eps and engine.result() == before == brute_force(query, base.rel)
+        assert engine.eps == eps and engine.result() == before == count(query, base.rel)
         assert engine.strict and engine.major_rebalancings == majors
         check_four_path_invariants(engine)
         degrees: dict = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from functools import partial
 
 import pytest
 
@@ -23,6 +24,7 @@ from ivm.engines.ivm_eps.loomis_whitney_invariants import InvariantViolation, ch
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
 from ivm.query import parse
 from ivm.query.model import Query
+from tests.oracles import ZDatabase, count, hub_stream
 
 EPS = [0.0, 0.3, 0.5, 1.0]
 LW = {
@@ -32,75 +34,8 @@ LW = {
 }
 
 
-def brute_force(query: Query, relations: dict[str, dict[tuple, int]]) -> int:
-    """Nested loops over the base relations, one atom per level (index nested loops: each level
-    looks up the rows that agree with the variables bound by the earlier atoms)."""
-    atoms = query.atoms
-    bound: set[str] = set()
-    levels = []
-    for atom in atoms:
-        shared = [p for p, v in enumerate(atom.terms) if v in bound]
-        index: dict[tuple, list[tuple[tuple, int]]] = {}
-        for row, m in relations[atom.relation].items():
-            index.setdefault(tuple(row[p] for p in shared), []).append((row, m))
-        levels.append((atom.terms, [atom.terms[p] for p in shared], index))
-        bound |= set(atom.terms)
-    total = 0
-
-    def level(k: int, binding: dict, mult: int) -> None:
-        nonlocal total
-        if k == len(levels):
-            total += mult
-            return
-        terms, shared, index = levels[k]
-        for row, m in index.get(tuple(binding[v] for v in shared), []):
-            extended = dict(binding)
-            if all(extended.setdefault(v, x) == x for v, x in zip(terms, row, strict=True)):
-                level(k + 1, extended, mult * m)
-
-    level(0, {}, 1)
-    return total
-
-
-class Base:
-    """Plain Z-relations."""
-
-    def __init__(self, query: Query) -> None:
-        self.rel: dict[str, dict[tuple, int]] = {r: {} for r in query.relations}
-        self.seen_negative = self.seen_nonunit = False
-        self.views_seen: list[int] = []
-
-    def apply(self, relation: str, row: tuple, m: int) -> None:
-        table = self.rel[relation]
-        new = table.get(row, 0) + m
-        self.seen_negative |= new < 0
-        self.seen_nonunit |= new > 1
-        if new:
-            table[row] = new
-        else:
-            table.pop(row, None)
-
-
-def stream(rng: random.Random, query: Query, length: int, domain: int = 4, hub_rate: float = 0.35):
-    """Random updates: a hub value 0 takes ``hub_rate`` of the positions, multiplicities in
-    {-1, 1, 2, 3} (a delete of an absent tuple makes it negative), and full deletions."""
-    present: dict[tuple[str, tuple], int] = {}
-    relations = sorted(query.relations)
-    for _ in range(length):
-        if present and rng.random() < 0.2:
-            (relation, row), m = rng.choice(sorted(present.items(), key=repr))
-            del present[(relation, row)]
-            yield relation, row, -m
-            continue
-        relation = rng.choice(relations)
-        row = tuple(0 if rng.random() < hub_rate else rng.randrange(domain) for _ in range(query.relations[relation]))
-        m = rng.choice([1, 1, 2, 3, -1])
-        new = present.get((relation, row), 0) + m
-        if new:
-            present[(relation, row)] = new
-        else:
-            present.pop((relation, row), None)
-        yield relation, row, m
+#: random updates with the hub value 0 (tests/oracles.py)
+stream = partial(hub_stream, domain=4, hub_rate=0.35)
 
 
 def planted_stream(rng: random.Random, query: Query, length: int, domain: int, hub_rate: float = 0.5):
@@ -151,11 +86,11 @@ def bursty_stream(rng: random.Random, query: Query, rounds: int, burst: int = 30
             yield relation, row, -2
 
 
-def run(engine: IVMEpsLW, query: Query, updates: list, rng: random.Random, check_every: int = 1) -> Base:
+def run(engine: IVMEpsLW, query: Query, updates: list, rng: random.Random, check_every: int = 1) -> ZDatabase:
     """Apply ``updates`` in random batches of 1-4, invariants and brute force after every batch.
 
     ``base.views_seen[k]`` is the largest size of V_{k+1} met after a batch."""
-    base = Base(query)
+    base = ZDatabase(query)
     base.views_seen = [0] * len(query.atoms)
     pos = batches = 0
     while pos < len(updates):
@@ -168,13 +103,13 @@ def run(engine: IVMEpsLW, query: Query, updates: list, rng: random.Random, check
         batches += 1
         if batches % check_every == 0 or pos == len(updates):
             check_lw_invariants(engine)
-            assert engine.result() == brute_force(query, base.rel)
+            assert engine.result() == count(query, base.rel)
     return base
 
 
 @pytest.mark.parametrize("eps", EPS)
 @pytest.mark.parametrize("degree", [3, 4, 5])
-def test_random_streams_match_brute_force(degree: int, eps: float) -> None:
+def test_random_streams_match_count(degree: int, eps: float) -> None:
     query = parse(LW[degree])
     engine = IVMEpsLW(query, eps=eps)
     rng = random.Random(100 * degree + int(10 * eps))
@@ -211,7 +146,7 @@ def test_multiplicities_multiply_and_delete_to_zero() -> None:
 def _grow_then_shrink(degree: int, eps: float, seed: int) -> tuple[IVMEpsLW, int]:
     query = parse(LW[degree])
     engine = IVMEpsLW(query, eps=eps)
-    base = Base(query)
+    base = ZDatabase(query)
     rng = random.Random(seed)
     updates = list(bursty_stream(rng, query, 8))
     largest_n = 1
@@ -221,7 +156,7 @@ def _grow_then_shrink(degree: int, eps: float, seed: int) -> tuple[IVMEpsLW, int
         largest_n = max(largest_n, engine.N)
         if k % 23 == 0:
             check_lw_invariants(engine)
-            assert engine.result() == brute_force(query, base.rel)
+            assert engine.result() == count(query, base.rel)
     check_lw_invariants(engine)
     return engine, largest_n
 
@@ -242,7 +177,7 @@ def test_minor_rebalancing_of_one_key_both_ways(degree: int) -> None:
     """One key of R1 crosses 3θ/2 (light -> heavy) and falls below θ/2 (heavy -> light), N fixed."""
     query = parse(LW[degree])
     engine = IVMEpsLW(query, eps=0.5)
-    base = Base(query)
+    base = ZDatabase(query)
     n = degree
     names = [a.relation for a in query.atoms]
     preload = [(names[k % n], tuple(100 + k * 10 + q for q in range(n - 1)), 1) for k in range(300)]
@@ -271,7 +206,7 @@ def test_minor_rebalancing_of_one_key_both_ways(degree: int) -> None:
         if degree_left:
             assert (7 in engine.slots[slot].hf) == (degree_left >= 0.5 * theta)
     assert engine.stats()["minor_to_light"] == 1 and engine.major_rebalances == majors and big_n == engine.N
-    assert engine.result() == brute_force(query, base.rel)
+    assert engine.result() == count(query, base.rel)
 
 
 @pytest.mark.parametrize("eps", EPS)
@@ -317,7 +252,7 @@ def test_snapshot_round_trip() -> None:
     for degree in (3, 4):
         query = parse(LW[degree])
         engine = IVMEpsLW(query, eps=0.3)
-        base = Base(query)
+        base = ZDatabase(query)
         updates = list(bursty_stream(random.Random(3), query, 4))
         half = len(updates) // 2
         for update in updates[:half]:
@@ -330,7 +265,7 @@ def test_snapshot_round_trip() -> None:
             copy.apply([update])
             base.apply(*update)
         check_lw_invariants(copy)
-        assert copy.result() == engine.result() == brute_force(query, base.rel)
+        assert copy.result() == engine.result() == count(query, base.rel)
         assert copy.stats() == engine.stats()
 
 
@@ -338,7 +273,7 @@ def test_snapshot_round_trip() -> None:
 def test_set_eps_keeps_the_result_and_the_invariants(degree: int) -> None:
     query = parse(LW[degree])
     engine = IVMEpsLW(query, eps=0.5)
-    base = Base(query)
+    base = ZDatabase(query)
     rng = random.Random(21)
     updates = list(bursty_stream(rng, query, 4))
     for k, eps in enumerate([1.0, 0.0, 0.3, 0.5, 0.7]):
@@ -347,7 +282,7 @@ def test_set_eps_keeps_the_result_and_the_invariants(degree: int) -> None:
             base.apply(*update)
         before, majors, n = engine.result(), engine.major_rebalances, engine.N
         engine.set_eps(eps)
-        assert engine.result() == before == brute_force(query, base.rel)
+        assert engine.result() == before == count(query, base.rel)
         assert engine.eps == eps and n == engine.N and engine.major_rebalances == majors + 1
         assert engine.strict
         check_lw_invariants(engine)
@@ -379,7 +314,7 @@ def test_permuted_atoms_and_columns(degree: int) -> None:
     body = ", ".join(f"{a.relation}({','.join(a.terms[p] for p in perms[a.relation])})" for a in atoms)
     permuted = parse(f"Q() :- {body}")
     engine, reference = IVMEpsLW(permuted, eps=0.5), IVMEpsLW(query, eps=0.5)
-    base = Base(permuted)
+    base = ZDatabase(permuted)
     for relation, row, m in list(bursty_stream(rng, query, 3)) + list(stream(rng, query, 100)):
         moved = tuple(row[p] for p in perms[relation])
         engine.apply([(relation, moved, m)])
@@ -387,7 +322,7 @@ def test_permuted_atoms_and_columns(degree: int) -> None:
         base.apply(relation, moved, m)
         assert engine.result() == reference.result()
     check_lw_invariants(engine)
-    assert engine.result() == brute_force(permuted, base.rel)
+    assert engine.result() == count(permuted, base.rel)
 
 
 @pytest.mark.parametrize(
