@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ivm.query.model import Query
 
@@ -121,3 +122,39 @@ def hub_stream(rng: random.Random, query: Query, length: int, domain: int, hub_r
         else:
             present.pop((relation, row), None)
         yield relation, row, m
+
+
+def replay(
+    engine: Any,
+    db: ZDatabase,
+    query: Query,
+    updates: list[Update],
+    rng: random.Random,
+    check: Callable[[Any], None] | None = None,
+    check_every: int = 1,
+    after_batch: Callable[[Any], None] | None = None,
+) -> None:
+    """Apply ``updates`` to ``engine`` and ``db`` in batches of 1-4 (sizes drawn from ``rng``) and
+    assert, after every ``check_every``-th batch and the last, the engine's invariants (``check``)
+    and its count against :func:`count` over ``db``; ``after_batch`` sees the engine after each batch."""
+    pos = batches = 0
+    while pos < len(updates):
+        batch = updates[pos : pos + rng.randint(1, 4)]
+        pos += len(batch)
+        engine.apply(batch)
+        for update in batch:
+            db.apply(*update)
+        if after_batch is not None:
+            after_batch(engine)
+        batches += 1
+        if batches % check_every == 0 or pos == len(updates):
+            if check is not None:
+                check(engine)
+            assert engine.result() == count(query, db.rel)
+
+
+def assert_multiplicities(engine: Any, db: ZDatabase) -> None:
+    """Every tuple of ``db`` has its multiplicity in ``engine`` (``engine.multiplicity``)."""
+    for relation, table in db.rel.items():
+        for row, m in table.items():
+            assert engine.multiplicity(relation, row) == m, (relation, row)
