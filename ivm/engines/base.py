@@ -8,7 +8,12 @@ runtime (``processor/``) never knows which algorithm runs behind it.
 Contract (tests in ``tests/unit/test_engine_protocol.py`` check every engine):
 
 - ``apply(batch)`` leaves the same state and result as applying the batch's
-  updates one at a time, in order;
+  updates one at a time, in order.  Its precondition: every update names a
+  relation of the query and has a row of that relation's arity.
+  :meth:`ivm.view.View.apply` keeps it (it refuses other updates by name,
+  ``unknown_relation`` / ``arity``, before any engine sees them), so the
+  engines' hot loops do not test it again; handed such an update directly,
+  an engine may raise midway through a batch;
 - ``result()`` is the aggregate: an exact ``int`` for counts;
 - ``enumerate()`` yields ``(answer tuple, multiplicity)`` pairs with non-zero
   multiplicity, each answer once;
@@ -51,7 +56,11 @@ class Engine(ABC):
 
     @abstractmethod
     def apply(self, updates: Sequence[Update]) -> None:
-        """Apply a batch of updates (same effect as one at a time, in order)."""
+        """Apply a batch of updates (same effect as one at a time, in order).
+
+        Precondition: each update's relation is in the query and its row has that relation's
+        arity (:meth:`ivm.view.View.apply` refuses the others before calling this).
+        """
 
     @abstractmethod
     def result(self) -> Any:

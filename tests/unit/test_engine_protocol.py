@@ -3,7 +3,8 @@
 For each engine and each sample query it accepts: random insert/delete streams
 (multiplicities, full deletions, skewed keys) applied in random batch sizes
 must give the brute-force count after every batch; applying a batch equals
-applying its updates one by one; a snapshot restores the same state.
+applying its updates one by one; a snapshot restores the same state; updates outside the
+engines' precondition (unknown relation, wrong arity) are refused by name and change nothing.
 """
 
 from __future__ import annotations
@@ -108,3 +109,37 @@ def test_batch_equals_one_by_one_and_snapshot_roundtrips(engine: str, text: str)
     assert sorted(restored.enumerate()) == sorted(batched.enumerate())
     for relation, row, _ in stream[:50]:
         assert restored.multiplicity(relation, row) == batched.engine.multiplicity(relation, row)
+
+
+def _bad_updates(query: ivm.Query) -> list[tuple[str, tuple, str]]:
+    """An update naming a relation outside ``query``, one row too long and one too short."""
+    relation, arity = sorted(query.relations.items())[0]
+    return [
+        ("Zz", (1,) * arity, "unknown_relation"),
+        (relation, (1,) * (arity + 1), "arity"),
+        (relation, (1,) * (arity - 1), "arity"),
+    ]
+
+
+@pytest.mark.parametrize(("engine", "text"), CASES)
+def test_bad_updates_are_refused_by_name_and_the_rest_applied(engine: str, text: str) -> None:
+    """The precondition of ``Engine.apply`` (a relation of the query, a row of its arity) is kept by
+    ``View.apply`` for every engine: updates that break it, anywhere in a batch, come back refused by
+    name (kind and reason), change nothing, and every other update of the batch is applied."""
+    query = ivm.parse(text)
+    stream = random_stream(query, random.Random(11), 120, domain=4)
+    bad = [(relation, row, 1) for relation, row, _ in _bad_updates(query)]
+    kinds = [kind for _, _, kind in _bad_updates(query)]
+    view = ivm.maintain(query, engine=engine)
+    batch = [*stream[:40], bad[0], *stream[40:80], bad[1], bad[2], *stream[80:]]
+    outcome = view.apply(batch)
+    assert [(r.index, r.kind) for r in outcome.rejected] == [(40, kinds[0]), (81, kinds[1]), (82, kinds[2])]
+    assert "Zz" in outcome.rejected[0].reason and "arity" in outcome.rejected[1].reason
+    assert outcome.applied == len(stream)
+    db, _ = apply_stream(stream)
+    if query.free:
+        assert dict(view.enumerate()) == count_answers(query, db)
+    else:
+        assert view.result() == count(query, db)
+    for relation, row, _ in stream:
+        assert view.engine.multiplicity(relation, row) == db.get(relation, {}).get(row, 0)
