@@ -33,6 +33,11 @@ from typing import Any
 from ivm.engines.fivm.view_tree import DeltaPlan, projection
 from ivm.rings.base import Pair, PairRing, Ring
 
+try:  # the same rules in C loops (``_lanes_kernel.pyx``), present when pip install compiled it
+    from ivm.engines.fivm import _lanes_kernel as kernel
+except ImportError:  # no compiler at install time: the Python rules below
+    kernel = None
+
 Lanes = tuple[Any, Any]
 Delta = dict[tuple[Any, ...], Lanes]
 Lifts = tuple[tuple[int, int], ...]
@@ -179,3 +184,37 @@ def _one_index_join(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
             old = out.get(out_key)
             out[out_key] = (jc, js) if old is None else (old[0] + jc, old[1] + js)
     return out
+
+
+def compiled_direct_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
+    """:func:`direct_delta` by the compiled kernel (``_lanes_kernel.direct_delta``): same sums, same order.
+
+    O(|δV_j| · #siblings) expected, as :func:`direct_delta`.
+    """
+    direct = plan.direct
+    assert direct is not None and kernel is not None
+    datas = []
+    for step in plan.steps:
+        store = step.sibling.store
+        assert store is not None, f"view {step.sibling.name} is not materialized"
+        datas.append(store.data)
+    key_positions = None if direct.identity else direct.key_positions
+    return kernel.direct_delta(delta, datas, list(direct.sibling_positions), key_positions, lifts)  # type: ignore[no-any-return]
+
+
+def compiled_join_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
+    """:func:`join_delta` with the one-index join in C (``_lanes_kernel.index_join``), O(|δV_j| · fan-out).
+
+    A view joining its delta with one sibling through that sibling's secondary index (§2.2,
+    Remark 20) runs in the kernel; a plan of several siblings takes :func:`join_delta`.
+    """
+    steps = plan.steps
+    if kernel is None or len(steps) != 1 or steps[0].full:
+        return join_delta(plan, delta, lifts)
+    step = steps[0]
+    store = step.sibling.store
+    assert store is not None, f"view {step.sibling.name} is not materialized"
+    index = store.index(step.bound_pos)
+    return kernel.index_join(  # type: ignore[no-any-return]
+        delta, index, plan.width, plan.child_slots, step.bound_slots, step.fill, plan.key_slots, lifts
+    )
