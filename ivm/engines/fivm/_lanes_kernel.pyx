@@ -110,10 +110,10 @@ cdef inline object lifted(object s, tuple lifts, object key, PyObject** slots):
 
 cdef inline void accumulate(dict out, object key, object c, object s) except *:
     """``out[key] += (c, s)`` (a new key takes ``(c, s)``; sums of 0 are kept, as in :mod:`.lanes`)."""
-    cdef Py_ssize_t size = PyDict_GET_SIZE(out)
-    cdef object new = pair(c, s)
-    cdef PyObject* found = PyDict_SetDefault(out, key, new)
-    if PyDict_GET_SIZE(out) == size:  # the key was there: add lane by lane
+    cdef PyObject* found = PyDict_GetItemWithError(out, key)
+    if found == NULL:
+        PyDict_SetItem(out, key, pair(c, s))
+    else:  # the key was there: add lane by lane
         old = <object>found
         PyDict_SetItem(out, key, pair(PyNumber_Add(lane(old, 0), c), PyNumber_Add(lane(old, 1), s)))
 
@@ -161,15 +161,19 @@ def nonzero(dict delta):
     return out
 
 
-def direct_delta(dict delta, list datas, list positions, key_positions, tuple lifts):
+def direct_delta(dict delta, list datas, list positions, key_positions, tuple lifts, bint mults=False):
     """:func:`.lanes.direct_delta` in one C loop: one primary-key lookup per sibling and delta key.
 
     ``datas[i]`` is sibling i's store, probed by ``π_{positions[i]} key``; the output key is
     ``π_{key_positions} key`` (``None``: the key itself); ``lifts`` are ``(position, k)`` in the
-    child key.  A key some sibling lacks contributes nothing.  O(|δ| · #siblings) expected.
+    child key.  A key some sibling lacks contributes nothing.  ``mults``: ``delta`` holds a base
+    relation's multiplicities m, each standing for the payload ``(m, m)`` (§2.4), so an atom's
+    leaf needs no dict of its own.  O(|δ| · #siblings) expected.
 
     >>> direct_delta({(1, 2): (1, 3)}, [{(2,): (2, 5)}], [(1,)], (0,), ((1, 1),))
     {(1,): (2, 30)}
+    >>> direct_delta({(1, 2): 3, (1, 4): -1}, [], [], (0,), ((1, 1),), True)
+    {(1,): (2, 2)}
     """
     cdef Py_ssize_t pos = 0, i, n = len(datas)
     cdef PyObject* k
@@ -183,8 +187,11 @@ def direct_delta(dict delta, list datas, list positions, key_positions, tuple li
         raise ValueError("one position tuple per sibling")
     while PyDict_Next(delta, &pos, &k, &v):
         key = check_key(<object>k)
-        c = lane(<object>v, 0)
-        s = lane(<object>v, 1)
+        if mults:
+            c = s = <object>v
+        else:
+            c = lane(<object>v, 0)
+            s = lane(<object>v, 1)
         missing = False
         for i in range(n):
             found = PyDict_GetItemWithError(<dict>datas[i], project(key, <tuple>positions[i]))

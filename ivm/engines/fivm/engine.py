@@ -568,7 +568,7 @@ class FIVM(Engine):
                         if key is not None and m:
                             self._propagate_one(leaf, key, self.ring.from_mult(m))
                     else:
-                        self._propagate(leaf, self._leaf_delta(leaf, delta))
+                        self._propagate_leaf(leaf, delta)
                 for leaf, d in indicator_deltas:  # after R's own paths (§7.4)
                     self._propagate(leaf, d)
         if rebuild:
@@ -987,6 +987,23 @@ class FIVM(Engine):
                 key = tuple(row[p] for p in positions)
                 mults[key] = mults.get(key, 0) + m
         return {key: from_mult(m) for key, m in mults.items()}
+
+    def _propagate_leaf(self, leaf: ViewNode, delta: dict[Row, int]) -> None:
+        """:meth:`_propagate` of a base relation's delta from its atom's leaf.
+
+        On the compiled lanes, an unstored leaf whose rows are its keys and whose parent's plan
+        is direct hands the multiplicities to the parent's delta rule as they are
+        (:func:`.lanes.compiled_direct_delta` reads m as ``(m, m)``): no leaf dict.  O(|δR|).
+        """
+        parent = leaf.parent
+        if self._lane_kernel and leaf.store is None and parent is not None:
+            atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+            if not atom.constants and len(leaf.keys) == len(atom.terms):
+                plan = next(plan for plan in parent.plans if plan.child is leaf)
+                if plan.direct is not None:
+                    self._propagate(parent, lanes.compiled_direct_delta(plan, delta, plan.powers, mults=True))
+                    return
+        self._propagate(leaf, self._leaf_delta(leaf, delta))
 
     def _propagate(self, node: ViewNode, delta: Delta) -> None:
         """Maintain every materialized view on the path from ``node`` to its root (Fig. 7 triggers).

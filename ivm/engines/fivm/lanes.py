@@ -186,9 +186,10 @@ def _one_index_join(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
     return out
 
 
-def compiled_direct_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
+def compiled_direct_delta(plan: DeltaPlan, delta: Any, lifts: Lifts, mults: bool = False) -> Delta:
     """:func:`direct_delta` by the compiled kernel (``_lanes_kernel.direct_delta``): same sums, same order.
 
+    ``mults``: ``delta`` maps an atom's keys to multiplicities m (the payloads ``(m, m)``).
     O(|δV_j| · #siblings) expected, as :func:`direct_delta`.
     """
     direct = plan.direct
@@ -199,7 +200,8 @@ def compiled_direct_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
         assert store is not None, f"view {step.sibling.name} is not materialized"
         datas.append(store.data)
     key_positions = None if direct.identity else direct.key_positions
-    return kernel.direct_delta(delta, datas, list(direct.sibling_positions), key_positions, lifts)  # type: ignore[no-any-return]
+    positions = list(direct.sibling_positions)
+    return kernel.direct_delta(delta, datas, positions, key_positions, lifts, mults)  # type: ignore[no-any-return]
 
 
 def compiled_join_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
