@@ -345,18 +345,20 @@ def add_lanes(dict data, dict delta, list indexes):
         key = check_key(<object>k)
         c = lane(<object>v, 0)
         s = lane(<object>v, 1)
-        old = PyDict_GetItemWithError(data, key)
-        if old == NULL:
-            if is_zero(c) and is_zero(s):
+        size = PyDict_GET_SIZE(data)
+        old = PyDict_SetDefault(data, key, <object>v)  # a new key takes the delta's own (c, s): one hash
+        if PyDict_GET_SIZE(data) != size:
+            if is_zero(c) and is_zero(s):  # (0, 0) for an absent key: it stays absent
+                PyDict_DelItem(data, key)
                 continue
-            new = pair(c, s)
+            new = <object>v
         else:
             new = pair(PyNumber_Add(lane(<object>old, 0), c), PyNumber_Add(lane(<object>old, 1), s))
             if is_zero(lane(new, 0)) and is_zero(lane(new, 1)):
                 PyDict_DelItem(data, key)
                 unindex(indexes, key)
                 continue
-        PyDict_SetItem(data, key, new)
+            PyDict_SetItem(data, key, new)
         for entry in indexes:
             idx = <dict>entry[1]
             sub = project(key, <tuple>entry[0])
@@ -438,11 +440,19 @@ def apply_base(dict base, dict delta):
     cdef PyObject* old
     cdef list olds = []
     cdef object new
+    cdef Py_ssize_t size
     while PyDict_Next(delta, &pos, &k, &v):
-        old = PyDict_GetItemWithError(base, <object>k)
+        new = PyNumber_Add(ZERO, <object>v)
+        if not is_zero(new):  # an absent row takes 0 + m with one hash
+            size = PyDict_GET_SIZE(base)
+            old = PyDict_SetDefault(base, <object>k, new)
+            if PyDict_GET_SIZE(base) != size:
+                olds.append(ZERO)
+                continue
+        else:
+            old = PyDict_GetItemWithError(base, <object>k)
         if old == NULL:
             olds.append(ZERO)
-            new = PyNumber_Add(ZERO, <object>v)
         else:
             olds.append(<object>old)
             new = PyNumber_Add(<object>old, <object>v)
