@@ -19,6 +19,14 @@ with the numbers' own ``+`` and ``*``, no method dispatch:
 The functions below are the delta rule of Fig. 7 (``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)``)
 for such payloads, the same sums as the generic kernels of
 :class:`~ivm.engines.fivm.engine.FIVM` with the same cost bounds (Theorem 13).
+They are the reference (``implementation="python"``); ``_lanes_kernel.pyx``
+runs the direct and one-index rules, the store update and the batch's grouping
+in C loops over the same dicts and Python numbers (:func:`compiled_direct_delta`,
+:func:`compiled_join_delta`), the default when it is built.  It keeps the
+payloads Python objects rather than int64 columns: the profile of the TPC-H
+SUM stream put the time in the interpreter's per-key work, and Python numbers
+keep every sum exact (ints of any size, floats bit for bit) with no overflow
+fallback to maintain.
 
 >>> from ivm.rings.numeric import SumRing
 >>> lifts = lift_powers(SumRing({"b": 2}), ("a", "b"))
