@@ -24,7 +24,9 @@ Aggregates and rings (``ring=`` option, default from the query's aggregate):
 
 - ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18), both
   numeric rings, so its payloads are kept as ``(count, sum)`` lanes of plain
-  numbers and computed without ring method calls (:mod:`ivm.engines.fivm.lanes`);
+  numbers and computed without ring method calls (:mod:`ivm.engines.fivm.lanes`),
+  in C loops over the same dicts and numbers when ``_lanes_kernel.pyx`` is built
+  (``implementation="compiled"``, the default then; ``"python"`` is the reference);
 - ``covariance``: the continuous covariance ring (``exact=True`` keeps Python
   ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
   generalized covariance ring (Def. 37, on the ring-object path).  Covariance
@@ -303,7 +305,7 @@ class FIVM(Engine):
         if self._lanes:
             self._compile_lane_lifts()
         self.implementation = self._choose_implementation(implementation, indicators)
-        self._columnar = self.implementation in ("numpy", "compiled")
+        self._columnar = self.implementation in ("numpy", "compiled") and not self._lanes
         if self._columnar:
             self._dtype: Any = object if self.ring.exact else np.float64  # type: ignore[attr-defined]
             columnar.assign_layouts(self.tree.roots, self.ring.index)  # type: ignore[attr-defined]
@@ -326,6 +328,8 @@ class FIVM(Engine):
         an older snapshot's dicts are compacted, and column stores take int codes where they can.
         """
         self._paths: dict[int, CompiledPath | None] = {}
+        # the SUM ring's lanes in C (``_lanes_kernel``): chosen by the implementation, present if built
+        self._lane_kernel = self._lanes and self.implementation == "compiled" and lanes.kernel is not None
         self._relations = list(self.query.relations)
         self._relation_index = {r: i for i, r in enumerate(self._relations)}
         for r in self._relations:
@@ -363,7 +367,9 @@ class FIVM(Engine):
         ``"auto"`` takes ``compiled`` for the continuous covariance ring with float payloads
         (``exact=False``) on a τ tree when the extension is built, ``numpy`` for the covariance ring
         otherwise (exact payloads stay Python ints in object arrays), both without indicator
-        projections, and the Python reference implementation for every other ring.  ``compiled``
+        projections, ``compiled`` for the SUM ring's ``(count, sum)`` lanes when ``_lanes_kernel``
+        is built (the delta rules and store updates of :mod:`.lanes` in C loops over the same dicts
+        and Python numbers), and the Python reference implementation for every other ring.  ``compiled``
         runs a batch's delta up each leaf-to-root path in C where the path allows it (direct
         plans, views keyed by at most one int variable, :meth:`_compiled_path`) and takes the numpy
         path elsewhere, over the same column stores.  Under numpy, deltas of at most
@@ -373,6 +379,12 @@ class FIVM(Engine):
         """
         if implementation not in ("auto", "compiled", "numpy", "python"):
             raise ValueError(f"unknown implementation {implementation!r}; known: auto, compiled, numpy, python")
+        if self._lanes and implementation in ("auto", "compiled"):  # the SUM ring: its lanes in C, if built
+            if lanes.kernel is not None:
+                return "compiled"
+            if implementation == "compiled":
+                raise ValueError("implementation='compiled' for the SUM ring needs the built extension (_lanes_kernel)")
+            return "python"
         supported = self.ring_name == "covariance" and not indicators
         if implementation in ("numpy", "compiled") and not supported:
             raise ValueError(f"implementation={implementation!r} covers the covariance ring without indicators")
@@ -457,6 +469,11 @@ class FIVM(Engine):
             if parsed is not None:
                 self._apply_parsed(parsed)
                 return
+        if self._lane_kernel:  # the batch grouped per relation in one C loop
+            grouped = lanes.kernel.by_relation(updates)  # type: ignore[union-attr]
+            if grouped is not None:
+                self.apply_deltas(grouped)
+                return
         self.apply_deltas(distinct_delta(updates) or by_relation(updates))
 
     def _apply_parsed(self, parsed: list[tuple[int, Any, Any, Any]]) -> None:
@@ -491,6 +508,8 @@ class FIVM(Engine):
         table, the rows touched (for :meth:`_propagate_columnar`; compact the table after it)."""
         base = self.base[relation]
         if type(base) is dict:  # (the count and SUM rings: dicts, one call)
+            if self._lane_kernel:
+                return lanes.kernel.apply_base(base, delta), None  # type: ignore[union-attr]
             return apply_to_base(base, delta), None
         if base_relation.is_table(base):
             done = base_relation.apply_delta(base, delta)
@@ -549,7 +568,7 @@ class FIVM(Engine):
                         if key is not None and m:
                             self._propagate_one(leaf, key, self.ring.from_mult(m))
                     else:
-                        self._propagate(leaf, self._leaf_delta(leaf, delta))
+                        self._propagate_leaf(leaf, delta)
                 for leaf, d in indicator_deltas:  # after R's own paths (§7.4)
                     self._propagate(leaf, d)
         if rebuild:
@@ -956,6 +975,8 @@ class FIVM(Engine):
         from_mult = self._from_mult
         if simple:  # the rows are the keys
             if self._lanes:
+                if self._lane_kernel:
+                    return lanes.kernel.from_mults(delta)  # type: ignore[no-any-return,union-attr]
                 return {row: (m, m) for row, m in delta.items()}
             if type(self.ring) is NumericRing:  # from_mult(m) is m: the delta itself
                 return dict(delta)
@@ -967,6 +988,23 @@ class FIVM(Engine):
                 mults[key] = mults.get(key, 0) + m
         return {key: from_mult(m) for key, m in mults.items()}
 
+    def _propagate_leaf(self, leaf: ViewNode, delta: dict[Row, int]) -> None:
+        """:meth:`_propagate` of a base relation's delta from its atom's leaf.
+
+        On the compiled lanes, an unstored leaf whose rows are its keys and whose parent's plan
+        is direct hands the multiplicities to the parent's delta rule as they are
+        (:func:`.lanes.compiled_direct_delta` reads m as ``(m, m)``): no leaf dict.  O(|δR|).
+        """
+        parent = leaf.parent
+        if self._lane_kernel and leaf.store is None and parent is not None:
+            atom = self.query.atoms[leaf.atom]  # type: ignore[index]
+            if not atom.constants and len(leaf.keys) == len(atom.terms):
+                plan = next(plan for plan in parent.plans if plan.child is leaf)
+                if plan.direct is not None:
+                    self._propagate(parent, lanes.compiled_direct_delta(plan, delta, plan.powers, mults=True))
+                    return
+        self._propagate(leaf, self._leaf_delta(leaf, delta))
+
     def _propagate(self, node: ViewNode, delta: Delta) -> None:
         """Maintain every materialized view on the path from ``node`` to its root (Fig. 7 triggers).
 
@@ -976,11 +1014,14 @@ class FIVM(Engine):
         sibling for it) instead of :meth:`_propagate_one`.
         """
         in_lanes = self._lanes
+        compiled = self._lane_kernel
         is_zero = self.ring.is_zero
         one_by_one = not self._factorized and not in_lanes
         counts = type(self.ring) is NumericRing
         while True:
-            if in_lanes:
+            if compiled:
+                delta = lanes.kernel.nonzero(delta)  # type: ignore[union-attr]
+            elif in_lanes:
                 delta = {k: p for k, p in delta.items() if p != lanes.ZERO}
             elif counts:
                 if 0 in delta.values():  # one C-level scan; a copy only when some key is 0
@@ -996,7 +1037,7 @@ class FIVM(Engine):
             store = node.store
             if store is not None:
                 if in_lanes:
-                    store.add_all_lanes(delta)
+                    store.add_all_lanes(delta, compiled)
                 elif counts:
                     store.add_numbers(delta)
                 else:
@@ -1056,7 +1097,10 @@ class FIVM(Engine):
     def _delta(self, plan: DeltaPlan, delta: Delta) -> Delta:
         """``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)`` with sibling lookups by index; cost O(|δV_j| · fan-out)."""
         if self._lanes:
-            kernel = lanes.join_delta if plan.direct is None else lanes.direct_delta
+            if self._lane_kernel:
+                kernel = lanes.compiled_join_delta if plan.direct is None else lanes.compiled_direct_delta
+            else:
+                kernel = lanes.join_delta if plan.direct is None else lanes.direct_delta
             return kernel(plan, delta, plan.powers)
         if plan.direct is not None and not self._factorized:
             return self._direct_delta(plan, delta)

@@ -19,6 +19,14 @@ with the numbers' own ``+`` and ``*``, no method dispatch:
 The functions below are the delta rule of Fig. 7 (``δV = ⊕_X (δV_j ⊗ ⊗_{i≠j} V_i)``)
 for such payloads, the same sums as the generic kernels of
 :class:`~ivm.engines.fivm.engine.FIVM` with the same cost bounds (Theorem 13).
+They are the reference (``implementation="python"``); ``_lanes_kernel.pyx``
+runs the direct and one-index rules, the store update and the batch's grouping
+in C loops over the same dicts and Python numbers (:func:`compiled_direct_delta`,
+:func:`compiled_join_delta`), the default when it is built.  It keeps the
+payloads Python objects rather than int64 columns: the profile of the TPC-H
+SUM stream put the time in the interpreter's per-key work, and Python numbers
+keep every sum exact (ints of any size, floats bit for bit) with no overflow
+fallback to maintain.
 
 >>> from ivm.rings.numeric import SumRing
 >>> lifts = lift_powers(SumRing({"b": 2}), ("a", "b"))
@@ -32,6 +40,11 @@ from typing import Any
 
 from ivm.engines.fivm.view_tree import DeltaPlan, projection
 from ivm.rings.base import Pair, PairRing, Ring
+
+try:  # the same rules in C loops (``_lanes_kernel.pyx``), present when pip install compiled it
+    from ivm.engines.fivm import _lanes_kernel as kernel
+except ImportError:  # no compiler at install time: the Python rules below
+    kernel = None
 
 Lanes = tuple[Any, Any]
 Delta = dict[tuple[Any, ...], Lanes]
@@ -179,3 +192,39 @@ def _one_index_join(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
             old = out.get(out_key)
             out[out_key] = (jc, js) if old is None else (old[0] + jc, old[1] + js)
     return out
+
+
+def compiled_direct_delta(plan: DeltaPlan, delta: Any, lifts: Lifts, mults: bool = False) -> Delta:
+    """:func:`direct_delta` by the compiled kernel (``_lanes_kernel.direct_delta``): same sums, same order.
+
+    ``mults``: ``delta`` maps an atom's keys to multiplicities m (the payloads ``(m, m)``).
+    O(|δV_j| · #siblings) expected, as :func:`direct_delta`.
+    """
+    direct = plan.direct
+    assert direct is not None and kernel is not None
+    datas = []
+    for step in plan.steps:
+        store = step.sibling.store
+        assert store is not None, f"view {step.sibling.name} is not materialized"
+        datas.append(store.data)
+    key_positions = None if direct.identity else direct.key_positions
+    positions = list(direct.sibling_positions)
+    return kernel.direct_delta(delta, datas, positions, key_positions, lifts, mults)  # type: ignore[no-any-return]
+
+
+def compiled_join_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
+    """:func:`join_delta` with the one-index join in C (``_lanes_kernel.index_join``), O(|δV_j| · fan-out).
+
+    A view joining its delta with one sibling through that sibling's secondary index (§2.2,
+    Remark 20) runs in the kernel; a plan of several siblings takes :func:`join_delta`.
+    """
+    steps = plan.steps
+    if kernel is None or len(steps) != 1 or steps[0].full:
+        return join_delta(plan, delta, lifts)
+    step = steps[0]
+    store = step.sibling.store
+    assert store is not None, f"view {step.sibling.name} is not materialized"
+    index = store.index(step.bound_pos)
+    return kernel.index_join(  # type: ignore[no-any-return]
+        delta, index, plan.width, plan.child_slots, step.bound_slots, step.fill, plan.key_slots, lifts
+    )

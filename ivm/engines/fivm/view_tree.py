@@ -39,6 +39,10 @@ try:  # V += δV in one C loop (``_store_kernel.pyx``)
     from ivm.engines.fivm._store_kernel import add_numbers as add_numbers_kernel
 except ImportError:  # the C-level passes of Store.add_numbers
     add_numbers_kernel = None
+try:  # V += δV for (count, sum) lanes, secondary indexes kept, in one C loop (``_lanes_kernel.pyx``)
+    from ivm.engines.fivm._lanes_kernel import add_lanes as add_lanes_kernel
+except ImportError:  # Store.add_lanes per key
+    add_lanes_kernel = None
 
 
 class Store:
@@ -165,8 +169,16 @@ class Store:
         if self._buckets:
             self._bucket_write([key], [new])
 
-    def add_all_lanes(self, delta: dict[tuple[Any, ...], tuple[Any, Any]]) -> None:
-        """``V += δV`` with :meth:`add_lanes` per key; one call per delta when there is no secondary index."""
+    def add_all_lanes(self, delta: dict[tuple[Any, ...], tuple[Any, Any]], compiled: bool = False) -> None:
+        """``V += δV`` with :meth:`add_lanes` per key; one call per delta when there is no secondary index.
+
+        ``compiled``: the whole delta in one C loop (``_lanes_kernel.add_lanes``, the same sums and
+        index writes), when the extension is built and no compiled count index is kept.
+        O(|δV| · (1 + #indexes)) expected.
+        """
+        if compiled and add_lanes_kernel is not None and not self._buckets:
+            add_lanes_kernel(self.data, delta, list(self.indexes.items()))
+            return
         if self._projected or self._buckets:
             for key, payload in delta.items():
                 self.add_lanes(key, payload)

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import ivm
-from ivm.engines.fivm import FIVM, columnar
+from ivm.engines.fivm import FIVM, columnar, lanes
 from ivm.query.model import Aggregate, Query
 from ivm.rings.base import Pair
 from ivm.rings.covariance import Covariance
@@ -220,7 +220,8 @@ def test_count_and_sum_parts_equal_count_and_sum_rings(
     fast.small_delta = ALWAYS if seed % 2 else columnar.SMALL_DELTA
     count = FIVM(Query(query.name, query.free, query.atoms, Aggregate()))
     total = FIVM(Query(query.name, query.free, query.atoms, Aggregate("sum", sum_vars)))
-    assert fast.implementation == "numpy" and count.implementation == total.implementation == "python"
+    lanes_in_c = "compiled" if lanes.kernel is not None else "python"  # the SUM ring's lanes (_lanes_kernel)
+    assert fast.implementation == "numpy" and count.implementation == "python" and total.implementation == lanes_in_c
     stream = updates(query, rng, 240, floats)
     middle = False
     for end, batch in batches(rng, stream):
@@ -238,11 +239,13 @@ def test_count_and_sum_parts_equal_count_and_sum_rings(
 @pytest.mark.parametrize("kind", ["count", "sum"])
 @pytest.mark.parametrize("seed", range(6))
 def test_count_and_sum_rings_auto_equal_python(kind: str, seed: int) -> None:
-    """``auto`` keeps the count and SUM rings on their lanes (no numpy path); same answers as ``python``."""
+    """``auto`` keeps the count and SUM rings on their lanes (no numpy path; the SUM lanes in C when
+    ``_lanes_kernel`` is built); same answers as ``python``."""
     rng = random.Random(8800 + seed)
     query = random_query(rng, kind)
     auto, ref = FIVM(query), FIVM(query, implementation="python")
-    assert auto.implementation == "python"
+    assert auto.implementation == ("compiled" if kind == "sum" and lanes.kernel is not None else "python")
+    assert not auto._columnar
     middle = False
     for end, batch in batches(rng, updates(query, rng, 200, False)):
         auto.apply(batch)
