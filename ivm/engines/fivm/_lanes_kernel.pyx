@@ -21,7 +21,6 @@ from libc.stdlib cimport free, malloc
 
 
 cdef extern from "Python.h":
-    bint PyLong_CheckExact(object o)
     bint PyTuple_CheckExact(object o)
     Py_ssize_t PyTuple_GET_SIZE(object o)
     PyObject* PyTuple_GET_ITEM(object o, Py_ssize_t i)
@@ -36,16 +35,17 @@ cdef extern from "Python.h":
     object PyNumber_Add(object a, object b)
     object PyNumber_Multiply(object a, object b)
     object PyNumber_Power(object a, object b, object c)
-    Py_ssize_t Py_SIZE(object o)
 
 
 cdef object ZERO = 0
 
 
 cdef inline bint is_zero(object x) except -1:
-    """``x == 0`` (Python's equality; an exact int is 0 iff it has no digits)."""
-    if PyLong_CheckExact(x):
-        return Py_SIZE(x) == 0
+    """``x == 0`` (Python's equality).  The cached small int 0, which CPython's int arithmetic returns
+    for a zero result, is recognised by identity; anything else is compared with ``==`` (the int
+    layout is not read: it differs between CPython versions)."""
+    if <PyObject*>x == <PyObject*>ZERO:
+        return True
     return PyObject_RichCompareBool(x, ZERO, Py_EQ)
 
 
