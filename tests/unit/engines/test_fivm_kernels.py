@@ -236,3 +236,31 @@ def test_explain_reports_memory_per_view_sized_to_its_support() -> None:
     # triangle; the root has all three)
     assert {s: e["bytes_per_payload"] for s, e in supports.items()} == {1: 24.0, 2: 48.0, 3: 80.0}
     assert [supports[s]["keys"] for s in (1, 2, 3)] == [20, 40, 1]  # V_S(k), V_R(k), the root
+
+
+@pytest.mark.skipif(columnar.Arena is None and not os.environ.get("CI"), reason="compiled kernels not built")
+def test_arenas_grown_in_small_steps_keep_their_bytes_and_zero_the_new_ones() -> None:
+    """``_mem.pxd``'s growth: in place, or moved to a fresh 2 MB boundary (MREMAP_FIXED) when a neighbour
+    mapping is in the way; across calloc, 4 kB and 2 MB mappings, the old bytes kept, the new ones zero."""
+    rng = np.random.default_rng(3)
+    arenas = [columnar.Arena(4096) for _ in range(3)]
+    sizes = [4096] * 3
+    fills = [np.zeros(0, dtype=np.uint8) for _ in range(3)]
+    blockers = []
+    step = 0
+    while min(sizes) < 6 << 20:  # every kind of block crossed: calloc'ed, 4 kB pages, 2 MB units
+        i = step % 3
+        step += 1
+        new = int(sizes[i] * rng.uniform(1.05, 1.6)) + int(rng.integers(1, 5000))
+        assert arenas[i].resize(new)
+        blockers.append(columnar.Arena(int(rng.integers(1, 3 << 20))))  # a mapping after it: the next growth may move
+        got = np.frombuffer(arenas[i], dtype=np.uint8)
+        assert len(got) == new
+        assert np.array_equal(got[: len(fills[i])], fills[i]), step
+        assert not got[len(fills[i]) :].any(), step
+        got[:] = rng.integers(0, 256, new, dtype=np.uint8)  # written everywhere, as a store writes its rows
+        fills[i] = got.copy()
+        sizes[i] = new
+        del got
+    for arena, fill in zip(arenas, fills, strict=True):
+        assert np.array_equal(np.frombuffer(arena, dtype=np.uint8), fill)
