@@ -106,7 +106,12 @@ cdef inline uint64_t mix(uint64_t x) noexcept nogil:
 
 
 cdef inline int64_t probe(Int64Index index, int64_t key) noexcept:
-    """``index``'s row of ``key`` (-1 if absent): :meth:`Int64Index._get` inlined (same hash and probing)."""
+    """``index``'s row of ``key`` (-1 if absent): :meth:`Int64Index._get` inlined (the key itself in a
+    direct index; the same hash and probing in a hash table)."""
+    if index.dense != NULL:
+        if <uint64_t>key < <uint64_t>index.dense_cap:
+            return index.dense[key] - 1
+        return -1
     cdef uint64_t i = mix(<uint64_t>key) & index.mask
     cdef const int64_t* slots = index.slots
     while slots[2 * i + 1] != 0:  # (a slot keeps row + 1; 0: empty)
@@ -117,6 +122,10 @@ cdef inline int64_t probe(Int64Index index, int64_t key) noexcept:
 
 
 cdef inline void prefetch_slot(Int64Index index, int64_t key) noexcept:
+    if index.dense != NULL:
+        if <uint64_t>key < <uint64_t>index.dense_cap:
+            IVM_PREFETCH(&index.dense[key])
+        return
     IVM_PREFETCH(&index.slots[2 * (mix(<uint64_t>key) & index.mask)])
 
 
