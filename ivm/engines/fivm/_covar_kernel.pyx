@@ -156,6 +156,7 @@ cdef class Level:
     cdef public list siblings
     cdef public bint arity_out
     cdef Py_ssize_t nsib, out_src, nlift, k, T, W, child_k, nf, nsized
+    cdef bint leaf_lift  # the view over a leaf alone: its delta is m · g_X, every support variable lifted here
     cdef Py_ssize_t sib_src[MAX_FACTORS]
     cdef Py_ssize_t lift_src[MAX_FACTORS]
     cdef Py_ssize_t f_off[MAX_FACTORS]
@@ -202,6 +203,9 @@ cdef class Level:
             self.sized[i] = order[i]
         if blocks[0][1] != child_k or (self.nlift and blocks[self.nf - 1][1] != self.nlift):
             raise ValueError("a level's blocks do not match the child's support and the liftings")
+        self.leaf_lift = (
+            self.nsib == 0 and child_k == 0 and self.nlift == k and k > 0 and self.f_off[self.nf - 1] == 0
+        )
         self.run_start = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
         self.run_off = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
         if self.run_start == NULL or self.run_off == NULL:
@@ -243,6 +247,19 @@ cdef void accumulate(Level L, double* G, const double* child, const double** sib
     cdef const double* src
     cdef const double* si
     cdef const double* sj
+    cdef double mult, y
+    if L.leaf_lift:  # δV = m · (1, x, x xᵀ) over the lifted values alone: one row of the triangle per x_a
+        mult = child[0]
+        G[0] += mult
+        if mult == 0.0:
+            return
+        for a in range(k):
+            y = mult * lift[a]
+            G[S0 + a] += y
+            dst = G + Q0 + row_start(k, a)
+            for j in range(k - a):
+                dst[j] += y * lift[a + j]
+        return
     # the factors' counts, vectors and packed matrices
     c[0] = child[0]
     s[0] = child + 1
@@ -558,7 +575,7 @@ cdef class Path:
         cdef const double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
         cdef const double[::1] cm = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1)
         cdef Level L
-        cdef Py_ssize_t n = cc.shape[0], i, s, ng = 0, g, W, size, nsib, t, Kc, Lc, Wc, out = 0, level = 0, nm
+        cdef Py_ssize_t n = cc.shape[0], i, s, ng = 0, g, W, size, nsib, t, Kc, Lc, Wc, out = 0, level = 0, nm, last = 0
         cdef int64_t code, r
         cdef uint64_t h, mask = 0
         cdef const double* sib[MAX_FACTORS]
@@ -627,6 +644,7 @@ cdef class Path:
                     self.Sc = <double*> room(<void**>&self.Sc, &self.Sc_cap, n * L.k, sizeof(double))
             ng = 0
             nm = 0
+            last = 0
             for i in range(n):
                 if i + AHEAD < n:
                     for s in range(nsib):
@@ -644,16 +662,20 @@ cdef class Path:
                     continue
                 if not single:
                     code = cur_codes[i * Kc + L.out_src]
-                    h = mix(<uint64_t>code) & mask
-                    while self.map_group[h] != -1 and self.map_code[h] != code:
-                        h = (h + 1) & mask
-                    if self.map_group[h] == -1:
-                        self.map_code[h] = code
-                        self.map_group[h] = ng
-                        gc[ng] = code
-                        memset(G + ng * W, 0, W * sizeof(double))
-                        ng += 1
-                    g = self.map_group[h]
+                    if ng and code == gc[last]:  # a run of one key (a batch in key order): its group again
+                        g = last
+                    else:
+                        h = mix(<uint64_t>code) & mask
+                        while self.map_group[h] != -1 and self.map_code[h] != code:
+                            h = (h + 1) & mask
+                        if self.map_group[h] == -1:
+                            self.map_code[h] = code
+                            self.map_group[h] = ng
+                            gc[ng] = code
+                            memset(G + ng * W, 0, W * sizeof(double))
+                            ng += 1
+                        g = self.map_group[h]
+                        last = g
                 else:
                     if ng == 0:
                         gc[0] = 0

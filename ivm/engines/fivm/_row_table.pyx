@@ -679,7 +679,8 @@ def parse_batch(updates, dict names, list tables):
     cdef RowTable table
     if n == 0:
         return []
-    counts = [0] * nt
+    counts_arr = np.zeros(max(nt, 1), dtype=np.intp)  # updates per relation (C counters: no int object per update)
+    cdef Py_ssize_t[::1] counts = counts_arr
     order = []
     where = np.empty(n, dtype=np.intp)
     mv_all = np.empty(n, dtype=np.int64)
