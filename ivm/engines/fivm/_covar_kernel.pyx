@@ -19,7 +19,10 @@ the lifting ``g_X = (1, x, x xᵀ)``) over disjoint supports is, division-free, 
 
     c = Π c_f,   s_f = w_f s_f,   Q_ff = w_f Q_f,   Q_fg = K_fg s_f s_gᵀ,
 
-formed directly in the packed triangle (the lifting's own block is ``w x xᵀ``).  Cost per delta row
+formed directly in the packed triangle (the lifting's own block is ``w x xᵀ``); at the view over a
+leaf alone (no sibling, every support variable lifted there) the product is just ``m · (1, x, x xᵀ)``,
+added by a loop built for AVX2/FMA (``ivm_lift``).  Rows of a batch that repeat the previous row's
+output key (a batch in key order) reuse its group without a hash probe.  Cost per delta row
 and view: #siblings probes and O(k²) multiply-adds in tight loops (contiguous runs of the
 triangle), O(F²) scalar work for F factors; per view O(#groups) store probes.  At a view with one output key (the root of a Boolean
 query) the cross blocks are summed as runs ``(Ŝ_i / P) Ŝ_j`` over the rows, in a loop built for AVX2 and

@@ -74,6 +74,7 @@ cdef class Int64Index:
     """
 
     def __cinit__(self, Py_ssize_t capacity=16):
+        # (``capacity`` is accepted as before; an index starts direct and sizes itself by its keys)
         self.dense = NULL
         self.slots = NULL
         self.dense_cap = 0
