@@ -19,7 +19,10 @@ the lifting ``g_X = (1, x, x xᵀ)``) over disjoint supports is, division-free, 
 
     c = Π c_f,   s_f = w_f s_f,   Q_ff = w_f Q_f,   Q_fg = K_fg s_f s_gᵀ,
 
-formed directly in the packed triangle (the lifting's own block is ``w x xᵀ``).  Cost per delta row
+formed directly in the packed triangle (the lifting's own block is ``w x xᵀ``); at the view over a
+leaf alone (no sibling, every support variable lifted there) the product is just ``m · (1, x, x xᵀ)``,
+added by a loop built for AVX2/FMA (``ivm_lift``).  Rows of a batch that repeat the previous row's
+output key (a batch in key order) reuse its group without a hash probe.  Cost per delta row
 and view: #siblings probes and O(k²) multiply-adds in tight loops (contiguous runs of the
 triangle), O(F²) scalar work for F factors; per view O(#groups) store probes.  At a view with one output key (the root of a Boolean
 query) the cross blocks are summed as runs ``(Ŝ_i / P) Ŝ_j`` over the rows, in a loop built for AVX2 and
@@ -89,6 +92,59 @@ cdef extern from *:
                   const Py_ssize_t* start, const Py_ssize_t* off) noexcept nogil
 
 
+cdef extern from *:
+    """
+    /* G += m · (1, x, x xᵀ) for one row of k lifted values x (the packed upper triangle row by row):
+       the view over a leaf alone.  Built for AVX2 + FMA where the compiler and the CPU have them; G and x
+       never overlap (x is the batch's lifted values, G the group's payload), so no aliasing checks. */
+    #define IVM_LIFT_BODY                                                              \
+        double* Q = G + 1 + k;                                                         \
+        G[0] += m;                                                                     \
+        for (Py_ssize_t a = 0; a < k; a++) {                                           \
+            const double y = m * x[a];                                                 \
+            const Py_ssize_t len = k - a;                                              \
+            const double* src = x + a;                                                 \
+            G[1 + a] += y;                                                             \
+            for (Py_ssize_t j = 0; j < len; j++) Q[j] += y * src[j];                   \
+            Q += len;                                                                  \
+        }
+    static void ivm_lift_plain(double* __restrict G, const double* __restrict x, double m, Py_ssize_t k) { IVM_LIFT_BODY }
+    #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    #include <immintrin.h>
+    /* four entries of a triangle row per fused multiply-add; the rows are short (k - a entries), so the
+       loop is written out instead of left to the vectorizer (whose set-up per row cost more than it saved) */
+    __attribute__((target("avx2,fma")))
+    static void ivm_lift_avx2(double* __restrict G, const double* __restrict x, double m, Py_ssize_t k) {
+        double* Q = G + 1 + k;
+        G[0] += m;
+        for (Py_ssize_t a = 0; a < k; a++) {
+            const double y = m * x[a];
+            const Py_ssize_t len = k - a;
+            const double* src = x + a;
+            const __m256d vy = _mm256_set1_pd(y);
+            Py_ssize_t j = 0;
+            G[1 + a] += y;
+            for (; j + 4 <= len; j += 4)
+                _mm256_storeu_pd(Q + j, _mm256_fmadd_pd(vy, _mm256_loadu_pd(src + j), _mm256_loadu_pd(Q + j)));
+            for (; j < len; j++) Q[j] += y * src[j];
+            Q += len;
+        }
+    }
+    static void ivm_lift(double* G, const double* x, double m, Py_ssize_t k) {
+        if (ivm_has_avx2 < 0) {
+            __builtin_cpu_init();
+            ivm_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        }
+        if (ivm_has_avx2) ivm_lift_avx2(G, x, m, k);
+        else ivm_lift_plain(G, x, m, k);
+    }
+    #else
+    #define ivm_lift ivm_lift_plain
+    #endif
+    """
+    void ivm_lift(double* G, const double* x, double m, Py_ssize_t k) noexcept nogil
+
+
 cdef enum:
     MAX_FACTORS = 64
     AHEAD = 8  # rows ahead whose index slots and payload rows are prefetched (random accesses overlap)
@@ -106,7 +162,12 @@ cdef inline uint64_t mix(uint64_t x) noexcept nogil:
 
 
 cdef inline int64_t probe(Int64Index index, int64_t key) noexcept:
-    """``index``'s row of ``key`` (-1 if absent): :meth:`Int64Index._get` inlined (same hash and probing)."""
+    """``index``'s row of ``key`` (-1 if absent): :meth:`Int64Index._get` inlined (the key itself in a
+    direct index; the same hash and probing in a hash table)."""
+    if index.dense != NULL:
+        if <uint64_t>key < <uint64_t>index.dense_cap:
+            return index.dense[key] - 1
+        return -1
     cdef uint64_t i = mix(<uint64_t>key) & index.mask
     cdef const int64_t* slots = index.slots
     while slots[2 * i + 1] != 0:  # (a slot keeps row + 1; 0: empty)
@@ -117,6 +178,10 @@ cdef inline int64_t probe(Int64Index index, int64_t key) noexcept:
 
 
 cdef inline void prefetch_slot(Int64Index index, int64_t key) noexcept:
+    if index.dense != NULL:
+        if <uint64_t>key < <uint64_t>index.dense_cap:
+            IVM_PREFETCH(&index.dense[key])
+        return
     IVM_PREFETCH(&index.slots[2 * (mix(<uint64_t>key) & index.mask)])
 
 
@@ -147,6 +212,7 @@ cdef class Level:
     cdef public list siblings
     cdef public bint arity_out
     cdef Py_ssize_t nsib, out_src, nlift, k, T, W, child_k, nf, nsized
+    cdef bint leaf_lift  # the view over a leaf alone: its delta is m · g_X, every support variable lifted here
     cdef Py_ssize_t sib_src[MAX_FACTORS]
     cdef Py_ssize_t lift_src[MAX_FACTORS]
     cdef Py_ssize_t f_off[MAX_FACTORS]
@@ -193,6 +259,9 @@ cdef class Level:
             self.sized[i] = order[i]
         if blocks[0][1] != child_k or (self.nlift and blocks[self.nf - 1][1] != self.nlift):
             raise ValueError("a level's blocks do not match the child's support and the liftings")
+        self.leaf_lift = (
+            self.nsib == 0 and child_k == 0 and self.nlift == k and k > 0 and self.f_off[self.nf - 1] == 0
+        )
         self.run_start = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
         self.run_off = <Py_ssize_t*> malloc((k + 1) * sizeof(Py_ssize_t))
         if self.run_start == NULL or self.run_off == NULL:
@@ -234,6 +303,10 @@ cdef void accumulate(Level L, double* G, const double* child, const double** sib
     cdef const double* src
     cdef const double* si
     cdef const double* sj
+    if L.leaf_lift:  # δV = m · (1, x, x xᵀ) over the lifted values alone: one row of the triangle per x_a
+        if child[0] != 0.0:
+            ivm_lift(G, lift, child[0], k)
+        return
     # the factors' counts, vectors and packed matrices
     c[0] = child[0]
     s[0] = child + 1
@@ -549,7 +622,7 @@ cdef class Path:
         cdef const double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
         cdef const double[::1] cm = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1)
         cdef Level L
-        cdef Py_ssize_t n = cc.shape[0], i, s, ng = 0, g, W, size, nsib, t, Kc, Lc, Wc, out = 0, level = 0, nm
+        cdef Py_ssize_t n = cc.shape[0], i, s, ng = 0, g, W, size, nsib, t, Kc, Lc, Wc, out = 0, level = 0, nm, last = 0
         cdef int64_t code, r
         cdef uint64_t h, mask = 0
         cdef const double* sib[MAX_FACTORS]
@@ -618,6 +691,7 @@ cdef class Path:
                     self.Sc = <double*> room(<void**>&self.Sc, &self.Sc_cap, n * L.k, sizeof(double))
             ng = 0
             nm = 0
+            last = 0
             for i in range(n):
                 if i + AHEAD < n:
                     for s in range(nsib):
@@ -635,16 +709,20 @@ cdef class Path:
                     continue
                 if not single:
                     code = cur_codes[i * Kc + L.out_src]
-                    h = mix(<uint64_t>code) & mask
-                    while self.map_group[h] != -1 and self.map_code[h] != code:
-                        h = (h + 1) & mask
-                    if self.map_group[h] == -1:
-                        self.map_code[h] = code
-                        self.map_group[h] = ng
-                        gc[ng] = code
-                        memset(G + ng * W, 0, W * sizeof(double))
-                        ng += 1
-                    g = self.map_group[h]
+                    if ng and code == gc[last]:  # a run of one key (a batch in key order): its group again
+                        g = last
+                    else:
+                        h = mix(<uint64_t>code) & mask
+                        while self.map_group[h] != -1 and self.map_code[h] != code:
+                            h = (h + 1) & mask
+                        if self.map_group[h] == -1:
+                            self.map_code[h] = code
+                            self.map_group[h] = ng
+                            gc[ng] = code
+                            memset(G + ng * W, 0, W * sizeof(double))
+                            ng += 1
+                        g = self.map_group[h]
+                        last = g
                 else:
                     if ng == 0:
                         gc[0] = 0

@@ -8,6 +8,16 @@
 # mremap is missing the large blocks are calloc'ed and realloc'ed too.  Callers keep each block's
 # size in bytes and hand it back to grow and free it.  Growing a block of n bytes costs O(1) page
 # table work per page moved (O(n) bytes copied only below IVM_SMALL or without mremap).
+#
+# A mapping of 2 MB or more starts at a 2 MB boundary and spans whole 2 MB units (IVM_HUGE), and it grows
+# in place when the address space after it is free, else moves (mremap) to a fresh 2 MB boundary: each
+# 2 MB unit is then wholly inside the mapping when it is first touched, so the kernel backs it with one
+# huge page (one fault) instead of 512 pages.  A mapping at an arbitrary address, as mremap picks when
+# it moves a block, would leave every unit that straddles the old and the new end, and with it most of
+# a block grown in many small steps, on 4 kB pages (measured: an array grown by halves and eighths
+# to 41 MB, 9,445 faults against 1,031 on 2 MB boundaries).  Smaller blocks stay on 4 kB pages: a
+# whole 2 MB unit for each would zero more than the faults it saves cost (measured on the Housing
+# stream: 1.8k faults instead of 43k, no less system time).
 cdef extern from *:
     """
     #include <stdlib.h>
@@ -21,20 +31,51 @@ cdef extern from *:
     #else
     #define IVM_HAVE_MREMAP 0
     #endif
-    static size_t ivm_pages(size_t n) { return (n + 4095) & ~(size_t)4095; }
+    #define IVM_HUGE ((size_t)2 << 20)
+    /* the bytes mapped for a block of n bytes: whole 4 kB pages, whole 2 MB units from 2 MB on */
+    static size_t ivm_pages(size_t n) {
+        if (n >= IVM_HUGE) return (n + IVM_HUGE - 1) & ~(IVM_HUGE - 1);
+        return (n + 4095) & ~(size_t)4095;
+    }
     static void ivm_advise(void* p, size_t n) {
     #if IVM_HAVE_MREMAP && defined(MADV_HUGEPAGE)
-        if (n >= ((size_t)2 << 20)) madvise(p, ivm_pages(n), MADV_HUGEPAGE);
+        if (ivm_pages(n) >= IVM_HUGE) madvise(p, ivm_pages(n), MADV_HUGEPAGE);
     #else
         (void)p; (void)n;
     #endif
     }
+    #if IVM_HAVE_MREMAP
+    /* len bytes of fresh address space (PROT_NONE, nothing committed) starting at a 2 MB boundary, or
+       MAP_FAILED: IVM_HUGE more than needed are reserved and the parts before and after it unmapped */
+    static void* ivm_reserve_aligned(size_t len) {
+        char* p = (char*)mmap(NULL, len + IVM_HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        char* q;
+        if (p == (char*)MAP_FAILED) return MAP_FAILED;
+        q = (char*)(((size_t)p + IVM_HUGE - 1) & ~(IVM_HUGE - 1));
+        if (q > p) munmap(p, (size_t)(q - p));
+        if (p + len + IVM_HUGE > q + len) munmap(q + len, (size_t)(p + len + IVM_HUGE - (q + len)));
+        return q;
+    }
+    /* a zeroed read-write mapping of len bytes (ivm_pages), at a 2 MB boundary when len is 2 MB or more */
+    static void* ivm_map(size_t len) {
+        void* p;
+        if (len >= IVM_HUGE) {
+            p = ivm_reserve_aligned(len);
+            void* q;
+            if (p == MAP_FAILED) return MAP_FAILED;
+            q = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            if (q == MAP_FAILED) munmap(p, len);
+            return q;
+        }
+        return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    #endif
     /* n zeroed bytes (n > 0), NULL when out of memory */
     static void* ivm_alloc(size_t n) {
         if (n == 0) n = 1;
     #if IVM_HAVE_MREMAP
         if (n > IVM_SMALL) {
-            void* p = mmap(NULL, ivm_pages(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            void* p = ivm_map(ivm_pages(n));
             if (p == MAP_FAILED) return NULL;
             ivm_advise(p, n);
             return p;
@@ -59,8 +100,21 @@ cdef extern from *:
     #if IVM_HAVE_MREMAP
         if (old == 0) old = 1;
         if (old > IVM_SMALL) {
-            q = mremap(p, ivm_pages(old), ivm_pages(n), MREMAP_MAYMOVE);
-            if (q == MAP_FAILED) return NULL;
+            size_t from = ivm_pages(old), to = ivm_pages(n);
+            if (to == from) return p;  /* (the mapping already spans n bytes) */
+            /* in place when the address space after the block is free, else to a fresh 2 MB boundary */
+            q = mremap(p, from, to, 0);
+            if (q == MAP_FAILED) {
+                if (to < IVM_HUGE) {
+                    q = mremap(p, from, to, MREMAP_MAYMOVE);
+                } else {
+                    void* at = ivm_reserve_aligned(to);
+                    if (at == MAP_FAILED) return NULL;
+                    q = mremap(p, from, to, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+                    if (q == MAP_FAILED) munmap(at, to);
+                }
+                if (q == MAP_FAILED) return NULL;
+            }
             ivm_advise(q, n);
             return q;  /* the pages past the old mapping are fresh, hence zero */
         }

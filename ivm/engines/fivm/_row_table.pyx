@@ -679,7 +679,15 @@ def parse_batch(updates, dict names, list tables):
     cdef RowTable table
     if n == 0:
         return []
-    counts = [0] * nt
+    # updates per relation: C counters (no int object per update), on the stack for up to 64 relations
+    cdef Py_ssize_t counts_stack[64]
+    cdef Py_ssize_t* counts = counts_stack
+    counts_arr = None
+    if nt > 64:
+        counts_arr = np.zeros(nt, dtype=np.intp)
+        counts = <Py_ssize_t*> <size_t> counts_arr.ctypes.data
+    else:
+        memset(counts_stack, 0, 64 * sizeof(Py_ssize_t))
     order = []
     where = np.empty(n, dtype=np.intp)
     mv_all = np.empty(n, dtype=np.int64)

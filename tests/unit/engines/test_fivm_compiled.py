@@ -148,6 +148,24 @@ def test_compiled_equals_python_and_numpy(text: str, seed: int, monkeypatch: pyt
 
 
 @needs_kernel
+@pytest.mark.parametrize("text", [STAR, GROUP_BY])
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_equals_python_when_the_key_index_leaves_the_direct_layout(text: str, seed: int) -> None:
+    """Keys 0..49, a seventh of them moved past 2^41: the views' indexes start direct (keyed by the
+    code itself) and turn to hash tables at the first far key, mid-stream, with live keys in them."""
+    rng = random.Random(8200 + seed)
+    query = ivm.parse(text)
+
+    def far(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (row[0] + 2**41 if row[0] % 7 == 3 else row[0], *row[1:])
+
+    stream = [ivm.Update(u.relation, far(u.row), u.mult) for u in updates(query, rng, 600, domain=50)]
+    fast = run_differential(query, stream, rng, (1, 5, 40, 200))
+    indexes = [v.store.codes for v in fast.tree.nodes() if v.store is not None and v.store.codes is not None]
+    assert indexes and not all(ix.direct for ix in indexes)
+
+
+@needs_kernel
 @pytest.mark.parametrize("seed", range(24))
 def test_compiled_equals_python_on_random_queries(seed: int) -> None:
     rng = random.Random(8300 + seed)

@@ -63,6 +63,67 @@ def test_int64_index_matches_a_dict_under_random_sets_and_deletes() -> None:
         index.set_many(np.array([1], dtype=np.int64), np.array([-1], dtype=np.int64))
 
 
+def test_int64_index_direct_and_hashed_layouts_match_a_dict_across_their_switches() -> None:
+    """A dense range of keys is addressed directly; a negative or far key moves the index to a hash
+    table, which moves back when it doubles with its keys dense again; every step equals a dict."""
+    rng = random.Random(11)
+    index, ref = Int64Index(), {}
+    seen = {"direct": 0, "hashed": 0, "back": 0}
+    was_direct = True
+
+    def check(step: int, grown_only: bool) -> None:
+        probe = np.array([*range(-5, 3000), 2**40, 2**62, -(2**63)], dtype=np.int64)
+        assert index.get_many(probe).tolist() == [ref.get(k, -1) for k in probe.tolist()], step
+        assert len(index) == len(ref)
+        ks, rs = index.items()
+        assert dict(zip(ks.tolist(), rs.tolist(), strict=True)) == ref
+        if grown_only and index.direct:  # (no key deleted yet) never more bytes than a hash table's
+            assert index.nbytes <= max(16 * 16, 64 * len(ref)), step
+
+    for step in range(600):
+        phase = step // 150  # dense inserts; then outliers; then dense again (the range filled); deletes
+        if phase == 0 or phase == 2:
+            keys = [rng.randrange(0, 200 * (phase + 1) + 2 * step) for _ in range(rng.randrange(1, 40))]
+        elif phase == 1:
+            keys = [rng.choice([-7, 2**40, 5000 + step, rng.randrange(0, 400)])]
+        else:
+            keys = rng.sample(sorted(ref), min(len(ref), rng.randrange(1, 30))) if ref else [1]
+        keys = sorted(set(keys))
+        arr = np.array(keys, dtype=np.int64)
+        if phase == 3 and rng.random() < 0.7:
+            index.delete_many(arr)
+            for k in keys:
+                ref.pop(k, None)
+        else:
+            rows = np.array([rng.randrange(10**6) for _ in keys], dtype=np.int64)
+            index.set_many(arr, rows)
+            ref.update(zip(keys, rows.tolist(), strict=True))
+        if index.direct:
+            seen["direct"] += 1
+            seen["back"] += not was_direct
+        else:
+            seen["hashed"] += 1
+        was_direct = index.direct
+        check(step, phase < 3)
+    assert seen["direct"] and seen["hashed"] and seen["back"], seen
+    restored = pickle.loads(pickle.dumps(index))
+    assert dict(zip(*(a.tolist() for a in restored.items()), strict=True)) == ref
+    # keys 0..n-1 in order stay direct all the way; a hash table of dense keys turns direct when it doubles
+    dense = Int64Index()
+    dense.set_many(np.arange(5000, dtype=np.int64), np.arange(5000, dtype=np.int64))
+    assert dense.direct and dense.nbytes == 8 * 8192
+    late = Int64Index()
+    late.set_many(np.array([-1], dtype=np.int64), np.array([0], dtype=np.int64))
+    late.delete_many(np.array([-1], dtype=np.int64))
+    assert not late.direct  # (a negative key was put: the table remembers it until it is rebuilt)
+    fresh = Int64Index()
+    fresh.set_many(np.array([3000], dtype=np.int64), np.array([0], dtype=np.int64))
+    assert not fresh.direct  # one key far from 0: hashed
+    fresh.set_many(np.arange(2000, dtype=np.int64), np.arange(1, 2001, dtype=np.int64))
+    assert fresh.direct  # the range filled in: direct again at a doubling
+    assert fresh.get(3000) == 0 and fresh.get(1999) == 2000 and fresh.get(2500) == -1
+
+
 def test_int_codes_only_for_plain_ints_in_range() -> None:
     assert columnar.int_codes([(3,), (-5,), (2**63 - 1,)]).tolist() == [3, -5, 2**63 - 1]
     for odd in ([(1,), (True,)], [(1,), (1.0,)], [(np.int64(1),)], [(2**63,)], [("a",)], [(1, 2)], []):
@@ -236,3 +297,31 @@ def test_explain_reports_memory_per_view_sized_to_its_support() -> None:
     # triangle; the root has all three)
     assert {s: e["bytes_per_payload"] for s, e in supports.items()} == {1: 24.0, 2: 48.0, 3: 80.0}
     assert [supports[s]["keys"] for s in (1, 2, 3)] == [20, 40, 1]  # V_S(k), V_R(k), the root
+
+
+@pytest.mark.skipif(columnar.Arena is None and not os.environ.get("CI"), reason="compiled kernels not built")
+def test_arenas_grown_in_small_steps_keep_their_bytes_and_zero_the_new_ones() -> None:
+    """``_mem.pxd``'s growth: in place, or moved to a fresh 2 MB boundary (MREMAP_FIXED) when a neighbour
+    mapping is in the way; across calloc, 4 kB and 2 MB mappings, the old bytes kept, the new ones zero."""
+    rng = np.random.default_rng(3)
+    arenas = [columnar.Arena(4096) for _ in range(3)]
+    sizes = [4096] * 3
+    fills = [np.zeros(0, dtype=np.uint8) for _ in range(3)]
+    blockers = []
+    step = 0
+    while min(sizes) < 6 << 20:  # every kind of block crossed: calloc'ed, 4 kB pages, 2 MB units
+        i = step % 3
+        step += 1
+        new = int(sizes[i] * rng.uniform(1.05, 1.6)) + int(rng.integers(1, 5000))
+        assert arenas[i].resize(new)
+        blockers.append(columnar.Arena(int(rng.integers(1, 3 << 20))))  # a mapping after it: the next growth may move
+        got = np.frombuffer(arenas[i], dtype=np.uint8)
+        assert len(got) == new
+        assert np.array_equal(got[: len(fills[i])], fills[i]), step
+        assert not got[len(fills[i]) :].any(), step
+        got[:] = rng.integers(0, 256, new, dtype=np.uint8)  # written everywhere, as a store writes its rows
+        fills[i] = got.copy()
+        sizes[i] = new
+        del got
+    for arena, fill in zip(arenas, fills, strict=True):
+        assert np.array_equal(np.frombuffer(arena, dtype=np.uint8), fill)
