@@ -62,6 +62,7 @@ the heavy parts and views, and no tuple is copied either way.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -74,6 +75,7 @@ from ivm.engines.first_order import (
     first_order_plan,
     key_set_slots,
     uses_compact,
+    work_exceeded,
 )
 from ivm.engines.ivm_eps.compact import EV_CHECK, EV_HIT, CompactPart, compact_parts, compact_views
 from ivm.engines.ivm_eps.engine import IVMEps
@@ -84,9 +86,21 @@ from ivm.updates import Row, Update
 
 DEFAULT_SKEW = 8.0
 DEFAULT_DWELL = 0.25
+#: c_p: the estimated cost of one update in the partitioned mode, in first-order element steps
+#: (one step = one row element an intersection walks); see the module docstring for how it was measured
+DEFAULT_COST = 4096
+#: the promotion policies: ``"work"`` (ski rental on the observed first-order work, the default) and
+#: ``"degree"`` (a key's degree reaching ``skew·√N``)
+PROMOTE = ("work", "degree")
 
 #: numeric codes of :attr:`IVMEpsAdaptive.reason_code` (the metric); the words are in ``choice()``
-REASONS = {0: "no skew observed", 1: "a key reached the skew cutoff", 2: "skew faded", 3: "requested"}
+REASONS = {
+    0: "no skew observed",
+    1: "a key reached the skew cutoff",
+    2: "skew faded",
+    3: "requested",
+    4: "first-order work exceeded the partitioned estimate by the cost of a repartition",
+}
 
 
 class IVMEpsAdaptive(IVMEpsTriangle):
@@ -114,7 +128,13 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         skew: float = DEFAULT_SKEW,
         dwell: float = DEFAULT_DWELL,
         implementation: str = "auto",
+        promote: str = "work",
+        cost: int = DEFAULT_COST,
     ) -> None:
+        if promote not in PROMOTE:
+            raise ValueError(f"promote must be one of {PROMOTE}, got {promote!r}")
+        if int(cost) < 1:
+            raise ValueError(f"cost must be a positive number of element steps, got {cost}")
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
         uses_compact(implementation)  # "compiled" fails here when the extension is not built
@@ -132,6 +152,12 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.eps = self.hot_eps  # what explain() reports as the exponent of a partitioned relation
         self.skew = float(skew)
         self.dwell = float(dwell)
+        self.promote = promote
+        self.cost = int(cost)
+        #: the work rule's counter [E, r, W] (first_order.WORK): excess, partitioned estimate per
+        #: update, first-order work of the epoch; the loops update it in place
+        self.work = [0, 0, 0]
+        self.epoch_start = 0  # updates_applied when the current first-order epoch began
         self.hot_cutoff = 1
         self._set_cutoffs()
         # first-order mode (no relation partitioned): the slots are key-set partitions at eps = 1,
@@ -178,13 +204,37 @@ class IVMEpsAdaptive(IVMEpsTriangle):
     def choice(self) -> dict[str, Any]:
         """The current eps per relation and why (shown by ``View.explain()``)."""
         eps = {e.relation: p.eps for e, p in zip(self.shape.edges, self.parts, strict=True)}
+        back = f"it returns to first-order (eps = 1) below {self.skew / 4:g}·√N after {self.dwell:g}·|D| updates"
+        if self.promote == "work":
+            excess, rate, spent = self.work
+            rule = (
+                f"while every relation is first-order, each update's work w (the smaller row its "
+                f"intersections walk) feeds the excess E := max(0, E + w - r), r = min(c_p, {self.skew:g}·√N) "
+                f"= {rate} (c_p = {self.cost}); once E ≥ L = |D| the relations with a key of degree ≥ "
+                f"N^{self.hot_eps:g} are partitioned (eps = {self.hot_eps:g}; all of them if none has one); "
+                f"no worst-case bound per update in first-order mode (one update may cost O(N) before "
+                f"the switch), O(√N) amortized (Theorem 3); a first-order relation beside a partitioned one "
+                f"is partitioned once a key has degree ≥ {self.skew:g}·√N = {self.hot_cutoff}; {back}"
+            )
+        else:
+            excess, rate, spent = 0, 0, 0
+            rule = (
+                f"a relation is partitioned (eps = {self.hot_eps:g}) once a key has degree "
+                f"≥ {self.skew:g}·√N = {self.hot_cutoff} (N = {self.N}); {back}"
+            )
         return {
             "mode": "partitioned" if self.partitioned else "first_order",
             "eps": eps,
             "reason": self.reason,
-            "skew_cutoff": f"a relation is partitioned (eps = {self.hot_eps:g}) once a key has degree "
-            f"≥ {self.skew:g}·√N = {self.hot_cutoff} (N = {self.N}); it returns to first-order (eps = 1) "
-            f"below {self.skew / 4:g}·√N after {self.dwell:g}·|D| updates",
+            "promote": self.promote,
+            "skew_cutoff": rule,
+            "work": {
+                "excess_E": excess,
+                "buy_cost_L": self.size,
+                "rate_r": rate,
+                "epoch_work": spent,
+                "epoch_updates": self.updates_applied - self.epoch_start,
+            },
             "promotions": self.promotions,
             "demotions": self.demotions,
             "max_degree_seen": self.max_degree,
@@ -203,6 +253,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
                 "switch_reason": self.reason_code,
                 "skew_cutoff": self.hot_cutoff,
                 "max_degree_seen": self.max_degree,
+                "work_excess": self.work[0],
+                "work_rate": self.work[1],
+                "work_buy_cost": self.size,
             }
         )
         for edge, e in zip(self.shape.edges, eps, strict=True):
@@ -216,6 +269,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         root = math.sqrt(self.N)
         self.hot_cutoff = max(1, math.ceil(self.skew * root - 1e-9))
         self.cold_cutoff = self.skew / 4 * root
+        self.work[1] = min(self.cost, self.hot_cutoff)  # r = min(c_p, λ√N)
 
     def _switch(self, slots: list[int], eps: float, code: int, detail: str) -> None:
         """Set ``eps`` on ``slots`` and repartition (major rebalancing machinery; Q unchanged).
@@ -248,6 +302,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             self.promotions += len(slots)
         self.reason_code = code
         self.reason = detail
+        self.work[0] = self.work[2] = 0  # a new epoch of the work rule (first-order again or not)
+        self.epoch_start = self.updates_applied
         if not self.partitioned:
             self._to_first_order()
         self.next_check = self.updates_applied + self._check_every()
@@ -298,6 +354,11 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self._interned = {}
         self.__dict__.pop("nonunit", None)
         self.__dict__.setdefault("implementation", "auto")  # a snapshot from before the choice existed
+        if "promote" not in state:  # a snapshot from before the work rule: it keeps deciding by degree
+            self.promote = "degree"
+            self.cost = DEFAULT_COST
+            self.work = [0, min(DEFAULT_COST, self.hot_cutoff), 0]
+            self.epoch_start = self.updates_applied
         if not self.partitioned and not isinstance(self.parts[0], CompactSlot):
             self._to_first_order()
 
@@ -314,6 +375,27 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             if deg >= self.hot_cutoff:
                 self._promote(i, None, deg)  # also takes every other slot over the cutoff
                 return
+
+    def _promote_work(self) -> None:
+        """The work rule's promotion (E ≥ L = |D|): partition the first-order slots with a key of degree
+        ``≥ N^hot_eps`` (IVM^eps's heavy threshold, Definition 7), or all first-order slots when none has
+        one, by one major rebalancing (:meth:`_switch`).  O(ids) to find the slots."""
+        strict = cutoffs(self.N, self.hot_eps)[0]
+        cold = [i for i, part in enumerate(self.parts) if part.eps == 1.0]
+        degrees = {i: light_max_degree(self.parts[i]) for i in cold}
+        self.max_degree = max(self.max_degree, *degrees.values())
+        slots = [i for i in cold if degrees[i] >= strict] or cold
+        excess, rate, spent = self.work
+        names = ", ".join(self.shape.edges[i].relation for i in slots)
+        self._switch(
+            slots,
+            self.hot_eps,
+            4,
+            f"first-order work exceeded the partitioned estimate: excess E = {excess} ≥ L = |D| = {self.size} "
+            f"(r = {rate} steps per update; {spent} steps over {self.updates_applied - self.epoch_start} updates "
+            f"in first-order mode); {names} partitioned (max degree "
+            f"{', '.join(str(degrees[i]) for i in slots)}, heavy from N^{self.hot_eps:g} = {strict})",
+        )
 
     def _promote(self, i: int, key: object, degree: int) -> None:
         relation = self.shape.edges[i].relation
@@ -380,7 +462,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.N = 2 * self.size + 1
         self.strict = True
         self._set_cutoffs()
-        self._promote_hot_slots()
+        if self.promote == "degree":
+            self._promote_hot_slots()
 
     # -- updates -----------------------------------------------------------------------
 
@@ -486,9 +569,11 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if isinstance(a, CompactSlot) and self.implementation == "python":
             self._to_key_sets()  # the choice was changed on a compact engine
             a = self.parts[0]
+        work = self.work if self.promote == "work" else None
+        hot = self.hot_cutoff if work is None else sys.maxsize  # the work rule has no degree test here
         if isinstance(a, CompactSlot):
             state = a.state
-            nxt, self.count, applied, hit, blocked = state.apply(updates, start, self.count, n // 4, n, self.hot_cutoff)
+            nxt, self.count, applied, hit, blocked = state.apply(updates, start, self.count, n // 4, n, hot, work)
             self.size = size = state.total()
             if blocked:  # updates[nxt] has a multiplicity the compact state does not store
                 self._to_key_sets()
@@ -501,8 +586,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
                 self.count,
                 n // 4,
                 n,
-                self.hot_cutoff,
+                hot,
                 self._interned,
+                work,
             )
             a, b, c = self.parts
             self.size = size = a.lsize + b.lsize + c.lsize
@@ -518,11 +604,14 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if n != self.N:
             lower = self.hot_cutoff
             self.N = n
-            self._set_cutoffs()
-            if self.hot_cutoff < lower:  # a smaller N lowers the cutoff: rescan, O(|D|) per change of N
+            self._set_cutoffs()  # also r = min(c_p, λ√N)
+            if work is None and self.hot_cutoff < lower:  # a smaller N lowers the cutoff: rescan, O(|D|)
                 self._promote_hot_slots()
                 return nxt
-        if hit is not None and hit[2] >= self.hot_cutoff:
+        if work is not None:
+            if work_exceeded(work[0], size):
+                self._promote_work()
+        elif hit is not None and hit[2] >= self.hot_cutoff:
             self._promote(*hit)
         return nxt
 
