@@ -1,26 +1,74 @@
-"""IVM^eps with eps chosen per relation from the observed degrees (``engine="auto"``).
+"""IVM^eps with eps chosen per relation from the observed work or degrees (``engine="auto"``).
 
 IVM^eps (Kara et al., ICDT'19, Theorem 3) maintains the triangle count in
 O(N^max(eps,1-eps)) amortized time per single-tuple update; eps = 0 or 1 is
 classical first-order IVM (Appendix A.1), which costs
 O(min(deg_S(b), deg_T(a))) per update ``δR(a,b)`` (IVM^eps §1.1).  On real
-graphs the degrees are mild, the first-order intersection is short and the
-partition bookkeeping of eps = 1/2 costs more than it saves; on skewed data
-first-order updates become linear.  This engine picks, per relation (slot),
+graphs the intersections are short and the partition bookkeeping of eps = 1/2
+costs more than it saves; on skewed data first-order updates can become
+linear.  This engine starts with every relation (slot) at ``eps = 1``
+(first-order: the slot is all light, no view reads it) and partitions slots
+(``eps = hot_eps``, 1/2 by default: heavy/light partition, Theorem 3) by one of
+two promotion policies (``promote``):
 
-- ``eps = 1`` (first-order: the slot is all light, no view reads it) while every
-  key of the slot has degree below ``skew · √N``, and
-- ``eps = hot_eps`` (1/2 by default: heavy/light partition, Theorem 3) once a key
-  reaches that degree,
+- ``"work"`` (the default): a ski-rental rule on the first-order work itself.
+  While every slot is first-order, update ``δK_i(x,y)`` costs
+  ``w = min(deg_j(y), deg_k(x))`` element steps (the smaller row its
+  intersection walks, summed over the slots the relation feeds); the engine
+  keeps the excess ``E := max(0, E + w - r)`` with ``r = min(c_p, λ√N)`` the
+  estimated cost of one update in the partitioned mode in the same units, and
+  partitions once ``E ≥ L = |D|`` (the buy cost: a major rebalancing is
+  Ω(|D|)).  The slots partitioned are the first-order slots with a key of
+  degree ``≥ N^hot_eps`` (IVM^eps's heavy threshold; all first-order slots if
+  none has one); a slot left at eps = 1 beside a partitioned one is
+  partitioned by the degree rule below (its keys stay under ``λ√N``).  A
+  switch starts a new epoch (``E = 0``).  ``E`` counts elements, never
+  time, so replays and snapshots decide alike; it is part of the snapshot.
+- ``"degree"``: a slot is partitioned as soon as a key of it reaches degree
+  ``λ·√N`` (``skew`` = λ = 8 by default), in first-order mode too.
 
-and goes back to ``eps = 1`` when the slot's largest degree has fallen below
-``(skew/4) · √N`` (hysteresis: a factor 4 between the two cutoffs) and at least
+Both return a slot to ``eps = 1`` when its largest degree has fallen below
+``(λ/4)·√N`` (hysteresis: a factor 4 between the two cutoffs) and at least
 ``dwell · |D|`` updates have passed since the slot's last switch.  A switch
 sets the slot's exponent and runs the engine's *major rebalancing* (strict
 repartition with the current N, views recomputed, Figure 4); Q is unchanged by
 a switch because the count does not depend on the partition (digest §7.3 note).
 
-Guarantee.  While all slots are first-order every update costs
+**c_p** (``cost``, :data:`DEFAULT_COST` = 4096) was measured on the compact
+state (2 cores, 2026-11-27, load 2-3): on the two-hub database of
+``bench/first_order_kernel.py`` (10^6 tuples) the partitioned path costs
+1.6-1.7 µs per load update against 0.8-1.1 µs first-order (hubs-0 stream:
+1.41 against 1.08), an extra 0.33-0.7 µs per update; a first-order hub-hub
+update walks w = 40,031 elements in 4.2 µs, about 0.08-0.1 ns per element
+step (the hubs' rows are bitsets).  0.33-0.7 µs / 0.08-0.1 ns is 3,300-8,700
+steps; c_p = 4096 sits at the low end (promote rather earlier).  The Python
+loops pay ~20 ns per step, so for ``implementation="python"`` the same c_p
+promotes later than its own costs would suggest (within a constant factor);
+one constant keeps the implementations deciding identically.
+
+Guarantee (work rule).  Within a first-order epoch of U updates with works
+w_1..w_U, each update raises E by at most ``w_t - r``, so while E < L the
+total work is ``Σ w_t ≤ r·U + E ≤ r·U + L``; the epoch ends at the first
+update with ``E ≥ L``, whose own cost is at most N: **total ≤ r·U + L + N**
+with ``r ≤ λ√N`` and ``L = |D| ≤ N``.  The first promotion is paid like
+preprocessing (Proposition 8) and later ones, as under the degree rule, are
+separated from the demotion before them by ``dwell·|D|`` updates, so the
+switches add O(N^min/dwell) amortized; **O(√N) amortized per update at
+hot_eps = 1/2** (Theorem 3) holds.  Against the better of staying first-order
+and partitioning at the start, in hindsight, the rule is 2-competitive up to
+the estimate c_p (ski rental: when it buys, it has paid ``E ≥ L`` beyond
+the rent r per update; when it never buys, it paid at most ``r·U + L``).
+What it gives up: the **worst-case** O(λ√N) bound per update in first-order
+mode — a single hub-hub update may cost O(N) before the switch.  Thrashing:
+a slot demoted with max degree below (λ/4)√N can exceed r per update only on
+updates that join two rows over r; a re-promotion needs ``E ≥ |D|`` again,
+i.e. at least |D| element steps paid beyond the estimate, and every demotion
+waits ``dwell·|D|`` updates, so switches stay at most one per ``dwell·|D|``
+updates as under the degree rule.  A bulk load (Appendix A.3, static
+counting) never promotes under the work rule: it is preprocessing, not
+evidence of the stream's cost; the degree rule partitions after it as before.
+
+Guarantee (degree rule).  While all slots are first-order every update costs
 O(min(deg_j(β), deg_k(α))) ≤ O(skew · √N) worst-case, by the cutoff; a mix of
 ``eps = 1`` slots (all degrees below the cutoff) and ``hot_eps`` slots costs
 O(skew · N^max(hot_eps, 1-hot_eps)) amortized (each term of Figure 3 iterates
@@ -32,7 +80,8 @@ preprocessing (Proposition 8).  Overall: **O(√N) amortized per update at
 hot_eps = 1/2**, the bound of Theorem 3, with first-order constants on
 unskewed data.  Cutoffs are rechecked whenever N changes (a halving of N
 lowers the cutoff: all first-order slots are rescanned, O(|D|), amortized over
-the ≥ N/4 updates between two changes of N, §4.1).
+the ≥ N/4 updates between two changes of N, §4.1; under the work rule a new N
+only moves r).
 
 While no relation is partitioned the slots are
 :class:`~ivm.engines.ivm_eps.partition.AllLightPartition` values (the
@@ -104,11 +153,15 @@ REASONS = {
 
 
 class IVMEpsAdaptive(IVMEpsTriangle):
-    """Triangle count with per-relation eps chosen from degree statistics (see the module docstring).
+    """Triangle count with per-relation eps chosen from the observed work or degrees (module docstring).
 
-    ``skew`` is the cutoff factor λ (a slot is partitioned once a key has degree
-    ``≥ λ√N``), ``eps`` the exponent a skewed slot gets, ``dwell`` the fraction
-    of |D| that must pass between two switches of a slot before it goes back.
+    ``promote`` picks the promotion policy: ``"work"`` (ski rental on the
+    first-order work, the default) or ``"degree"``; ``cost`` is c_p, the
+    partitioned mode's estimated cost per update in element steps (``r =
+    min(c_p, λ√N)``); ``skew`` is the cutoff factor λ (the degree rule
+    partitions a slot once a key has degree ``≥ λ√N``; a slot returns below
+    ``(λ/4)√N``), ``eps`` the exponent a partitioned slot gets, ``dwell`` the
+    fraction of |D| that must pass between two switches of a slot before it goes back.
 
     >>> from ivm.query.parse import parse
     >>> e = IVMEpsAdaptive(parse("Q() :- R(a,b), S(b,c), T(c,a)"))
