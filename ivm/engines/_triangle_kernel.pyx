@@ -485,20 +485,14 @@ cdef extern from *:
         return d;
     }
 
-    /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value) */
-    static void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc) {
-        int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1;
-        const tk_adj *out = tk_row(&S[j].f, y), *into = tk_row(&S[k].b, x);
-        if (out == NULL || into == NULL) return;
-        acc->v += (__int128)m * tk_wsum(out, into, &S[j].o, &S[k].o, (uint32_t)y, (uint32_t)x);
-    }
-
-    /* the first-order work of slot i's update of (x, y): min(|K_j(y,.)|, |K_k(.,x)|), the smaller of
-       the two rows tk_delta intersects (0 when one is missing; ids < 0: unknown value) */
-    static inline int64_t tk_work(const tk_slot *S, int i, int64_t x, int64_t y) {
+    /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value).
+       Returns the first-order work of the update, min(|K_j(y,.)|, |K_k(.,x)|): the smaller of the two
+       rows intersected (0 when one is missing), read from the rows already at hand. */
+    static int64_t tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc) {
         int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1;
         const tk_adj *out = tk_row(&S[j].f, y), *into = tk_row(&S[k].b, x);
         if (out == NULL || into == NULL) return 0;
+        acc->v += (__int128)m * tk_wsum(out, into, &S[j].o, &S[k].o, (uint32_t)y, (uint32_t)x);
         return out->n < into->n ? (int64_t)out->n : (int64_t)into->n;
     }
 
@@ -1560,8 +1554,7 @@ cdef extern from *:
     void tk_mfree(tk_mmap *o)
     int tk_mget(const tk_mmap *o, uint64_t key, int64_t *out)
     uint64_t tk_pair(uint32_t x, uint32_t y)
-    void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc)
-    int64_t tk_work(const tk_slot *S, int i, int64_t x, int64_t y)
+    int64_t tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc)
     int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax, uint32_t nids)
     void tk_acc_zero(tk_acc *a)
     int tk_acc_nonzero(const tk_acc *a)
@@ -1892,10 +1885,8 @@ cdef class TriangleFirstOrder:
                     xid, yid = bid, aid
                 else:
                     xid, yid = aid, bid
-                if track:
-                    w += tk_work(S, slot, xid, yid)
-                # δQ = m · Σ_z K_j(y, z) · K_k(z, x)
-                tk_delta(S, slot, xid, yid, m, &acc)
+                # δQ = m · Σ_z K_j(y, z) · K_k(z, x); w += the smaller row it walked
+                w += tk_delta(S, slot, xid, yid, m, &acc)
                 # K_i(x, y) += m
                 if aid < 0:
                     aid = self._intern(a)
