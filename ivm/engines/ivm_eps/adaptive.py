@@ -124,7 +124,6 @@ from ivm.engines.first_order import (
     first_order_plan,
     key_set_slots,
     uses_compact,
-    work_exceeded,
 )
 from ivm.engines.ivm_eps.compact import EV_CHECK, EV_HIT, CompactPart, compact_parts, compact_views
 from ivm.engines.ivm_eps.engine import IVMEps
@@ -141,6 +140,8 @@ DEFAULT_COST = 4096
 #: the promotion policies: ``"work"`` (ski rental on the observed first-order work, the default) and
 #: ``"degree"`` (a key's degree reaching ``skew·√N``)
 PROMOTE = ("work", "degree")
+#: the degree cutoff passed to the first-order loops under the work rule (no degree test there)
+NEVER = sys.maxsize
 
 #: numeric codes of :attr:`IVMEpsAdaptive.reason_code` (the metric); the words are in ``choice()``
 REASONS = {
@@ -623,7 +624,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             self._to_key_sets()  # the choice was changed on a compact engine
             a = self.parts[0]
         work = self.work if self.promote == "work" else None
-        hot = self.hot_cutoff if work is None else sys.maxsize  # the work rule has no degree test here
+        hot = self.hot_cutoff if work is None else NEVER  # the work rule has no degree test here
         if isinstance(a, CompactSlot):
             state = a.state
             nxt, self.count, applied, hit, blocked = state.apply(updates, start, self.count, n // 4, n, hot, work)
@@ -662,7 +663,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
                 self._promote_hot_slots()
                 return nxt
         if work is not None:
-            if work_exceeded(work[0], size):
+            if work[0] >= size and work[0] > 0:  # work_exceeded, inline (checked once per call)
                 self._promote_work()
         elif hit is not None and hit[2] >= self.hot_cutoff:
             self._promote(*hit)
