@@ -8,8 +8,9 @@ update whatever the implementation, IVM^eps O(N^max(eps,1-eps)) amortized
 - ``auto``: ``ivm.maintain(query)`` (``engine="auto"``: the adaptive IVM^eps
   engine ``ivm_eps_auto``, on the compiled state in both of its modes: the
   first-order key sets while no relation is partitioned, IVM^eps's heavy/light
-  partitions and views once a key is heavy; the ``part`` column says when it
-  partitioned),
+  partitions and views once the first-order work exceeds the partitioned
+  estimate by |D| (the work rule, ``promote="work"``; ``auto@base`` of an older
+  checkout may use the degree rule); the ``part`` column says when it partitioned),
 - ``compiled``: ``FirstOrderIVM(implementation="compiled")`` (the compact state alone),
 - ``auto_python``: the adaptive engine with ``implementation="python"`` (the reference),
 - ``fo_python``: ``FirstOrderIVM(implementation="python")`` (``engine="first_order"``,

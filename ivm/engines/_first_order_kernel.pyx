@@ -155,16 +155,22 @@ def apply_first_order(
     Py_ssize_t hi=sys.maxsize,
     Py_ssize_t hot=sys.maxsize,
     dict intern=None,
+    list work=None,
 ):
     """First-order IVM (IVM^eps App. A.1) of ``updates[start:]``; see the Python reference.
 
     O(min(deg_j(y), deg_k(x))) per update.  Returns ``(index of the next update,
-    count, non-zero updates applied, (slot, key, degree) or None)``.
+    count, non-zero updates applied, (slot, key, degree) or None)``.  ``work``:
+    the counter ``[E, r, W]`` of the work rule, updated in place exactly as the
+    reference does (``E := max(0, E + w - r)`` per update, stop once ``E ≥ |D|`` and
+    ``E > 0``; see :func:`ivm.engines.first_order.work_exceeded`).
     """
     cdef Py_ssize_t nslots = len(slots)
     cdef Py_ssize_t *sizes = <Py_ssize_t *> PyMem_Malloc(max(nslots, 1) * sizeof(Py_ssize_t))
     cdef Py_ssize_t size = 0, applied = 0, stop, nxt, k, e, nentries, i, n, degree
     cdef bint halt = False, flipped, weighted
+    cdef bint track = work is not None
+    cdef long long excess = 0, rate = 0, spent = 0, w = 0, lo_n, li_n
     cdef object hit = None
     cdef object update, relation, row, m, x, y, old, new, key
     cdef list entries
@@ -174,6 +180,8 @@ def apply_first_order(
     cdef PyObject *p
     if sizes is NULL:
         raise MemoryError()
+    if track:
+        excess, rate, spent = work[0], work[1], work[2]
     try:
         for e in range(nslots):
             sizes[e] = slots[e].lsize
@@ -195,6 +203,7 @@ def apply_first_order(
                 raise KeyError(relation)
             entries = <list> p
             nentries = len(entries)
+            w = 0
             for e in range(nentries):
                 entry = <tuple> entries[e]
                 i = entry[0]
@@ -224,6 +233,10 @@ def apply_first_order(
                     p = PyDict_GetItem(into_b, x)
                     if p is not NULL:
                         into = <set> p
+                        if track:
+                            lo_n = PySet_GET_SIZE(out)
+                            li_n = PySet_GET_SIZE(into)
+                            w += lo_n if lo_n < li_n else li_n
                         if PyDict_Size(out_o) or PyDict_Size(into_o):
                             count += m * _weighted(out, into, out_o, into_o, y, x)
                         else:
@@ -292,11 +305,21 @@ def apply_first_order(
                         hit = (i, x, degree)
                         halt = True
             applied += 1
+            if track:
+                spent += w
+                excess += w - rate
+                if excess < 0:
+                    excess = 0
+                if excess > 0 and excess >= size:  # work_exceeded: the buy cost L = |D| is reached
+                    halt = True
             if halt:
                 nxt = k + 1
                 break
         for e in range(nslots):
             slots[e].lsize = sizes[e]
+        if track:
+            work[0] = excess
+            work[2] = spent
     finally:
         PyMem_Free(sizes)
     return (nxt if stop > start else start), count, applied, hit

@@ -485,12 +485,15 @@ cdef extern from *:
         return d;
     }
 
-    /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value) */
-    static void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc) {
+    /* m · Σ_z K_j(y,z)·K_k(z,x) added to acc (slot i's update of (x, y); ids < 0: unknown value).
+       Returns the first-order work of the update, min(|K_j(y,.)|, |K_k(.,x)|): the smaller of the two
+       rows intersected (0 when one is missing), read from the rows already at hand. */
+    static int64_t tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc) {
         int j = i == 2 ? 0 : i + 1, k = i == 0 ? 2 : i - 1;
         const tk_adj *out = tk_row(&S[j].f, y), *into = tk_row(&S[k].b, x);
-        if (out == NULL || into == NULL) return;
+        if (out == NULL || into == NULL) return 0;
         acc->v += (__int128)m * tk_wsum(out, into, &S[j].o, &S[k].o, (uint32_t)y, (uint32_t)x);
+        return out->n < into->n ? (int64_t)out->n : (int64_t)into->n;
     }
 
     /* K(x,y) += m on one slot (ids exist, nids numbered); +1 new tuple, 0, -1 removed,
@@ -1551,7 +1554,7 @@ cdef extern from *:
     void tk_mfree(tk_mmap *o)
     int tk_mget(const tk_mmap *o, uint64_t key, int64_t *out)
     uint64_t tk_pair(uint32_t x, uint32_t y)
-    void tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc)
+    int64_t tk_delta(tk_slot *S, int i, int64_t x, int64_t y, int64_t m, tk_acc *acc)
     int tk_change(tk_slot *s, uint32_t x, uint32_t y, int64_t m, int64_t *absmax, uint32_t nids)
     void tk_acc_zero(tk_acc *a)
     int tk_acc_nonzero(const tk_acc *a)
@@ -1804,6 +1807,7 @@ cdef class TriangleFirstOrder:
         Py_ssize_t lo=-1,
         Py_ssize_t hi=sys.maxsize,
         Py_ssize_t hot=sys.maxsize,
+        list work=None,
     ):
         """First-order IVM (IVM^eps §1.1) of ``updates[start:]`` in order; O(min(deg)) per update.
 
@@ -1814,8 +1818,14 @@ cdef class TriangleFirstOrder:
         blocked)``; ``blocked`` is True when ``updates[next]`` was not applied
         because a multiplicity is not an int of magnitude at most ``LIMIT``
         (nothing of it was applied: the caller continues on Python slots).
+        ``work``: the counter ``[E, r, W]`` of the adaptive engine's work rule,
+        updated in place as the reference does (per update ``w`` = the smaller
+        row of each intersection, ``E := max(0, E + w - r)``, ``W += w``; stop
+        once ``E ≥ |D|`` and ``E > 0``); O(1) more per update.
         """
         cdef Py_ssize_t stop = len(updates), k, nxt, applied = 0, size = 0, ne, e
+        cdef bint track = work is not None
+        cdef int64_t excess = 0, rate = 0, spent = 0, w = 0
         cdef tk_acc acc
         cdef object update, relation, row, mo, a, b, hit = None
         cdef PyObject *p
@@ -1828,6 +1838,8 @@ cdef class TriangleFirstOrder:
         cdef dict plan = self.plan
         if self.partitioned:
             raise ValueError("the state is partitioned: apply_partitioned runs it")
+        if track:
+            excess, rate, spent = work[0], work[1], work[2]
         self.version += 1
         cdef PyObject **items = NULL
         if PyList_CheckExact(updates):
@@ -1865,6 +1877,7 @@ cdef class TriangleFirstOrder:
             aid = self._find(a)
             bid = self._find(b)
             ne = PyTuple_GET_SIZE(entries)
+            w = 0
             for e in range(ne):
                 code = <int> (<object> PyTuple_GET_ITEM(entries, e))
                 slot = code >> 1
@@ -1872,8 +1885,8 @@ cdef class TriangleFirstOrder:
                     xid, yid = bid, aid
                 else:
                     xid, yid = aid, bid
-                # δQ = m · Σ_z K_j(y, z) · K_k(z, x)
-                tk_delta(S, slot, xid, yid, m, &acc)
+                # δQ = m · Σ_z K_j(y, z) · K_k(z, x); w += the smaller row it walked
+                w += tk_delta(S, slot, xid, yid, m, &acc)
                 # K_i(x, y) += m
                 if aid < 0:
                     aid = self._intern(a)
@@ -1904,10 +1917,20 @@ cdef class TriangleFirstOrder:
             applied += 1
             if tk_acc_big(&acc):
                 count = _flush(count, &acc)
+            if track:
+                spent += w
+                excess += w - rate
+                if excess < 0:
+                    excess = 0
+                if excess > 0 and excess >= size:  # work_exceeded: the buy cost L = |D| is reached
+                    halt = True
             if halt:
                 nxt = k + 1
                 break
         count = _flush(count, &acc)
+        if track:
+            work[0] = excess
+            work[2] = spent
         if PyList_GET_SIZE(self.values) > 4 * (S[0].size + S[1].size + S[2].size) + 4096:
             self.compact()
         return (nxt if stop > start else start), count, applied, hit, blocked

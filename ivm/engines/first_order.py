@@ -58,6 +58,21 @@ PREV = (2, 0, 1)
 Plan = dict[str, list[tuple[Any, ...]]]
 #: a key that reached the degree cutoff: (slot, key, degree)
 Hit = tuple[int, object, int]
+#: the work counter the first-order loops update in place: ``[E, r, W]``, the excess E of the
+#: first-order work over the partitioned estimate r per update, and the total work W of the epoch
+WORK = ("excess", "rate", "spent")
+
+
+def work_exceeded(excess: int, size: int) -> bool:
+    """The promotion test of the work rule: the excess ``E`` has reached the buy cost ``L = |D|``.
+
+    ``E > 0`` as well, so that an empty database never promotes.  O(1); the three
+    first-order loops apply exactly this test after each update.
+
+    >>> work_exceeded(0, 0), work_exceeded(5, 5), work_exceeded(4, 5)
+    (False, True, False)
+    """
+    return excess > 0 and excess >= size
 
 
 def first_order_plan(slots: Sequence[AllLightPartition], occurrences: Mapping[str, Sequence[tuple[int, bool]]]) -> Plan:
@@ -91,6 +106,7 @@ def apply_first_order_python(
     hi: int = sys.maxsize,
     hot: int = sys.maxsize,
     intern: dict[int, int] | None = None,
+    work: list[int] | None = None,
 ) -> tuple[int, int, int, Hit | None]:
     """First-order IVM (IVM^eps §1.1) of ``updates[start:]``, in order, on the key-set slots.
 
@@ -111,7 +127,17 @@ def apply_first_order_python(
     the slots store: a new tuple's ints are replaced by it (equal values, so the
     state is the same), and set probes then find their hits by identity instead
     of comparing two int objects.  The caller bounds it (it may be cleared at any time).
+
+    ``work`` (optional) is the adaptive engine's work counter ``[E, r, W]``
+    (:data:`WORK`, the ski-rental rule of :mod:`ivm.engines.ivm_eps.adaptive`):
+    each non-zero update adds its first-order work ``w`` (the smaller of the two
+    rows its intersections walk, ``min(|lf_j[y]|, |lb_k[x]|)`` summed over the
+    slots the relation feeds, 0 where a row is missing) to ``W`` and sets the
+    excess ``E := max(0, E + w - r)``; the loop also stops after the update that
+    makes ``E ≥ |D|`` with ``E > 0`` (:func:`work_exceeded`).  O(1) more per update.
     """
+    track = work is not None
+    excess, rate, spent = (work[0], work[1], work[2]) if work is not None else (0, 0, 0)
     sizes = [s.lsize for s in slots]
     size = sum(sizes)
     applied = 0
@@ -123,6 +149,7 @@ def apply_first_order_python(
         relation, row, m = updates[k]
         if not m:
             continue  # m = 0 is a no-op (digest §8 item 3)
+        w = 0
         for i, flipped, f, b, o, out_f, into_b, out_o, into_o in plan[relation]:
             if flipped:
                 y, x = row
@@ -133,6 +160,8 @@ def apply_first_order_python(
             if out is not None:
                 into = into_b.get(x)
                 if into is not None:
+                    if track:
+                        w += min(len(out), len(into))
                     if out_o or into_o:
                         delta = 0
                         for z in out & into:
@@ -187,11 +216,18 @@ def apply_first_order_python(
                 if len(r) >= hot:
                     hit, halt = (i, x, len(r)), True
         applied += 1
+        if track:
+            spent += w
+            excess = max(0, excess + w - rate)
+            if work_exceeded(excess, size):
+                halt = True
         if halt:
             nxt = k + 1
             break
     for slot, n in zip(slots, sizes, strict=True):
         slot.lsize = n
+    if work is not None:
+        work[0], work[2] = excess, spent
     return (nxt if stop > start else start), count, applied, hit
 
 

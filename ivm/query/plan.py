@@ -434,17 +434,22 @@ def _runtime_choices(query: Query, chosen: str | None, registered: Mapping[str, 
 
         defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
         skew, dwell, hot = defaults.get("skew", 8.0), defaults.get("dwell", 0.25), defaults.get("eps", DEFAULT_EPS)
+        cost = defaults.get("cost", 4096)
         choices.append(
             {
                 "choice": "eps per relation: first-order IVM (eps = 1, no heavy part) or IVM^ε's heavy/light "
                 f"partition at eps = {hot:g}",
-                "statistic": "the largest degree of a join key in each relation, against √N (N = database size); "
-                "rechecked whenever N changes",
-                "rule": f"first-order while every key of the relation has degree < {skew:g}·√N; eps = {hot:g} for "
-                f"that relation once a key reaches it (a major rebalancing, the count unchanged); back to "
-                f"first-order when its largest degree falls below {skew / 4:g}·√N and {dwell:g}·|D| updates "
-                "have passed since its last switch; the view's explain()['choice'] and stats() ('eps', "
-                "'partitioned') show the current choice",
+                "statistic": "the first-order work of each update (the smaller row its intersection walks) against "
+                f"the partitioned mode's estimate r = min({cost}, {skew:g}·√N) per update (N = database size); "
+                "the largest degree of a join key in each relation, against √N",
+                "rule": "first-order while the excess E := max(0, E + work - r) stays below |D| (ski rental; no "
+                "worst-case bound per update meanwhile: one update may cost O(N) before the switch); then "
+                f"eps = {hot:g} for the relations with a key of degree ≥ N^{hot:g} (a major rebalancing, the count "
+                f"unchanged); a first-order relation beside a partitioned one follows once a key reaches "
+                f"{skew:g}·√N; back to first-order when its largest degree falls below {skew / 4:g}·√N and "
+                f"{dwell:g}·|D| updates have passed since its last switch (promote='degree': partition once a key "
+                f"reaches {skew:g}·√N, O(√N) worst-case per first-order update); the view's explain()['choice'] "
+                "and stats() ('eps', 'partitioned', 'work_excess') show the current choice",
             }
         )
     return choices
@@ -824,7 +829,8 @@ def _engine_guarantee(name: str, a: Analysis, eps: float | None, best: Guarantee
         e = DEFAULT_EPS if eps is None else eps
         return Guarantee(
             "O(1) from empty; O(N^1.5) bulk load",
-            f"O(N^{_fmt(max(e, 1 - e))}) amortized (first-order while degrees < 8·√N: O(√N) worst-case)",
+            f"O(N^{_fmt(max(e, 1 - e))}) amortized (first-order while the work stays within the partitioned "
+            "estimate: no worst-case bound per update; promote='degree': O(√N) worst-case while degrees < 8·√N)",
             "O(1) answer time",
             f"O(N^{_fmt(1 + min(e, 1 - e))})",
             True,

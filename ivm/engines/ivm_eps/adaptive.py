@@ -1,26 +1,74 @@
-"""IVM^eps with eps chosen per relation from the observed degrees (``engine="auto"``).
+"""IVM^eps with eps chosen per relation from the observed work or degrees (``engine="auto"``).
 
 IVM^eps (Kara et al., ICDT'19, Theorem 3) maintains the triangle count in
 O(N^max(eps,1-eps)) amortized time per single-tuple update; eps = 0 or 1 is
 classical first-order IVM (Appendix A.1), which costs
 O(min(deg_S(b), deg_T(a))) per update ``δR(a,b)`` (IVM^eps §1.1).  On real
-graphs the degrees are mild, the first-order intersection is short and the
-partition bookkeeping of eps = 1/2 costs more than it saves; on skewed data
-first-order updates become linear.  This engine picks, per relation (slot),
+graphs the intersections are short and the partition bookkeeping of eps = 1/2
+costs more than it saves; on skewed data first-order updates can become
+linear.  This engine starts with every relation (slot) at ``eps = 1``
+(first-order: the slot is all light, no view reads it) and partitions slots
+(``eps = hot_eps``, 1/2 by default: heavy/light partition, Theorem 3) by one of
+two promotion policies (``promote``):
 
-- ``eps = 1`` (first-order: the slot is all light, no view reads it) while every
-  key of the slot has degree below ``skew · √N``, and
-- ``eps = hot_eps`` (1/2 by default: heavy/light partition, Theorem 3) once a key
-  reaches that degree,
+- ``"work"`` (the default): a ski-rental rule on the first-order work itself.
+  While every slot is first-order, update ``δK_i(x,y)`` costs
+  ``w = min(deg_j(y), deg_k(x))`` element steps (the smaller row its
+  intersection walks, summed over the slots the relation feeds); the engine
+  keeps the excess ``E := max(0, E + w - r)`` with ``r = min(c_p, λ√N)`` the
+  estimated cost of one update in the partitioned mode in the same units, and
+  partitions once ``E ≥ L = |D|`` (the buy cost: a major rebalancing is
+  Ω(|D|)).  The slots partitioned are the first-order slots with a key of
+  degree ``≥ N^hot_eps`` (IVM^eps's heavy threshold; all first-order slots if
+  none has one); a slot left at eps = 1 beside a partitioned one is
+  partitioned by the degree rule below (its keys stay under ``λ√N``).  A
+  switch starts a new epoch (``E = 0``).  ``E`` counts elements, never
+  time, so replays and snapshots decide alike; it is part of the snapshot.
+- ``"degree"``: a slot is partitioned as soon as a key of it reaches degree
+  ``λ·√N`` (``skew`` = λ = 8 by default), in first-order mode too.
 
-and goes back to ``eps = 1`` when the slot's largest degree has fallen below
-``(skew/4) · √N`` (hysteresis: a factor 4 between the two cutoffs) and at least
+Both return a slot to ``eps = 1`` when its largest degree has fallen below
+``(λ/4)·√N`` (hysteresis: a factor 4 between the two cutoffs) and at least
 ``dwell · |D|`` updates have passed since the slot's last switch.  A switch
 sets the slot's exponent and runs the engine's *major rebalancing* (strict
 repartition with the current N, views recomputed, Figure 4); Q is unchanged by
 a switch because the count does not depend on the partition (digest §7.3 note).
 
-Guarantee.  While all slots are first-order every update costs
+**c_p** (``cost``, :data:`DEFAULT_COST` = 4096) was measured on the compact
+state (2 cores, 2026-11-27, load 2-3): on the two-hub database of
+``bench/first_order_kernel.py`` (10^6 tuples) the partitioned path costs
+1.6-1.7 µs per load update against 0.8-1.1 µs first-order (hubs-0 stream:
+1.41 against 1.08), an extra 0.33-0.7 µs per update; a first-order hub-hub
+update walks w = 40,031 elements in 4.2 µs, about 0.08-0.1 ns per element
+step (the hubs' rows are bitsets).  0.33-0.7 µs / 0.08-0.1 ns is 3,300-8,700
+steps; c_p = 4096 sits at the low end (promote rather earlier).  The Python
+loops pay ~20 ns per step, so for ``implementation="python"`` the same c_p
+promotes later than its own costs would suggest (within a constant factor);
+one constant keeps the implementations deciding identically.
+
+Guarantee (work rule).  Within a first-order epoch of U updates with works
+w_1..w_U, each update raises E by at most ``w_t - r``, so while E < L the
+total work is ``Σ w_t ≤ r·U + E ≤ r·U + L``; the epoch ends at the first
+update with ``E ≥ L``, whose own cost is at most N: **total ≤ r·U + L + N**
+with ``r ≤ λ√N`` and ``L = |D| ≤ N``.  The first promotion is paid like
+preprocessing (Proposition 8) and later ones, as under the degree rule, are
+separated from the demotion before them by ``dwell·|D|`` updates, so the
+switches add O(N^min/dwell) amortized; **O(√N) amortized per update at
+hot_eps = 1/2** (Theorem 3) holds.  Against the better of staying first-order
+and partitioning at the start, in hindsight, the rule is 2-competitive up to
+the estimate c_p (ski rental: when it buys, it has paid ``E ≥ L`` beyond
+the rent r per update; when it never buys, it paid at most ``r·U + L``).
+What it gives up: the **worst-case** O(λ√N) bound per update in first-order
+mode — a single hub-hub update may cost O(N) before the switch.  Thrashing:
+a slot demoted with max degree below (λ/4)√N can exceed r per update only on
+updates that join two rows over r; a re-promotion needs ``E ≥ |D|`` again,
+i.e. at least |D| element steps paid beyond the estimate, and every demotion
+waits ``dwell·|D|`` updates, so switches stay at most one per ``dwell·|D|``
+updates as under the degree rule.  A bulk load (Appendix A.3, static
+counting) never promotes under the work rule: it is preprocessing, not
+evidence of the stream's cost; the degree rule partitions after it as before.
+
+Guarantee (degree rule).  While all slots are first-order every update costs
 O(min(deg_j(β), deg_k(α))) ≤ O(skew · √N) worst-case, by the cutoff; a mix of
 ``eps = 1`` slots (all degrees below the cutoff) and ``hot_eps`` slots costs
 O(skew · N^max(hot_eps, 1-hot_eps)) amortized (each term of Figure 3 iterates
@@ -32,7 +80,8 @@ preprocessing (Proposition 8).  Overall: **O(√N) amortized per update at
 hot_eps = 1/2**, the bound of Theorem 3, with first-order constants on
 unskewed data.  Cutoffs are rechecked whenever N changes (a halving of N
 lowers the cutoff: all first-order slots are rescanned, O(|D|), amortized over
-the ≥ N/4 updates between two changes of N, §4.1).
+the ≥ N/4 updates between two changes of N, §4.1; under the work rule a new N
+only moves r).
 
 While no relation is partitioned the slots are
 :class:`~ivm.engines.ivm_eps.partition.AllLightPartition` values (the
@@ -62,6 +111,7 @@ the heavy parts and views, and no tuple is copied either way.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -84,17 +134,35 @@ from ivm.updates import Row, Update
 
 DEFAULT_SKEW = 8.0
 DEFAULT_DWELL = 0.25
+#: c_p: the estimated cost of one update in the partitioned mode, in first-order element steps
+#: (one step = one row element an intersection walks); see the module docstring for how it was measured
+DEFAULT_COST = 4096
+#: the promotion policies: ``"work"`` (ski rental on the observed first-order work, the default) and
+#: ``"degree"`` (a key's degree reaching ``skew·√N``)
+PROMOTE = ("work", "degree")
+#: the degree cutoff passed to the first-order loops under the work rule (no degree test there)
+NEVER = sys.maxsize
 
 #: numeric codes of :attr:`IVMEpsAdaptive.reason_code` (the metric); the words are in ``choice()``
-REASONS = {0: "no skew observed", 1: "a key reached the skew cutoff", 2: "skew faded", 3: "requested"}
+REASONS = {
+    0: "no skew observed",
+    1: "a key reached the skew cutoff",
+    2: "skew faded",
+    3: "requested",
+    4: "first-order work exceeded the partitioned estimate by the cost of a repartition",
+}
 
 
 class IVMEpsAdaptive(IVMEpsTriangle):
-    """Triangle count with per-relation eps chosen from degree statistics (see the module docstring).
+    """Triangle count with per-relation eps chosen from the observed work or degrees (module docstring).
 
-    ``skew`` is the cutoff factor λ (a slot is partitioned once a key has degree
-    ``≥ λ√N``), ``eps`` the exponent a skewed slot gets, ``dwell`` the fraction
-    of |D| that must pass between two switches of a slot before it goes back.
+    ``promote`` picks the promotion policy: ``"work"`` (ski rental on the
+    first-order work, the default) or ``"degree"``; ``cost`` is c_p, the
+    partitioned mode's estimated cost per update in element steps (``r =
+    min(c_p, λ√N)``); ``skew`` is the cutoff factor λ (the degree rule
+    partitions a slot once a key has degree ``≥ λ√N``; a slot returns below
+    ``(λ/4)√N``), ``eps`` the exponent a partitioned slot gets, ``dwell`` the
+    fraction of |D| that must pass between two switches of a slot before it goes back.
 
     >>> from ivm.query.parse import parse
     >>> e = IVMEpsAdaptive(parse("Q() :- R(a,b), S(b,c), T(c,a)"))
@@ -114,7 +182,13 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         skew: float = DEFAULT_SKEW,
         dwell: float = DEFAULT_DWELL,
         implementation: str = "auto",
+        promote: str = "work",
+        cost: int = DEFAULT_COST,
     ) -> None:
+        if promote not in PROMOTE:
+            raise ValueError(f"promote must be one of {PROMOTE}, got {promote!r}")
+        if int(cost) < 1:
+            raise ValueError(f"cost must be a positive number of element steps, got {cost}")
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
         uses_compact(implementation)  # "compiled" fails here when the extension is not built
@@ -132,6 +206,12 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.eps = self.hot_eps  # what explain() reports as the exponent of a partitioned relation
         self.skew = float(skew)
         self.dwell = float(dwell)
+        self.promote = promote
+        self.cost = int(cost)
+        #: the work rule's counter [E, r, W] (first_order.WORK): excess, partitioned estimate per
+        #: update, first-order work of the epoch; the loops update it in place
+        self.work = [0, 0, 0]
+        self.epoch_start = 0  # updates_applied when the current first-order epoch began
         self.hot_cutoff = 1
         self._set_cutoffs()
         # first-order mode (no relation partitioned): the slots are key-set partitions at eps = 1,
@@ -178,13 +258,37 @@ class IVMEpsAdaptive(IVMEpsTriangle):
     def choice(self) -> dict[str, Any]:
         """The current eps per relation and why (shown by ``View.explain()``)."""
         eps = {e.relation: p.eps for e, p in zip(self.shape.edges, self.parts, strict=True)}
+        back = f"it returns to first-order (eps = 1) below {self.skew / 4:g}·√N after {self.dwell:g}·|D| updates"
+        if self.promote == "work":
+            excess, rate, spent = self.work
+            rule = (
+                f"while every relation is first-order, each update's work w (the smaller row its "
+                f"intersections walk) feeds the excess E := max(0, E + w - r), r = min(c_p, {self.skew:g}·√N) "
+                f"= {rate} (c_p = {self.cost}); once E ≥ L = |D| the relations with a key of degree ≥ "
+                f"N^{self.hot_eps:g} are partitioned (eps = {self.hot_eps:g}; all of them if none has one); "
+                f"no worst-case bound per update in first-order mode (one update may cost O(N) before "
+                f"the switch), O(√N) amortized (Theorem 3); a first-order relation beside a partitioned one "
+                f"is partitioned once a key has degree ≥ {self.skew:g}·√N = {self.hot_cutoff}; {back}"
+            )
+        else:
+            excess, rate, spent = 0, 0, 0
+            rule = (
+                f"a relation is partitioned (eps = {self.hot_eps:g}) once a key has degree "
+                f"≥ {self.skew:g}·√N = {self.hot_cutoff} (N = {self.N}); {back}"
+            )
         return {
             "mode": "partitioned" if self.partitioned else "first_order",
             "eps": eps,
             "reason": self.reason,
-            "skew_cutoff": f"a relation is partitioned (eps = {self.hot_eps:g}) once a key has degree "
-            f"≥ {self.skew:g}·√N = {self.hot_cutoff} (N = {self.N}); it returns to first-order (eps = 1) "
-            f"below {self.skew / 4:g}·√N after {self.dwell:g}·|D| updates",
+            "promote": self.promote,
+            "skew_cutoff": rule,
+            "work": {
+                "excess_E": excess,
+                "buy_cost_L": self.size,
+                "rate_r": rate,
+                "epoch_work": spent,
+                "epoch_updates": self.updates_applied - self.epoch_start,
+            },
             "promotions": self.promotions,
             "demotions": self.demotions,
             "max_degree_seen": self.max_degree,
@@ -203,6 +307,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
                 "switch_reason": self.reason_code,
                 "skew_cutoff": self.hot_cutoff,
                 "max_degree_seen": self.max_degree,
+                "work_excess": self.work[0],
+                "work_rate": self.work[1],
+                "work_buy_cost": self.size,
             }
         )
         for edge, e in zip(self.shape.edges, eps, strict=True):
@@ -216,6 +323,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         root = math.sqrt(self.N)
         self.hot_cutoff = max(1, math.ceil(self.skew * root - 1e-9))
         self.cold_cutoff = self.skew / 4 * root
+        self.work[1] = min(self.cost, self.hot_cutoff)  # r = min(c_p, λ√N)
 
     def _switch(self, slots: list[int], eps: float, code: int, detail: str) -> None:
         """Set ``eps`` on ``slots`` and repartition (major rebalancing machinery; Q unchanged).
@@ -248,6 +356,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             self.promotions += len(slots)
         self.reason_code = code
         self.reason = detail
+        self.work[0] = self.work[2] = 0  # a new epoch of the work rule (first-order again or not)
+        self.epoch_start = self.updates_applied
         if not self.partitioned:
             self._to_first_order()
         self.next_check = self.updates_applied + self._check_every()
@@ -298,6 +408,11 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self._interned = {}
         self.__dict__.pop("nonunit", None)
         self.__dict__.setdefault("implementation", "auto")  # a snapshot from before the choice existed
+        if "promote" not in state:  # a snapshot from before the work rule: it keeps deciding by degree
+            self.promote = "degree"
+            self.cost = DEFAULT_COST
+            self.work = [0, min(DEFAULT_COST, self.hot_cutoff), 0]
+            self.epoch_start = self.updates_applied
         if not self.partitioned and not isinstance(self.parts[0], CompactSlot):
             self._to_first_order()
 
@@ -314,6 +429,27 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             if deg >= self.hot_cutoff:
                 self._promote(i, None, deg)  # also takes every other slot over the cutoff
                 return
+
+    def _promote_work(self) -> None:
+        """The work rule's promotion (E ≥ L = |D|): partition the first-order slots with a key of degree
+        ``≥ N^hot_eps`` (IVM^eps's heavy threshold, Definition 7), or all first-order slots when none has
+        one, by one major rebalancing (:meth:`_switch`).  O(ids) to find the slots."""
+        strict = cutoffs(self.N, self.hot_eps)[0]
+        cold = [i for i, part in enumerate(self.parts) if part.eps == 1.0]
+        degrees = {i: light_max_degree(self.parts[i]) for i in cold}
+        self.max_degree = max(self.max_degree, *degrees.values())
+        slots = [i for i in cold if degrees[i] >= strict] or cold
+        excess, rate, spent = self.work
+        names = ", ".join(self.shape.edges[i].relation for i in slots)
+        self._switch(
+            slots,
+            self.hot_eps,
+            4,
+            f"first-order work exceeded the partitioned estimate: excess E = {excess} ≥ L = |D| = {self.size} "
+            f"(r = {rate} steps per update; {spent} steps over {self.updates_applied - self.epoch_start} updates "
+            f"in first-order mode); {names} partitioned (max degree "
+            f"{', '.join(str(degrees[i]) for i in slots)}, heavy from N^{self.hot_eps:g} = {strict})",
+        )
 
     def _promote(self, i: int, key: object, degree: int) -> None:
         relation = self.shape.edges[i].relation
@@ -380,7 +516,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         self.N = 2 * self.size + 1
         self.strict = True
         self._set_cutoffs()
-        self._promote_hot_slots()
+        if self.promote == "degree":
+            self._promote_hot_slots()
 
     # -- updates -----------------------------------------------------------------------
 
@@ -486,9 +623,11 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if isinstance(a, CompactSlot) and self.implementation == "python":
             self._to_key_sets()  # the choice was changed on a compact engine
             a = self.parts[0]
+        work = self.work if self.promote == "work" else None
+        hot = self.hot_cutoff if work is None else NEVER  # the work rule has no degree test here
         if isinstance(a, CompactSlot):
             state = a.state
-            nxt, self.count, applied, hit, blocked = state.apply(updates, start, self.count, n // 4, n, self.hot_cutoff)
+            nxt, self.count, applied, hit, blocked = state.apply(updates, start, self.count, n // 4, n, hot, work)
             self.size = size = state.total()
             if blocked:  # updates[nxt] has a multiplicity the compact state does not store
                 self._to_key_sets()
@@ -501,8 +640,9 @@ class IVMEpsAdaptive(IVMEpsTriangle):
                 self.count,
                 n // 4,
                 n,
-                self.hot_cutoff,
+                hot,
                 self._interned,
+                work,
             )
             a, b, c = self.parts
             self.size = size = a.lsize + b.lsize + c.lsize
@@ -518,11 +658,14 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         if n != self.N:
             lower = self.hot_cutoff
             self.N = n
-            self._set_cutoffs()
-            if self.hot_cutoff < lower:  # a smaller N lowers the cutoff: rescan, O(|D|) per change of N
+            self._set_cutoffs()  # also r = min(c_p, λ√N)
+            if work is None and self.hot_cutoff < lower:  # a smaller N lowers the cutoff: rescan, O(|D|)
                 self._promote_hot_slots()
                 return nxt
-        if hit is not None and hit[2] >= self.hot_cutoff:
+        if work is not None:
+            if work[0] >= size and work[0] > 0:  # work_exceeded, inline (checked once per call)
+                self._promote_work()
+        elif hit is not None and hit[2] >= self.hot_cutoff:
             self._promote(*hit)
         return nxt
 

@@ -3,7 +3,10 @@
 Every update is followed by the §7.3 invariant check (which includes a
 brute-force count); every switch is checked to leave the count unchanged and
 equal to brute force.  Small ``skew`` factors force many promotions and
-demotions on small random and skewed streams.
+demotions on small random and skewed streams under the degree rule
+(``promote="degree"``); the work rule (the default) is run beside it with a
+small ``cost`` (c_p), and on a stream whose hubs meet, so that it switches too.
+The work rule itself is tested in ``test_adaptive_work_rule.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ def watch_switches(engine: IVMEpsAdaptive, log: list[tuple[int, int, list[float]
 
 
 def skewed_stream(rng: random.Random, relations: list[str], n: int, hubs: int = 1, domain: int = 40):
-    """Inserts around hubs (both directions), random edges, then deletes of most hub tuples, mixed mults."""
+    """Inserts around hubs (both directions), random edges, then deletes of most hub tuples, mixed mults.
+    With ``hubs > 1`` a spoke may be another hub: updates that join two hubs (the work rule's trigger)."""
     live: dict[tuple[str, tuple], int] = {}
     out = []
 
@@ -58,6 +62,8 @@ def skewed_stream(rng: random.Random, relations: list[str], n: int, hubs: int = 
         rel = rng.choice(relations)
         if rng.random() < 0.7:
             hub, v = rng.randrange(hubs), hubs + rng.randrange(domain)
+            if hubs > 1 and rng.random() < 0.25:
+                v = rng.randrange(hubs)  # a tuple that joins two hubs (or a hub to itself)
             row = (hub, v) if rng.random() < 0.5 else (v, hub)
         else:
             row = (rng.randrange(domain), rng.randrange(domain))
@@ -73,34 +79,41 @@ def skewed_stream(rng: random.Random, relations: list[str], n: int, hubs: int = 
 
 @pytest.mark.parametrize("text", QUERIES)
 @pytest.mark.parametrize(("skew", "dwell"), [(0.75, 0.0), (1.0, 0.25), (1.25, 0.05)])
-def test_brute_force_after_every_update_across_switches(text: str, skew: float, dwell: float) -> None:
+@pytest.mark.parametrize("promote", ["degree", "work"])
+def test_brute_force_after_every_update_across_switches(text: str, skew: float, dwell: float, promote: str) -> None:
     query = parse(text)
-    demotions = 0
+    demotions = promoted_by_work = 0
+    hubs = 1 if promote == "degree" else 2  # the work rule needs updates that join two hubs
     for seed in range(4):
         rng = random.Random(seed)
-        engine = IVMEpsAdaptive(query, skew=skew, dwell=dwell)
+        engine = IVMEpsAdaptive(query, skew=skew, dwell=dwell, promote=promote, cost=1)
         engine.min_check = 8
         log: list = []
         watch_switches(engine, log)
-        stream = skewed_stream(rng, sorted(query.relations), 260)
+        stream = skewed_stream(rng, sorted(query.relations), 260, hubs=hubs)
         for update in stream:
             engine.apply([update])
             check_invariants(engine)  # includes Q == brute force (inv. 6)
         assert engine.result() == brute(engine)
         stats = engine.stats()
-        assert stats["promotions"] > 0, stats
-        assert any(code == 1 for _, code, _ in log)
+        if promote == "degree":  # every seed's hub reaches the cutoff
+            assert stats["promotions"] > 0, stats
+            assert any(code == 1 for _, code, _ in log)
+        promoted_by_work += sum(1 for _, code, _ in log if code == 4)
         assert sum(1 for _, code, _ in log if code == 2) <= stats["demotions"]
         demotions += stats["demotions"]
     assert demotions > 0, "no relation ever went back to first-order"
+    assert (promoted_by_work > 0) == (promote == "work"), "the work rule never promoted (or the degree rule did so)"
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_batches_equal_one_by_one_and_snapshot(seed: int) -> None:
+@pytest.mark.parametrize("promote", ["degree", "work"])
+def test_batches_equal_one_by_one_and_snapshot(seed: int, promote: str) -> None:
     rng = random.Random(100 + seed)
     query = parse(TRIANGLE)
-    stream = skewed_stream(rng, ["R", "S", "T"], 400)
-    batched, single = IVMEpsAdaptive(query, skew=1.0), IVMEpsAdaptive(query, skew=1.0)
+    stream = skewed_stream(rng, ["R", "S", "T"], 400, hubs=1 if promote == "degree" else 2)
+    kw = {"skew": 1.0, "promote": promote, "cost": 1}
+    batched, single = IVMEpsAdaptive(query, **kw), IVMEpsAdaptive(query, **kw)
     batched.min_check = single.min_check = 8
     i = 0
     while i < len(stream):
@@ -114,19 +127,25 @@ def test_batches_equal_one_by_one_and_snapshot(seed: int) -> None:
     assert batched.stats()["mode_switches"] > 0
     restored = IVMEpsAdaptive.restore(batched.snapshot())
     assert restored.result() == batched.result() and restored.slot_eps() == batched.slot_eps()
+    assert restored.work == batched.work and restored.promote == promote
     restored.apply([("R", (0, 1), 1)])
     assert restored.result() == brute(restored)
 
 
 def test_default_cutoff_partitions_a_hub_and_returns_when_it_fades() -> None:
+    """The degree rule with its default cutoff (8·√N); the work rule does not partition this stream: a
+    hub alone costs the first-order loop little (δR(0,v) walks S(v,·), a spoke's row)."""
     query = parse(TRIANGLE)
-    engine = IVMEpsAdaptive(query)
+    work = IVMEpsAdaptive(query)
+    engine = IVMEpsAdaptive(query, promote="degree")
     log: list = []
     watch_switches(engine, log)
     rng = random.Random(5)
     hub_tuples = [(r, (0, v), 1) for v in range(1, 3001) for r in "RST"]
     background = [(r, (rng.randrange(1, 3000), rng.randrange(1, 3000)), 1) for _ in range(3000) for r in "RST"]
     engine.apply(hub_tuples + background)
+    work.apply(hub_tuples + background)
+    assert work.promotions == 0 and work.result() == engine.result()
     stats = engine.stats()
     assert stats["partitioned"] == 1 and stats["eps"] == 0.5 and stats["promotions"] == 3
     assert engine.choice()["mode"] == "partitioned" and "degree" in engine.choice()["reason"]
@@ -179,13 +198,17 @@ def test_planner_chooses_the_adaptive_engine_and_explain_shows_the_choice() -> N
     assert all(isinstance(v, int | float) for v in view.stats().values())
 
 
-def test_bulk_load_then_updates() -> None:
+@pytest.mark.parametrize("promote", ["degree", "work"])
+def test_bulk_load_then_updates(promote: str) -> None:
+    """The degree rule partitions after a bulk load when a key is over the cutoff; the work rule never
+    does (the static count is preprocessing, Appendix A.3)."""
     rng = random.Random(3)
     query = parse(TRIANGLE)
-    engine = IVMEpsAdaptive(query, skew=1.0)
-    stream = skewed_stream(rng, ["R", "S", "T"], 300)
+    engine = IVMEpsAdaptive(query, skew=1.0, promote=promote, cost=1)
+    stream = skewed_stream(rng, ["R", "S", "T"], 300, hubs=1 if promote == "degree" else 2)
     engine.bulk_load(stream[:200])
     assert engine.result() == brute(engine)
+    assert engine.partitioned == (promote == "degree") and engine.work[0] == 0
     for update in stream[200:]:
         engine.apply([update])
         assert engine.result() == brute(engine)

@@ -123,6 +123,8 @@ def engine_state(e: IVMEpsAdaptive) -> tuple:
         e.demotions,
         e.major_rebalances,
         e.slot_eps(),
+        e.work,
+        e.epoch_start,
         e.views,
         [part_state(p) for p in e.parts],
     )
@@ -155,13 +157,14 @@ def test_random_streams_with_multiplicities(text: str, batch: int) -> None:
 @needs_kernel
 @pytest.mark.parametrize("text", QUERIES)
 @pytest.mark.parametrize("batch", [1, 1000])
-def test_skew_promotes_and_returns(text: str, batch: int) -> None:
+@pytest.mark.parametrize(("promote", "cost"), [("degree", 4096), ("work", 1)])
+def test_skew_promotes_and_returns(text: str, batch: int, promote: str, cost: int) -> None:
     query = parse(text)
     promotions = demotions = 0
     for seed in range(3):
         rng = random.Random(10 + seed)
         stream = skewed_stream(rng, sorted(query.relations), 600)
-        compiled, _ = run_pair(text, stream, batch, skew=1.0, dwell=0.05)
+        compiled, _ = run_pair(text, stream, batch, skew=1.0, dwell=0.05, promote=promote, cost=cost)
         promotions += compiled.promotions
         demotions += compiled.demotions
         snap = IVMEpsAdaptive.restore(compiled.snapshot())

@@ -223,13 +223,15 @@ def test_multiplicities_beyond_the_state_fall_back(big: Any) -> None:
 
 
 @needs_state
-def test_adaptive_invariants_with_compact_slots() -> None:
+@pytest.mark.parametrize(("promote", "cost"), [("degree", 4096), ("work", 1)])
+def test_adaptive_invariants_with_compact_slots(promote: str, cost: int) -> None:
     """The §7.3 checker reads compact slots like key sets, across promotions and demotions."""
     query = parse(TRIANGLE)
     rng = random.Random(12)
-    engine = IVMEpsAdaptive(query, implementation="compiled", skew=1.0, dwell=0.05)
+    kw = {"skew": 1.0, "dwell": 0.05, "promote": promote, "cost": cost}
+    engine = IVMEpsAdaptive(query, implementation="compiled", **kw)
     engine.min_check = 8
-    python = IVMEpsAdaptive(query, implementation="python", skew=1.0, dwell=0.05)
+    python = IVMEpsAdaptive(query, implementation="python", **kw)
     python.min_check = 8
     stream = mixed_stream(rng, ["R", "S", "T"], 1200, domain=20, hub=0.6)
     stream += [(r, row, -m) for r, row, m in reversed(stream)]

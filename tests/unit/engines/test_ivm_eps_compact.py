@@ -96,10 +96,12 @@ def hub_stream(rng: random.Random, relations: list[str], n: int, domain: int = 8
     return out
 
 
-def fading_stream(rng: random.Random, relations: list[str], rounds: int, domain: int = 40) -> Stream:
+def fading_stream(rng: random.Random, relations: list[str], rounds: int, domain: int = 40, hubs: int = 1) -> Stream:
     """``rounds`` times: a hub gains tuples (70% of the inserts, both columns) amid random ones, with
     multiplicities 2 and -1 now and then; then every hub tuple and most others are deleted, with some
-    churn.  The adaptive engine promotes on the hub and demotes once it is gone."""
+    churn.  The adaptive engine promotes on the hub and demotes once it is gone.  ``hubs = 2``: two
+    hubs share the spokes and 15% of the inserts join the two hubs (the first-order work of those is
+    the hubs' degree: the work rule promotes on them)."""
     out: Stream = []
     live: dict[tuple[str, tuple], int] = {}
 
@@ -111,16 +113,20 @@ def fading_stream(rng: random.Random, relations: list[str], rounds: int, domain:
 
     for r in range(rounds):
         hub = 10_000 + r
+        pair = (hub, hub + 100) if hubs == 2 else (hub, hub)
         for t in range(220):
             rel = rng.choice(relations)
-            if rng.random() < 0.7:
+            if hubs == 2 and rng.random() < 0.15:
+                row = pair if rng.random() < 0.5 else pair[::-1]
+            elif rng.random() < 0.7:
+                hub = rng.choice(pair) if hubs == 2 else hub
                 v = rng.randrange(domain)
                 row = (hub, v) if rng.random() < 0.5 else (v, hub)
             else:
                 row = (rng.randrange(domain), rng.randrange(domain))
             emit(rel, row, rng.choice([1, 1, 1, 2, -1]) if t % 7 else 1)
         for (rel, row), m in sorted(live.items(), key=lambda kv: rng.random()):
-            if hub in row or rng.random() < 0.7:
+            if pair[0] in row or pair[1] in row or rng.random() < 0.7:
                 emit(rel, row, -m)
             if rng.random() < 0.2:
                 emit(rng.choice(relations), (rng.randrange(domain), rng.randrange(domain)), 1)
@@ -297,7 +303,8 @@ def test_snapshot_restore_mid_stream(text: str) -> None:
 
 
 @needs_state
-def test_adaptive_engine_equals_its_reference_across_switches() -> None:
+@pytest.mark.parametrize(("promote", "cost"), [("degree", 4096), ("work", 1)])
+def test_adaptive_engine_equals_its_reference_across_switches(promote: str, cost: int) -> None:
     """The adaptive engine (engine="auto") compiled vs python: the same partitions (key sets in first-order
     mode), views, N, eps per slot, switch counters and choice after every batch, through promotions
     (first-order -> partitioned on the same tables) and demotions (back), with snapshots."""
@@ -307,10 +314,11 @@ def test_adaptive_engine_equals_its_reference_across_switches() -> None:
         switches = [0, 0]
         for seed in range(3):
             rng = random.Random(seed)
-            compiled = IVMEpsAdaptive(query, skew=1.0, dwell=0.05, implementation="compiled")
-            python = IVMEpsAdaptive(query, skew=1.0, dwell=0.05, implementation="python")
+            kw = {"skew": 1.0, "dwell": 0.05, "promote": promote, "cost": cost}
+            compiled = IVMEpsAdaptive(query, implementation="compiled", **kw)
+            python = IVMEpsAdaptive(query, implementation="python", **kw)
             compiled.min_check = python.min_check = 8
-            stream = fading_stream(rng, sorted(query.relations), 3)
+            stream = fading_stream(rng, sorted(query.relations), 3, hubs=2 if promote == "work" else 1)
             i = 0
             while i < len(stream):
                 size = rng.choice([1, 1, 3, 40])
@@ -320,6 +328,7 @@ def test_adaptive_engine_equals_its_reference_across_switches() -> None:
                 assert_same(compiled, python, (text, seed, i))
                 assert compiled.choice() == python.choice()
                 assert (compiled.next_check, compiled.last_switch) == (python.next_check, python.last_switch)
+                assert compiled.work == python.work and compiled.epoch_start == python.epoch_start
                 modes.add(type(compiled.parts[0]).__name__)
                 if i % 5 == 0:
                     check_invariants(compiled)
@@ -334,7 +343,7 @@ def test_adaptive_engine_equals_its_reference_across_switches() -> None:
 @needs_state
 def test_auto_runs_the_compiled_partitions_and_python_is_selectable() -> None:
     """engine="auto" on a skewed stream partitions on the compiled state; options select the reference."""
-    view = ivm.maintain(TRIANGLE)
+    view = ivm.maintain(TRIANGLE, options={"promote": "degree"})  # the hub's degree partitions
     hub = [(r, (0, v), 1) for v in range(1, 3001) for r in "RST"]
     rng = random.Random(2)
     view.apply(hub + [(r, (rng.randrange(1, 3000), rng.randrange(1, 3000)), 1) for _ in range(3000) for r in "RST"])
@@ -375,8 +384,8 @@ def test_multiplicities_beyond_the_state_move_to_python_partitions(big: Any, tex
         assert not isinstance(part, CompactPart)
         assert_same(compiled, python, batch)
         check_invariants(compiled)
-    adaptive = IVMEpsAdaptive(parse(TRIANGLE), skew=1.0, implementation="compiled")
-    reference = IVMEpsAdaptive(parse(TRIANGLE), skew=1.0, implementation="python")
+    adaptive = IVMEpsAdaptive(parse(TRIANGLE), skew=1.0, implementation="compiled", promote="degree")
+    reference = IVMEpsAdaptive(parse(TRIANGLE), skew=1.0, implementation="python", promote="degree")
     hubbed = [(r, (0, v), 1) for v in range(1, 200) for r in "RST"]
     for e in (adaptive, reference):
         e.apply(hubbed)
@@ -598,7 +607,7 @@ def test_without_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
     query = parse(TRIANGLE)
     stream = hub_stream(random.Random(3), ["R", "S", "T"], 600)
     engine = IVMEps(query, eps=0.5)
-    adaptive = IVMEpsAdaptive(query, skew=1.0)
+    adaptive = IVMEpsAdaptive(query, skew=1.0, promote="degree")
     adaptive.min_check = 8
     self_join = IVMEps(parse(SELF_JOIN), eps=0.5)
     assert type(engine.parts[0]) is HeavyLightPartition and type(self_join.part) is HeavyLightPartition

@@ -84,6 +84,13 @@ def build(engine: str, text: str) -> ivm.View:
     if engine == "auto-switching":
         view = ivm.maintain(text, engine="ivm_eps_auto", eps=0.5)
         view.engine.skew = 0.75  # partition once a key has degree ≥ 0.75·√N: many switches
+        view.engine.promote = "degree"
+        view.engine._set_cutoffs()
+        view.engine.min_check = 4
+        return view
+    if engine == "work-switching":
+        view = ivm.maintain(text, engine="ivm_eps_auto", eps=0.5)
+        view.engine.cost = 1  # r = 1 element step per update: the work rule partitions early and often
         view.engine._set_cutoffs()
         view.engine.min_check = 4
         return view
@@ -94,7 +101,7 @@ def build(engine: str, text: str) -> ivm.View:
 CASES = [
     (engine, text)
     for text in QUERIES
-    for engine in ("first_order", "ivm_eps_auto", "auto-switching", "eps=0.5")
+    for engine in ("first_order", "ivm_eps_auto", "auto-switching", "work-switching", "eps=0.5")
     if engine in ("first_order", "eps=0.5") or not IVMEpsAdaptive.refuses(parse(text))
 ]
 
@@ -179,7 +186,8 @@ def test_random_larger_streams_agree_across_engines(seed: int) -> None:
     """Longer streams over a wider domain: all engines and brute force agree at checkpoints."""
     rng = random.Random(50 + seed)
     text = "Q() :- R(a,b), S(b,c), T(c,a)"
-    views = {name: build(name, text) for name in ("first_order", "ivm_eps_auto", "auto-switching", "eps=0.5")}
+    names = ("first_order", "ivm_eps_auto", "auto-switching", "work-switching", "eps=0.5")
+    views = {name: build(name, text) for name in names}
     stream = mixed_stream(rng, ["R", "S", "T"], 3000, domain=12)
     db: dict[str, dict[tuple, int]] = {}
     for k in range(0, len(stream), 250):
@@ -194,4 +202,5 @@ def test_random_larger_streams_agree_across_engines(seed: int) -> None:
         expected = brute_count(text, db, domain=12)
         assert {name: v.result() for name, v in views.items()} == dict.fromkeys(views, expected)
     assert views["auto-switching"].stats()["mode_switches"] > 0
+    assert views["work-switching"].stats()["promotions"] > 0
     assert isinstance(views["first_order"].engine, FirstOrderIVM)
