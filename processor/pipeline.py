@@ -738,8 +738,9 @@ def interleave(updates: list[Any], spans: Sequence[tuple[int, int]]) -> list[Any
     merge (the sum of the updates; Z-relations commute, IVM^eps §1.1, F-IVM §2).  What depends on
     the merge is the path through the batch: Kafka orders no two topics, and a batch handed over
     one relation after the other looks to an engine that chooses its strategy from the degrees
-    seen so far (``ivm_eps_auto``: heavy/light partitions once a degree reaches λ·√N, N the
-    database size) as if each relation came alone, N a third of the stream's at that point;
+    seen so far (``ivm_eps_auto``: heavy/light partitions once the first-order work outruns its
+    budget, or under ``promote="degree"`` once a degree reaches λ·√N, N the database size) as if
+    each relation came alone, N a third of the stream's at that point;
     spread evenly, the batch looks like the producers' interleaved stream.  One stable numpy
     sort and one gather: O(n log n) in C for n updates, no Python step per update.
     """
