@@ -18,6 +18,9 @@ from cpython.set cimport PySet_Add, PySet_Contains, PySet_Discard, PySet_GET_SIZ
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.ref cimport PyObject
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from libc.stdint cimport int64_t
+
+from ivm.engines._work_rule cimport work_step
 
 import sys
 
@@ -170,7 +173,8 @@ def apply_first_order(
     cdef Py_ssize_t size = 0, applied = 0, stop, nxt, k, e, nentries, i, n, degree
     cdef bint halt = False, flipped, weighted
     cdef bint track = work is not None
-    cdef long long excess = 0, rate = 0, spent = 0, w = 0, lo_n, li_n
+    cdef int64_t excess = 0, rate = 0, spent = 0, w = 0
+    cdef long long lo_n, li_n
     cdef object hit = None
     cdef object update, relation, row, m, x, y, old, new, key
     cdef list entries
@@ -305,13 +309,8 @@ def apply_first_order(
                         hit = (i, x, degree)
                         halt = True
             applied += 1
-            if track:
-                spent += w
-                excess += w - rate
-                if excess < 0:
-                    excess = 0
-                if excess > 0 and excess >= size:  # work_exceeded: the buy cost L = |D| is reached
-                    halt = True
+            if track and work_step(&excess, &spent, w, rate, size):
+                halt = True
             if halt:
                 nxt = k + 1
                 break

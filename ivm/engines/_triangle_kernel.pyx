@@ -71,6 +71,8 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
 from libc.stdlib cimport calloc, free
 
+from ivm.engines._work_rule cimport work_step
+
 from array import array
 import sys
 
@@ -1917,13 +1919,8 @@ cdef class TriangleFirstOrder:
             applied += 1
             if tk_acc_big(&acc):
                 count = _flush(count, &acc)
-            if track:
-                spent += w
-                excess += w - rate
-                if excess < 0:
-                    excess = 0
-                if excess > 0 and excess >= size:  # work_exceeded: the buy cost L = |D| is reached
-                    halt = True
+            if track and work_step(&excess, &spent, w, rate, size):
+                halt = True
             if halt:
                 nxt = k + 1
                 break

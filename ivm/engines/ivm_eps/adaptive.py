@@ -124,6 +124,7 @@ from ivm.engines.first_order import (
     first_order_plan,
     key_set_slots,
     uses_compact,
+    work_exceeded,
 )
 from ivm.engines.ivm_eps.compact import EV_CHECK, EV_HIT, CompactPart, compact_parts, compact_views
 from ivm.engines.ivm_eps.engine import IVMEps
@@ -663,7 +664,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
                 self._promote_hot_slots()
                 return nxt
         if work is not None:
-            if work[0] >= size and work[0] > 0:  # work_exceeded, inline (checked once per call)
+            if work_exceeded(work[0], size):
                 self._promote_work()
         elif hit is not None and hit[2] >= self.hot_cutoff:
             self._promote(*hit)
