@@ -39,6 +39,17 @@ def apply_stream(
     return db, rejected
 
 
+def z_add(table: dict, key: object, m: int) -> int:
+    """``table[key] += m`` in a Z-relation (absent keys count as 0, a key reaching 0 is removed);
+    returns the new multiplicity."""
+    new = table.get(key, 0) + m
+    if new:
+        table[key] = new
+    else:
+        table.pop(key, None)
+    return new
+
+
 def count_answers(query: Query, db: dict[str, ZRelation]) -> dict[tuple, int]:
     """{answer over the free variables: Σ of products of multiplicities}, zeros dropped.
 
@@ -91,14 +102,9 @@ class ZDatabase:
         self.seen_negative = self.seen_nonunit = False
 
     def apply(self, relation: str, row: tuple, m: int) -> None:
-        table = self.rel[relation]
-        new = table.get(row, 0) + m
+        new = z_add(self.rel[relation], row, m)
         self.seen_negative |= new < 0
         self.seen_nonunit |= new > 1
-        if new:
-            table[row] = new
-        else:
-            table.pop(row, None)
 
 
 def hub_stream(rng: random.Random, query: Query, length: int, domain: int, hub_rate: float) -> Iterator[Update]:
@@ -116,11 +122,7 @@ def hub_stream(rng: random.Random, query: Query, length: int, domain: int, hub_r
         relation = rng.choice(relations)
         row = tuple(0 if rng.random() < hub_rate else rng.randrange(domain) for _ in range(query.relations[relation]))
         m = rng.choice([1, 1, 2, 3, -1])
-        new = present.get((relation, row), 0) + m
-        if new:
-            present[(relation, row)] = new
-        else:
-            present.pop((relation, row), None)
+        z_add(present, (relation, row), m)
         yield relation, row, m
 
 

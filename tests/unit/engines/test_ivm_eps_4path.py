@@ -22,7 +22,7 @@ from ivm.engines.ivm_eps.four_path import IVMEps4Path
 from ivm.engines.ivm_eps.four_path_invariants import InvariantViolation, check_four_path_invariants
 from ivm.query import parse
 from ivm.query.model import Query
-from tests.oracles import ZDatabase, assert_multiplicities, count, replay
+from tests.oracles import ZDatabase, assert_multiplicities, count, replay, z_add
 
 EPS = [0.0, 0.3, 0.5, 1.0]
 CANONICAL = "Q() :- R(a), S(a,b), T(b,c), U(c)"
@@ -55,11 +55,7 @@ def stream(rng: random.Random, query: Query, length: int, domain: int = 60, hub_
             arity = query.relations[relation]
             row = tuple(value(rng, domain, hub_rate) for _ in range(arity))
             m = rng.choice([1, 1, 2, 3, -1])
-        new = present.get((relation, row), 0) + m
-        if new:
-            present[(relation, row)] = new
-        else:
-            present.pop((relation, row), None)
+        z_add(present, (relation, row), m)
         yield relation, row, m
 
 

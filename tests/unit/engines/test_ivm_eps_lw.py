@@ -24,7 +24,7 @@ from ivm.engines.ivm_eps.loomis_whitney_invariants import InvariantViolation, ch
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
 from ivm.query import parse
 from ivm.query.model import Query
-from tests.oracles import ZDatabase, assert_multiplicities, count, hub_stream, replay
+from tests.oracles import ZDatabase, assert_multiplicities, count, hub_stream, replay, z_add
 
 EPS = [0.0, 0.3, 0.5, 1.0]
 LW = {
@@ -58,11 +58,7 @@ def planted_stream(rng: random.Random, query: Query, length: int, domain: int, h
                 continue
             row = tuple(value[v] for v in atom.terms)
             m = rng.choice([1, 1, 2, -1])
-            new = present.get((atom.relation, row), 0) + m
-            if new:
-                present[(atom.relation, row)] = new
-            else:
-                present.pop((atom.relation, row), None)
+            z_add(present, (atom.relation, row), m)
             yield atom.relation, row, m
 
 

@@ -14,6 +14,7 @@ import pytest
 from ivm.engines.ivm_eps import IVMEps, IVMEpsListing, IVMEpsSelfJoin, IVMEpsTriangle, check_invariants
 from ivm.engines.ivm_eps.invariants import brute_force_triangles
 from ivm.query import parse
+from tests.oracles import z_add
 from tests.seeds import stable_seed
 
 EPS = [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -27,12 +28,7 @@ class Oracle:
         self.rel: dict[str, dict[tuple, int]] = {name: {} for name in query.relations}
 
     def apply(self, relation: str, row: tuple, m: int) -> None:
-        table = self.rel[relation]
-        new = table.get(row, 0) + m
-        if new:
-            table[row] = new
-        else:
-            table.pop(row, None)
+        z_add(self.rel[relation], row, m)
 
     def answers(self) -> dict[tuple, int]:
         """Nested loops over the atoms, each probed through an index on a bound position."""
@@ -85,11 +81,7 @@ def random_stream(rng: random.Random, relations: list[str], length: int, domain:
         y = rng.randrange(domain * (spread if hub else 1))
         row = (x, y) if rng.random() < 0.6 else (y, x)
         m = rng.choice([1, 1, 1, 2, -1])
-        new = present.get((relation, row), 0) + m
-        if new:
-            present[(relation, row)] = new
-        else:
-            present.pop((relation, row), None)
+        z_add(present, (relation, row), m)
         yield relation, row, m
 
 
