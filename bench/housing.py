@@ -72,6 +72,7 @@ NATIVE = {"F-IVM C++ batch 1000 (tuples/s)": 6.6e6, "F-IVM C++ batch 1 (tuples/s
 
 
 ORDERS = ("postcode", "shuffled")
+INPUTS = ("rows", "columns")
 
 
 def generate(postcodes: int, seed: int, order: str = "shuffled") -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -120,6 +121,20 @@ def chunks(data: dict[str, tuple[np.ndarray, np.ndarray]], batch: int) -> Iterat
                     (p, *f) for p, f in zip(pc[start:stop].tolist(), (cents[start:stop] / 100).tolist(), strict=True)
                 ]
                 yield rel, rows
+                pos[rel] = stop
+
+
+def column_chunks(data: dict[str, tuple[np.ndarray, np.ndarray]], batch: int) -> Iterator[tuple[str, list[np.ndarray]]]:
+    """:func:`chunks` as columns: per chunk the postcodes (int32) and one float64 array per feature, the
+    same values in the same order (``(cents / 100)``; row i of the chunk is the tuple :func:`chunks` makes)."""
+    pos = dict.fromkeys(data, 0)
+    while any(pos[r] < len(data[r][0]) for r in data):
+        for rel, (pc, cents) in data.items():
+            start = pos[rel]
+            if start < len(pc):
+                stop = start + batch
+                features = cents[start:stop] / 100
+                yield rel, [pc[start:stop], *(features[:, j] for j in range(features.shape[1]))]
                 pos[rel] = stop
 
 
@@ -179,9 +194,17 @@ def rss_mb() -> float:
 
 
 def worker(
-    postcodes: int, batch: int, implementation: str, seed: int, root: str | None = None, order: str = "shuffled"
+    postcodes: int,
+    batch: int,
+    implementation: str,
+    seed: int,
+    root: str | None = None,
+    order: str = "shuffled",
+    given: str = "rows",
 ) -> dict[str, Any]:
-    """One configuration in this process; ``root``: import ``ivm`` from that checkout instead of this one."""
+    """One configuration in this process; ``root``: import ``ivm`` from that checkout instead of this one;
+    ``given``: ``"rows"`` (``engine.apply`` of Python tuples) or ``"columns"`` (``engine.apply_columns``
+    of numpy arrays)."""
     if root is not None:
         sys.path.insert(0, str(Path(root).resolve()))
     import inspect
@@ -201,10 +224,16 @@ def worker(
     before = rss_mb()
     seconds = 0.0
     clock = time.perf_counter
-    for rel, rows in chunks(data, batch):  # each chunk made just before it is applied (outside the clock)
-        start = clock()
-        engine.apply([(rel, row, 1) for row in rows])
-        seconds += clock() - start
+    if given == "columns":
+        for rel, columns in column_chunks(data, batch):  # each chunk's arrays made outside the clock
+            start = clock()
+            engine.apply_columns(rel, columns)
+            seconds += clock() - start
+    else:
+        for rel, rows in chunks(data, batch):  # each chunk made just before it is applied (outside the clock)
+            start = clock()
+            engine.apply([(rel, row, 1) for row in rows])
+            seconds += clock() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     got = engine.result().matrix()
     want = oracle(data)
@@ -216,6 +245,7 @@ def worker(
         "batch": batch,
         "order": order,
         "implementation": implementation,
+        "input": given,
         "seconds": seconds,
         "tuples_per_s": tuples / seconds,
         "peak_mb": peak,
@@ -248,37 +278,48 @@ def main() -> None:
         default=list(ORDERS),
         help="update orders: postcode (F-IVM's tables, the native run's order) and/or shuffled (random postcodes)",
     )
+    ap.add_argument(
+        "--inputs",
+        nargs="+",
+        choices=INPUTS,
+        default=list(INPUTS),
+        help="how chunks reach the engine: rows (apply of Python tuples), columns (apply_columns of arrays)",
+    )
     ap.add_argument("--order", choices=ORDERS, default="shuffled", help=argparse.SUPPRESS)
+    ap.add_argument("--input", choices=INPUTS, default="rows", help=argparse.SUPPRESS)
     ap.add_argument("--worker", nargs=3, metavar=("POSTCODES", "BATCH", "IMPL"), help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         p, b, impl = args.worker
-        print(json.dumps(worker(int(p), int(b), impl, args.seed, args.root, args.order)))
+        print(json.dumps(worker(int(p), int(b), impl, args.seed, args.root, args.order, args.input)))
         return
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average before the run {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     rows = []
     impls = args.implementations or ["auto"] + (["python"] if args.python else [])
-    configs: list[tuple[str, str, str | None]] = [(impl, impl, None) for impl in impls]
+    # (label, implementation, checkout, input)
+    configs: list[tuple[str, str, str | None, str]] = [
+        (f"{impl}/{given}", impl, None, given) for impl in impls for given in args.inputs
+    ]
     if args.old:
         commit = subprocess.run(
             ["git", "-C", args.old, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
         ).stdout.strip()
-        configs.append((f"old@{commit}", "auto", args.old))
+        configs.append((f"old@{commit}/rows", "auto", args.old, "rows"))  # (an older FIVM may lack apply_columns)
     for order, batch in [(o, b) for o in args.orders for b in args.batches]:
         # the configurations alternate run by run (new, old, new, old, ...), so a change of load hits both
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in configs}
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in configs}
         for _ in range(args.repeats):
-            for label, impl, root in configs:
-                cmd = [sys.executable, __file__, "--seed", str(args.seed), "--order", order]
+            for label, impl, root, given in configs:
+                cmd = [sys.executable, __file__, "--seed", str(args.seed), "--order", order, "--input", given]
                 cmd += ["--worker", str(args.postcodes), str(batch), impl, *(["--root", root] if root else [])]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 run = json.loads(out.strip().splitlines()[-1])
                 run["load"] = os.getloadavg()[0]
                 runs[label].append(run)
-        for label, _, _ in configs:
+        for label, *_ in configs:
             done = runs[label]
             mid = sorted(done, key=lambda r: r["tuples_per_s"])[len(done) // 2]
             mid["implementation"] = label
@@ -287,7 +328,7 @@ def main() -> None:
             mid["load_after"] = os.getloadavg()[0]
             rows.append(mid)
             print(
-                f"{label:11s} {order:8s} batch {batch:>6,}: {mid['tuples']:,} tuples, "
+                f"{label:14s} {order:8s} batch {batch:>6,}: {mid['tuples']:,} tuples, "
                 f"{mid['tuples_per_s']:>10,.0f} tuples/s "
                 f"(median of {mid['repeats']}, load after each {mid['loads']}), "
                 f"peak {mid['peak_mb']:,.0f} MB (before updates {mid['rss_before_mb']:,.0f} MB), "
@@ -297,7 +338,7 @@ def main() -> None:
             )
     print()
     print(
-        "| implementation | order | batch | tuples | tuples/s (median) | runs | vs F-IVM C++ | peak MB "
+        "| implementation/input | order | batch | tuples | tuples/s (median) | runs | vs F-IVM C++ | peak MB "
         "| RSS before MB | views MB | exact | load after |"
     )
     print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|")

@@ -45,6 +45,52 @@ def as_updates(items: Iterable[Update | tuple[str, Row, int]]) -> list[Update]:
     return out
 
 
+def from_columns(relation: str, columns: Sequence[Any], multiplicities: Any = 1) -> list[tuple[str, Row, int]]:
+    """A batch given as columns, as the ``(relation, row, mult)`` triples it stands for, in row order.
+
+    ``columns``: one sequence per attribute of ``relation`` (numpy arrays, pyarrow arrays, lists),
+    all of one length n; row ``i`` is ``(columns[0][i], columns[1][i], ...)`` with numpy scalars
+    made Python values (``ndarray.tolist()``: an integer column gives ``int``, a floating one
+    ``float``).  ``multiplicities``: one ``int`` for every row, or a sequence of n ints.  This is
+    what :meth:`ivm.engines.base.Engine.apply_columns` means; an engine's fast path must leave the
+    same state.  O(n · arity).
+
+    >>> import numpy as np
+    >>> from_columns("R", [np.array([1, 2]), np.array([0.5, 1.5])], np.array([1, -1]))
+    [('R', (1, 0.5), 1), ('R', (2, 1.5), -1)]
+    """
+    lists = [_as_list(column) for column in columns]
+    scalar = isinstance(multiplicities, int) and not isinstance(multiplicities, bool)
+    n = len(lists[0]) if lists else (0 if scalar else len(multiplicities))  # a nullary relation: n from the mults
+    if any(len(values) != n for values in lists):
+        raise ValueError(f"columns of {relation!r} differ in length: {[len(values) for values in lists]}")
+    if scalar:
+        mults: list[Any] = [multiplicities] * n
+    else:
+        mults = _as_list(multiplicities)
+        if len(mults) != n:
+            raise ValueError(f"{len(mults)} multiplicities for {n} rows of {relation!r}")
+        bad = next((m for m in mults if type(m) is not int), None)
+        if bad is not None:
+            raise TypeError(f"multiplicity must be an int, got {bad!r}")
+    rows = list(zip(*lists, strict=True)) if lists else [()] * n
+    return [(relation, row, m) for row, m in zip(rows, mults, strict=True)]
+
+
+def _as_list(values: Any) -> list[Any]:
+    """``values`` as a list of Python values (numpy and pyarrow arrays through ``tolist``)."""
+    if isinstance(values, list):
+        return values
+    tolist = getattr(values, "tolist", None)
+    if tolist is not None and getattr(values, "ndim", 1) == 1:
+        out = tolist()
+        if isinstance(out, list):
+            return out
+    if getattr(values, "ndim", 1) != 1:
+        raise ValueError(f"a column must be one-dimensional, got shape {getattr(values, 'shape', None)}")
+    return list(values)
+
+
 def duplicate_rate(updates: Sequence[Update | tuple[str, Row, int]]) -> float:
     """The fraction of ``updates`` that repeat a ``(relation, row)`` pair seen earlier in the batch.
 

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+import numpy as np
+
 from ivm.engines.base import Engine
 from ivm.policy import Policy
 from ivm.query.model import Query
-from ivm.updates import Row, Update, mult_of, relation_of, row_of
+from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,49 @@ class View:
                 return outcome
         self._apply_valid(valid)
         return Outcome(applied=len(valid))
+
+    def apply_columns(self, relation: str, columns: Sequence[Any], multiplicities: Any = 1) -> Outcome:
+        """:meth:`apply` of a batch of one relation given as columns: row ``i`` is the ``i``-th value
+        of every column (:func:`ivm.updates.from_columns`; numpy or pyarrow arrays, lists), with
+        multiplicity ``multiplicities`` (one int) or ``multiplicities[i]``.  The outcome indexes rows.
+
+        When no update can be refused by its shape or the policy (a relation of the query, one
+        column per attribute, multiplicities non-zero ints, positive where deletes are checked
+        against the state, no set semantics or delete-only relation), the columns go to the engine
+        as they are (:meth:`~ivm.engines.base.Engine.apply_columns`: typed-array engines read them
+        without a Python tuple per row); otherwise the rows are made and take :meth:`apply`, which
+        says what is refused.  The same outcome and state either way.
+        """
+        fast = self._columns_admissible(relation, columns, multiplicities)
+        if fast is None:
+            return self.apply(from_columns(relation, columns, multiplicities))
+        self.engine.apply_columns(relation, columns, multiplicities)
+        return Outcome(applied=fast)
+
+    def _columns_admissible(self, relation: str, columns: Sequence[Any], multiplicities: Any) -> int | None:
+        """The number of rows when :meth:`apply_columns` can hand the columns over as they are, else ``None``."""
+        policy = self.policy
+        if self._arity.get(relation) != len(columns) or not columns or policy.delete_only:
+            return None
+        if policy.duplicate == "reject" or type(self)._apply_valid is not View._apply_valid:
+            return None
+        if type(self)._current is not View._current:
+            return None
+        lengths = {len(column) for column in columns}
+        if len(lengths) != 1:
+            return None
+        (n,) = lengths
+        low = 1 if policy.negative == "reject" else None  # deletes are checked against the state
+        if isinstance(multiplicities, int) and not isinstance(multiplicities, bool):
+            if multiplicities == 0 or (low is not None and multiplicities < low):
+                return None
+            return n
+        mults = np.asarray(multiplicities)
+        if mults.ndim != 1 or len(mults) != n or mults.dtype.kind not in "iu" or not n:
+            return None
+        if not mults.all() or (low is not None and int(mults.min()) < low):
+            return None
+        return n
 
     def apply_admitted(self, updates: list[Update | tuple[str, Row, int]]) -> Outcome:
         """Hand a batch that was validated and admitted upstream to the state: :meth:`apply` without

@@ -14,6 +14,8 @@ Contract (tests in ``tests/unit/test_engine_protocol.py`` check every engine):
   ``unknown_relation`` / ``arity``, before any engine sees them), so the
   engines' hot loops do not test it again; handed such an update directly,
   an engine may raise midway through a batch;
+- ``apply_columns(relation, columns, mults)`` is ``apply`` of the rows the
+  columns hold (:func:`ivm.updates.from_columns`), for callers that have arrays;
 - ``result()`` is the aggregate: an exact ``int`` for counts;
 - ``enumerate()`` yields ``(answer tuple, multiplicity)`` pairs with non-zero
   multiplicity, each answer once;
@@ -31,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from ivm.query.model import Query
-from ivm.updates import Row, Update
+from ivm.updates import Row, Update, from_columns
 
 
 class EngineRefused(ValueError):
@@ -61,6 +63,17 @@ class Engine(ABC):
         Precondition: each update's relation is in the query and its row has that relation's
         arity (:meth:`ivm.view.View.apply` refuses the others before calling this).
         """
+
+    def apply_columns(self, relation: str, columns: Sequence[Any], multiplicities: Any = 1) -> None:
+        """Apply a batch of one relation's updates given as columns: the same as :meth:`apply` of
+        :func:`ivm.updates.from_columns` (row ``i`` is the ``i``-th value of every column, numpy
+        scalars made Python values; ``multiplicities`` one int or one per row).
+
+        Same precondition as :meth:`apply` (a relation of the query, one column per attribute).
+        Engines whose state is typed arrays override it to read the columns without making a Python
+        tuple per row (:meth:`ivm.engines.fivm.engine.FIVM.apply_columns`); this default makes them.
+        """
+        self.apply(from_columns(relation, columns, multiplicities))
 
     @abstractmethod
     def result(self) -> Any:

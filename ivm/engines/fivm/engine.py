@@ -476,6 +476,24 @@ class FIVM(Engine):
                 return
         self.apply_deltas(distinct_delta(updates) or by_relation(updates))
 
+    def apply_columns(self, relation: str, columns: Sequence[Any], multiplicities: Any = 1) -> None:
+        """:meth:`apply` of a batch of ``relation`` given as columns (:func:`ivm.updates.from_columns`),
+        read straight into the relation's table: numpy arrays (or anything ``np.asarray`` takes) of
+        ints and floats become the table's cells in a few array operations
+        (:func:`~.base_relation.column_cells`), then the batch takes :meth:`apply`'s compiled route
+        (:meth:`~._row_table.RowTable.apply_cells` and the leaf's compiled path), with no Python
+        object per row.  Columns the table would not store as they are (strings, NaN, bools, a kind
+        other than the column's) make the rows and take :meth:`apply`; the state is the same either
+        way.  O(n · arity) plus the delta view trees.
+        """
+        index = self._relation_index.get(relation) if self._tables is not None and not self._nu else None
+        table = self._tables[index] if index is not None else None  # type: ignore[index]
+        parsed = base_relation.column_cells(table, columns, multiplicities) if table is not None else None
+        if parsed is None:
+            super().apply_columns(relation, columns, multiplicities)
+        elif len(parsed[1]):
+            self._apply_parsed([(index, *parsed)])  # type: ignore[list-item]
+
     def _apply_parsed(self, parsed: list[tuple[int, Any, Any, Any]]) -> None:
         """:meth:`apply_deltas` for a batch parsed into cells per relation (compact base relations)."""
         rebuild = False
@@ -1590,7 +1608,7 @@ class CompiledPath:
         return self._ready
 
 
-def _delta_arrays(rows: list[Row], code_cols: list[int], value_cols: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+def _delta_arrays(rows: list[Row], code_cols: Any, value_cols: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """A delta's tuples as the compiled path's arrays: int64 codes of ``code_cols`` (Python ints in int64
     only, else ``None``) and float64 values of ``value_cols`` (as ``float(x)``)."""
     n = len(rows)
@@ -1603,7 +1621,7 @@ def _delta_arrays(rows: list[Row], code_cols: list[int], value_cols: list[int]) 
             codes[:, j] = np.fromiter(column, dtype=np.int64, count=n)
         except OverflowError:
             return None
-    if not value_cols:
+    if not len(value_cols):  # (a list, or a CompiledPath's intp array)
         return codes, np.zeros((n, 0))
     pick = itemgetter(*value_cols) if len(value_cols) > 1 else (lambda row: (row[value_cols[0]],))
     try:

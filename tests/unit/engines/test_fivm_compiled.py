@@ -466,3 +466,30 @@ def test_results_are_covariance_payloads() -> None:
     result = engine.result()
     assert isinstance(result, Covariance) and result.c == 2.0
     assert result.matrix()[1:3, 1:3].tolist() == [[2.0, 4.0], [4.0, 8.0]]
+
+
+@needs_kernel
+@pytest.mark.parametrize("value", [float("nan"), "x", True])
+def test_a_relation_that_leaves_its_table_after_the_path_is_compiled(value: Any) -> None:
+    """A row the table cannot store (NaN, a string, a bool in a float column), arriving after the
+    compiled path was built, moves its relation to a dict and the batch still propagates: the
+    compiled path's column lists are arrays (a regression: ``if not value_cols`` raised on them)."""
+    text = "Q(COVAR(k, a1, a2, b1)) :- A(k, a1, a2), B(k, b1)"
+    seed = [("A", (k, 0.25 * k, 1.0), 1) for k in range(4)] + [("B", (1, 2.0), 1), ("B", (2, 4.0), 1)]
+    batch = [("A", (1, value, 1.0), 1), ("A", (2, 0.5, 1.0), 1)]
+    compiled = FIVM(ivm.parse(text), exact=False, implementation="compiled")
+    python = FIVM(ivm.parse(text), exact=False, implementation="python")
+    for engine in (compiled, python):
+        engine.apply(seed)
+    assert compiled._paths and all(p is not None for p in compiled._paths.values())
+    if isinstance(value, str):  # a string feature cannot be lifted into the ring: refused by both alike
+        for engine in (compiled, python):
+            with pytest.raises((TypeError, ValueError)):
+                engine.apply(batch)
+        return
+    for engine in (compiled, python):
+        engine.apply(batch)
+    assert not base_relation.is_table(compiled.base["A"])
+    got, want = compiled.result().matrix(), python.result().matrix()
+    assert np.allclose(got, want, rtol=1e-12, equal_nan=True)
+    assert math.isnan(got[2, 2]) == (value != value)
