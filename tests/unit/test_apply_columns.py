@@ -182,6 +182,31 @@ def test_columns_the_table_cannot_store_take_the_rows(case: str, columns: list[A
         assert math.isnan(got[2, 2])  # the NaN reached the result: the batch was applied, not dropped
 
 
+@needs_kernel
+@pytest.mark.parametrize(
+    "dtype", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", ">i8", "float16"]
+)
+@pytest.mark.parametrize("value_dtype", ["float32", "float64", ">f8", "float16", "int64"])
+def test_every_dtype_means_its_python_values(dtype: str, value_dtype: str) -> None:
+    """Native ints and float32/64 are read in C; other element types (big-endian, halves, an int in a
+    float column) make the rows; each ends in the state of the rows its ``tolist()`` gives."""
+    query = ivm.parse("Q(COVAR(k, a)) :- A(k, a), B(k)")
+    keys = np.arange(0, 100, 3).astype(dtype)[::2]  # (strided)
+    values = (np.arange(len(keys)) * 0.75 - 3).astype(value_dtype)
+    by_rows, by_columns = FIVM(query, exact=False), FIVM(query, exact=False)
+    for engine in (by_rows, by_columns):
+        engine.apply([("A", (1, 0.5), 1), ("B", (1,), 1), ("B", (3,), 2), ("B", (6,), 1)])
+    by_rows.apply(from_columns("A", [keys, values], 2))
+    by_columns.apply_columns("A", [keys, values], 2)
+    assert base_relation.to_dict(by_columns.base["A"]) == base_relation.to_dict(by_rows.base["A"])
+    assert [type(v) for v in next(iter(base_relation.to_dict(by_columns.base["A"])))] == [int, float]
+    assert base_relation.is_table(by_columns.base["A"]) == base_relation.is_table(by_rows.base["A"])
+    assert np.array_equal(by_columns.result().matrix(), by_rows.result().matrix())
+    native = dtype[0] != ">" and dtype != "float16" and value_dtype in ("float32", "float64")
+    table = by_columns.base["A"]
+    assert (base_relation.column_cells(table, [keys, values], 1) is not None) == (native and dtype != "float16")
+
+
 def test_from_columns_is_the_meaning() -> None:
     assert from_columns("R", [np.array([1, 2], np.int32), pa.array([0.5, 1.5])], np.array([1, -1])) == [
         ("R", (1, 0.5), 1),

@@ -28,12 +28,13 @@ an eighth beyond, and the cells, multiplicities and slots are zeroed memory that
 copy (``_mem.pxd``: ``mremap`` of an anonymous mapping beyond 256 KB).
 """
 
+from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_Release, PyObject_GetBuffer
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport isnan
-from libc.stdint cimport int8_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
@@ -777,3 +778,134 @@ def parse_batch(updates, dict names, list tables):
                 if not strict_cell(<object>PyTuple_GET_ITEM(row, j), &kinds_p[j], &cells_p[j]):
                     return None
     return arrays
+
+
+cdef enum:
+    COL_NONE = 0
+    COL_I8 = 1
+    COL_I16 = 2
+    COL_I32 = 3
+    COL_I64 = 4
+    COL_U8 = 5
+    COL_U16 = 6
+    COL_U32 = 7
+    COL_U64 = 8
+    COL_F32 = 9
+    COL_F64 = 10
+
+
+cdef int column_type(const char* fmt, Py_ssize_t itemsize) noexcept:
+    """The element type of a 1-D buffer from its struct format (native order only), else ``COL_NONE``."""
+    cdef char c
+    if fmt == NULL:
+        return COL_NONE
+    if fmt[0] == b'@' or fmt[0] == b'=' or fmt[0] == b'<':  # (little-endian machines: '<' is native)
+        fmt += 1
+    if fmt[0] == 0 or fmt[1] != 0:
+        return COL_NONE
+    c = fmt[0]
+    if c == b'd' and itemsize == 8:
+        return COL_F64
+    if c == b'f' and itemsize == 4:
+        return COL_F32
+    if c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q':
+        return {1: COL_I8, 2: COL_I16, 4: COL_I32, 8: COL_I64}.get(itemsize, COL_NONE)
+    if c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q':
+        return {1: COL_U8, 2: COL_U16, 4: COL_U32, 8: COL_U64}.get(itemsize, COL_NONE)
+    return COL_NONE  # bool '?', half 'e', objects, strings, records
+
+
+cdef inline bint read_cell(const char* p, int t, int64_t* out) noexcept nogil:
+    """The cell of one element of type ``t``: ints as int64, floats as the double's bits; 0 for a
+    NaN or a uint64 beyond int64 (values a table does not store as given)."""
+    cdef double d
+    cdef uint64_t u
+    if t == COL_F64:
+        d = (<const double*> p)[0]
+    elif t == COL_F32:
+        d = <double> (<const float*> p)[0]
+    else:
+        if t == COL_I64:
+            out[0] = (<const int64_t*> p)[0]
+        elif t == COL_I32:
+            out[0] = (<const int32_t*> p)[0]
+        elif t == COL_I16:
+            out[0] = (<const int16_t*> p)[0]
+        elif t == COL_I8:
+            out[0] = (<const int8_t*> p)[0]
+        elif t == COL_U8:
+            out[0] = (<const uint8_t*> p)[0]
+        elif t == COL_U16:
+            out[0] = (<const uint16_t*> p)[0]
+        elif t == COL_U32:
+            out[0] = (<const uint32_t*> p)[0]
+        else:
+            u = (<const uint64_t*> p)[0]
+            if u > <uint64_t> 0x7FFFFFFFFFFFFFFF:
+                return False
+            out[0] = <int64_t> u
+        return True
+    if d != d:
+        return False
+    out[0] = as_bits(d)
+    return True
+
+
+def column_cells(list columns, bytes have, Py_ssize_t n):
+    """Columns (1-D buffers: numpy arrays of native ints or float32/float64, any stride) as
+    ``(cells (n, k) int64, kinds (k,) int8)`` for :meth:`RowTable.apply_cells`, or ``None`` when a
+    row would not be stored as given: a column of another element type (bools, halves, objects), a
+    kind other than the table's (``have``: its kinds, -1 unknown), a NaN, a uint64 beyond int64.
+    One C pass, row by row (for :func:`ivm.engines.fivm.base_relation.column_cells`)."""
+    cdef Py_ssize_t k = len(columns), i, j, got = 0
+    if len(have) != k:
+        raise ValueError("one kind per column")
+    cdef Py_buffer* views = <Py_buffer*> malloc(max(k, 1) * sizeof(Py_buffer))
+    cdef const char** data = <const char**> malloc(max(k, 1) * sizeof(char*))
+    cdef Py_ssize_t* strides = <Py_ssize_t*> malloc(max(k, 1) * sizeof(Py_ssize_t))
+    cdef int* types = <int*> malloc(max(k, 1) * sizeof(int))
+    cdef const char* table_kinds = have
+    cdef bint ok = True
+    kinds = np.empty(k, dtype=np.int8)
+    cdef int8_t[::1] kv = kinds
+    cells = np.empty((n, k), dtype=np.int64)
+    cdef int64_t* out = <int64_t*> NULL
+    if n and k:
+        out = <int64_t*> <size_t> cells.ctypes.data
+    try:
+        if views == NULL or data == NULL or strides == NULL or types == NULL:
+            raise MemoryError()
+        for j in range(k):
+            PyObject_GetBuffer(columns[j], &views[j], PyBUF_RECORDS_RO)
+            got += 1
+            types[j] = column_type(views[j].format, views[j].itemsize) if views[j].ndim == 1 else COL_NONE
+            if types[j] == COL_NONE or views[j].shape[0] != n:
+                ok = False
+                break
+            kv[j] = KIND_FLOAT if types[j] >= COL_F32 else KIND_INT
+            if table_kinds[j] != KIND_UNKNOWN and table_kinds[j] != kv[j]:
+                ok = False
+                break
+            data[j] = <const char*> views[j].buf
+            strides[j] = views[j].strides[0]
+        if ok:
+            for i in range(n):
+                for j in range(k):
+                    if not read_cell(data[j] + i * strides[j], types[j], out + i * k + j):
+                        ok = False
+                        break
+                if not ok:
+                    break
+    finally:
+        for j in range(got):
+            PyBuffer_Release(&views[j])
+        free(views)
+        free(data)
+        free(strides)
+        free(types)
+    return (cells, kinds) if ok else None
+
+
+def table_kinds(RowTable table) -> bytes:
+    """The table's column kinds as bytes (-1 unknown, 0 int, 1 float): :func:`column_cells`'s ``have``."""
+    return bytes([table.kinds[j] & 0xFF for j in range(table.ncols)])

@@ -26,8 +26,10 @@ from ivm.updates import Row, apply_to_base
 
 try:  # the compiled base relation (``_row_table.pyx``), present when pip install compiled it
     from ivm.engines.fivm._row_table import RowTable
+    from ivm.engines.fivm._row_table import column_cells as _column_cells
+    from ivm.engines.fivm._row_table import table_kinds as _table_kinds
 except ImportError:  # no compiler at install time: dicts of tuples
-    RowTable = None  # type: ignore[assignment,misc]
+    RowTable = _column_cells = _table_kinds = None  # type: ignore[assignment,misc]
 
 Relation = Any  # a dict[Row, int] or a RowTable
 
@@ -143,7 +145,6 @@ def apply_dict(relation: dict[Row, int], delta: dict[Row, int]) -> list[int]:
 
 #: a multiplicity a table takes in one update (``_row_table.pyx``'s ``MAX_UPDATE``)
 _MAX_UPDATE = 1 << 31
-_INT64_MAX = (1 << 63) - 1
 
 
 def column_cells(
@@ -159,14 +160,13 @@ def column_cells(
     without NaN (a ``float`` each; float16 and float32 widen exactly), matching the kind the table
     already gives that column, and the multiplicities are one int or an integer array, each of at
     most 2^31 in size.  Multiplicities 0 are left out, as :func:`~._row_table.parse_batch` does.
-    O(n · arity) in numpy, no Python object per row.
+    O(n · arity): one C pass over the columns' buffers (:func:`~._row_table.column_cells`), no
+    Python object per row.
     """
-    if not is_table(relation) or len(columns) != relation.ncols:
+    if not is_table(relation) or len(columns) != relation.ncols or not columns:
         return None
-    arrays = [np.asarray(c) for c in columns]
-    n = len(arrays[0]) if arrays else 0
-    if not arrays or any(a.ndim != 1 or len(a) != n for a in arrays):
-        return None
+    arrays = [c if type(c) is np.ndarray else np.asarray(c) for c in columns]
+    n = len(arrays[0])
     if isinstance(multiplicities, int) and not isinstance(multiplicities, bool):
         if abs(multiplicities) > _MAX_UPDATE:
             return None
@@ -178,26 +178,14 @@ def column_cells(
         if n and (int(mults.max()) > _MAX_UPDATE or int(mults.min()) < -_MAX_UPDATE):
             return None
         mults = mults.astype(np.int64, copy=False)
-    have = relation.kinds_of()
-    kinds = np.empty(len(arrays), dtype=np.int8)
-    cells = np.empty((n, len(arrays)), dtype=np.int64)
-    for j, a in enumerate(arrays):
-        if a.dtype.kind in "iu":
-            if have[j] == "float" or (a.dtype == np.uint64 and n and int(a.max()) > _INT64_MAX):
-                return None
-            kinds[j] = 0
-            cells[:, j] = a
-        elif a.dtype.kind == "f":
-            if have[j] == "int":
-                return None
-            x = a.astype(np.float64, copy=False)
-            if np.isnan(x).any():
-                return None
-            kinds[j] = 1
-            cells[:, j] = x.view(np.int64)
-        else:  # bool, object, str, ...: values a table does not store
-            return None
-    if n and not mults.all():
+    try:
+        done = _column_cells(arrays, _table_kinds(relation), n)  # (one C pass over the buffers)
+    except (TypeError, ValueError, BufferError):  # no buffer (an object array is one; a list is not)
+        return None
+    if done is None:
+        return None
+    cells, kinds = done
+    if n and (multiplicities == 0 if type(multiplicities) is int else not mults.all()):
         keep = mults != 0
         cells, mults = cells[keep], mults[keep]
     return cells, np.ascontiguousarray(mults), kinds
