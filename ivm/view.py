@@ -5,14 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
+from ivm.query.lifted import Lifted, is_number, lifted_positions
 from ivm.query.model import Query
 from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
+
+_PLAIN_NUMBERS = frozenset({int, float})
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class Rejected:
 
     index: int
     update: Update
-    kind: str  # a stable label: unknown_relation, arity, absent_delete, ...
+    kind: str  # a stable label: unknown_relation, arity, not_a_number, absent_delete, ...
     reason: str
 
 
@@ -55,6 +59,8 @@ class View:
         self.policy = policy or Policy()
         self._patterns = patterns
         self._arity = dict(query.relations)
+        #: the positions whose values the aggregate lifts into its ring (they must be numbers)
+        self._lifted = lifted_positions(query)
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
@@ -98,6 +104,12 @@ class View:
             if n is None or len(row) != n:
                 outcome.rejected.append(Rejected(index, update, *self._shape_violation(update)))
                 continue
+            lifted = self._lifted.get(relation)
+            if lifted is not None:
+                wrong = self._not_a_number(relation, row, lifted)
+                if wrong is not None:
+                    outcome.rejected.append(Rejected(index, update, "not_a_number", wrong))
+                    continue
             if delete_only and mult > 0 and relation in delete_only:  # declared delete-only (003 App. C)
                 current = multiplicity(relation, row) if direct else self._current(update)
                 current += pending.get((relation, row), 0)
@@ -147,6 +159,8 @@ class View:
                 return None
         elif not all(map(int.__eq__, map(len, rows), map(arity.__getitem__, relations))):
             return None
+        if self._lifted and not self._all_numbers(names, relations, rows):
+            return None  # a value the aggregate lifts is not a number: the loop says which
         valid = items  # engines take (relation, row, mult) triples; a subclass's state may want Updates
         if type(self)._apply_valid is not View._apply_valid and set(map(type, items)) != {Update}:
             valid = list(map(tuple.__new__, repeat(Update), items))
@@ -211,6 +225,9 @@ class View:
         lengths = {len(column) for column in columns}
         if len(lengths) != 1:
             return None
+        for lifted in self._lifted.get(relation, ()):  # numbers by their dtype; else the rows path checks each
+            if np.asarray(columns[lifted.position]).dtype.kind not in "iufb":
+                return None
         (n,) = lengths
         low = 1 if policy.negative == "reject" else None  # deletes are checked against the state
         if isinstance(multiplicities, int) and not isinstance(multiplicities, bool):
@@ -223,6 +240,28 @@ class View:
         if not mults.all() or (low is not None and int(mults.min()) < low):
             return None
         return n
+
+    def _all_numbers(self, names: set[str], relations: list[str], rows: list[Row]) -> bool:
+        """Whether every value at a lifted position of the batch's rows is a number: C-level passes
+        over each lifted column (``int`` and ``float`` by type alone, others by :func:`is_number`)."""
+        for name in names & self._lifted.keys():
+            mine = rows if len(names) == 1 else [row for r, row in zip(relations, rows, strict=True) if r == name]
+            for lifted in self._lifted[name]:
+                values = list(map(itemgetter(lifted.position), mine))
+                if not set(map(type, values)) <= _PLAIN_NUMBERS and not all(map(is_number, values)):
+                    return False
+        return True
+
+    @staticmethod
+    def _not_a_number(relation: str, row: Row, lifted: tuple[Lifted, ...]) -> str | None:
+        """Why ``row`` cannot be lifted (its first value at a lifted position that is not a number), or ``None``."""
+        for x in lifted:
+            if not is_number(row[x.position]):
+                return (
+                    f"{relation} position {x.position} ({x.variable}) is lifted by {x.aggregate}: "
+                    f"{row[x.position]!r} is not a number"
+                )
+        return None
 
     def apply_admitted(self, updates: list[Update | tuple[str, Row, int]]) -> Outcome:
         """Hand a batch that was validated and admitted upstream to the state: :meth:`apply` without

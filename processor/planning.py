@@ -24,6 +24,7 @@ import ivm
 from ivm.engines import ENGINES
 from ivm.patterns.windows import Windows
 from ivm.policy import Policy
+from ivm.query.lifted import lifted_positions
 from ivm.query.model import Query
 from ivm.query.parse import QuerySyntaxError
 from processor.config import ConfigError, PipelineConfig, QueryConfig, RelationConfig
@@ -127,6 +128,9 @@ def build_view(
     missing = set(query.relations) - set(schema_of)
     if missing:
         raise ValueError(f"query {q.name!r} uses relations {sorted(missing)} with no configured topic")
+    lifted = not_numbers(query, schema_of, _field_types(config, set(lifted_positions(query))))
+    if lifted:
+        raise Refused("query", "; ".join(lifted))
     implied: list[str] = []
     if windows is not None:  # a window makes its relations (jointly) FIFO
         implied = [p for p in windows.patterns() if set(p.split("=")[0].split("+")) <= set(query.relations)]
@@ -222,6 +226,57 @@ class PipelinePlan:
             if q.config.name == name:
                 return q
         raise KeyError(name)
+
+
+#: Avro types whose values a ring lifts: numbers (booleans as 0 and 1)
+_NUMERIC_AVRO = frozenset({"int", "long", "float", "double", "boolean"})
+
+
+def _numeric_avro(avro_type: Any) -> bool:
+    """Whether every value of a field of ``avro_type`` decodes to a number: the numeric primitives, or a
+    ``decimal`` logical type (Python ``Decimal``); not a union (``null`` is no number), string, bytes, ..."""
+    if isinstance(avro_type, dict):
+        if avro_type.get("logicalType") == "decimal":
+            return True
+        if "logicalType" in avro_type:
+            return False  # dates, times, uuids: not numbers to lift
+        return _numeric_avro(avro_type.get("type"))
+    return isinstance(avro_type, str) and avro_type in _NUMERIC_AVRO
+
+
+def _field_types(config: PipelineConfig, relations: set[str]) -> dict[str, dict[str, Any]]:
+    """The Avro type of each field of the named relations' schemas (those that can be read)."""
+    from processor.codec import load_schema
+
+    out = {}
+    for rel in config.relations:
+        if rel.name in relations:
+            try:
+                out[rel.name] = {f["name"]: f["type"] for f in load_schema(rel.schema_file())["fields"]}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # (plan_pipeline reports an unreadable schema by its key)
+    return out
+
+
+def not_numbers(
+    query: Query, attributes: Mapping[str, Sequence[str]], types: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """One line per attribute an aggregate of ``query`` lifts (SUM, AVG, COVAR: :mod:`ivm.query.lifted`)
+    whose schema field may hold something other than a number (a string, a nullable union, ...):
+    every such update would be refused, so the query is refused at planning, naming the field."""
+    out = []
+    for relation, lifted in lifted_positions(query).items():
+        if relation not in types:
+            continue
+        for x in lifted:
+            field = attributes[relation][x.position]
+            avro_type = types[relation].get(field)
+            if not _numeric_avro(avro_type):
+                out.append(
+                    f"{x.aggregate} lifts {x.variable}, bound to {relation}.{field} of Avro type "
+                    f"{json.dumps(avro_type)}: not a number type (int, long, float, double, boolean or decimal)"
+                )
+    return out
 
 
 def placement_errors(config: PipelineConfig) -> list[str]:

@@ -9,9 +9,11 @@ Contract (tests in ``tests/unit/test_engine_protocol.py`` check every engine):
 
 - ``apply(batch)`` leaves the same state and result as applying the batch's
   updates one at a time, in order.  Its precondition: every update names a
-  relation of the query and has a row of that relation's arity.
-  :meth:`ivm.view.View.apply` keeps it (it refuses other updates by name,
-  ``unknown_relation`` / ``arity``, before any engine sees them), so the
+  relation of the query, has a row of that relation's arity, and holds a
+  number wherever the aggregate lifts the value (SUM, AVG, COVAR:
+  :func:`ivm.query.lifted.lifted_positions`).  :meth:`ivm.view.View.apply`
+  keeps it (it refuses other updates by name, ``unknown_relation`` /
+  ``arity`` / ``not_a_number``, before any engine sees them), so the
   engines' hot loops do not test it again; handed such an update directly,
   an engine may raise midway through a batch;
 - ``apply_columns(relation, columns, mults)`` is ``apply`` of the rows the
@@ -60,8 +62,9 @@ class Engine(ABC):
     def apply(self, updates: Sequence[Update]) -> None:
         """Apply a batch of updates (same effect as one at a time, in order).
 
-        Precondition: each update's relation is in the query and its row has that relation's
-        arity (:meth:`ivm.view.View.apply` refuses the others before calling this).
+        Precondition: each update's relation is in the query, its row has that relation's arity
+        and numbers where the aggregate lifts values (:meth:`ivm.view.View.apply` refuses the
+        others before calling this).
         """
 
     def apply_columns(self, relation: str, columns: Sequence[Any], multiplicities: Any = 1) -> None:

@@ -1,0 +1,59 @@
+"""The attributes an aggregate lifts into its ring: their values must be numbers (F-IVM §2.4).
+
+``SUM(v1 * ... * vk)`` lifts each ``vi`` with ``g_v(x) = x`` into the sum ring, ``COVAR(v1, ...,
+vk)`` lifts each ``vi`` into the covariance ring (the count, ``x`` and ``x·xᵀ``) and ``AVG(v)`` lifts
+``v`` into its sum; an update whose value at such a position is not a number (a string, ``None``)
+has no payload in the ring.  :func:`lifted_positions` names the positions, per relation, so the
+input side (:meth:`ivm.view.View.apply`, the processor's planner against the relations' schemas)
+refuses such values before any engine sees them.  COUNT, MIN, MAX and COUNT(DISTINCT) lift nothing
+(MIN and MAX compare values of any one type).
+
+>>> from ivm.query import parse
+>>> lifted_positions(parse("Q(k, SUM(p * q)) :- R(k, p), S(k, q, z)"))["S"]
+(Lifted(position=1, variable='q', aggregate='SUM(p * q)'),)
+>>> lifted_positions(parse("Q() :- R(a, b), S(b, c)"))
+{}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from numbers import Number
+from typing import Any
+
+from ivm.query.model import Query
+
+#: the aggregate kinds whose variables are lifted into a numeric ring
+LIFTING_KINDS = frozenset({"sum", "avg", "covariance"})
+
+
+@dataclass(frozen=True)
+class Lifted:
+    """Position ``position`` of a relation binds ``variable``, which ``aggregate`` lifts."""
+
+    position: int
+    variable: str
+    aggregate: str
+
+
+def lifted_positions(query: Query) -> dict[str, tuple[Lifted, ...]]:
+    """Per relation, the positions whose values some aggregate of ``query`` lifts (each once, in
+    position order); relations without any are left out.  O(|atoms| · arity)."""
+    lifts: dict[str, str] = {}
+    for aggregate in query.aggregates:
+        if aggregate.kind in LIFTING_KINDS:
+            for variable in aggregate.variables:
+                lifts.setdefault(variable, str(aggregate))
+    out: dict[str, dict[int, Lifted]] = {}
+    for atom in query.atoms:
+        fixed = dict(atom.constants)
+        for position, term in enumerate(atom.terms):
+            if term in lifts and position not in fixed:
+                out.setdefault(atom.relation, {}).setdefault(position, Lifted(position, term, lifts[term]))
+    return {relation: tuple(found[p] for p in sorted(found)) for relation, found in out.items()}
+
+
+def is_number(value: Any) -> bool:
+    """Whether a ring can lift ``value``: an int, float, Fraction, Decimal, bool or numpy number (not a
+    complex, a string, ``None`` or a container)."""
+    return isinstance(value, Number) and not isinstance(value, complex)
