@@ -57,7 +57,7 @@ def test_the_view_refuses_values_that_are_not_numbers_and_applies_the_rest(mixed
     batch = [*good[:3], bad[0], *good[3:], bad[1]] + (others if mixed else [])
     outcome = view.apply(batch)
     assert [(r.index, r.kind) for r in outcome.rejected] == [(3, "not_a_number"), (7, "not_a_number")]
-    assert "A position 1 (a1) is lifted by COVAR(a1, b1): 'x' is not a number" == outcome.rejected[0].reason
+    assert outcome.rejected[0].reason == "A position 1 (a1) is lifted by COVAR(a1, b1): 'x' is not a number"
     assert outcome.applied == len(batch) - 2
     if not mixed:
         view.apply(others)
@@ -97,5 +97,5 @@ def test_a_query_lifting_a_string_field_is_refused_at_planning(tmp_path: Path, c
     assert main(["check", "-c", str(config)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("ivm check: [queries.bad] query: "), err
-    assert "SUM(price * qty) lifts price, bound to P.price of Avro type \"string\"" in err[0]
+    assert 'SUM(price * qty) lifts price, bound to P.price of Avro type "string"' in err[0]
     assert 'lifts qty, bound to P.qty of Avro type ["null", "double"]' in err[0]
