@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -12,11 +13,15 @@ import numpy as np
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
-from ivm.query.lifted import Lifted, is_number, lifted_positions
+from ivm.query.lifted import Lifted, is_number, lifted_positions, order_family, ordered_positions
 from ivm.query.model import Query
 from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
 
 _PLAIN_NUMBERS = frozenset({int, float})
+
+
+def _kind_name(kind: Any) -> str:
+    return kind if isinstance(kind, str) else "no order" if kind is None else kind.__name__
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class Rejected:
 
     index: int
     update: Update
-    kind: str  # a stable label: unknown_relation, arity, not_a_number, absent_delete, ...
+    kind: str  # a stable label: unknown_relation, arity, unhashable, not_a_number, absent_delete, ...
     reason: str
 
 
@@ -61,6 +66,10 @@ class View:
         self._arity = dict(query.relations)
         #: the positions whose values the aggregate lifts into its ring (they must be numbers)
         self._lifted = lifted_positions(query)
+        #: the positions MIN and MAX compare, and the kind of value each such variable holds (the first
+        #: value's: :func:`order_family`); a value of another kind would not compare with the others
+        self._ordered = ordered_positions(query)
+        self._families: dict[str, Any] = {}
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
@@ -104,6 +113,18 @@ class View:
             if n is None or len(row) != n:
                 outcome.rejected.append(Rejected(index, update, *self._shape_violation(update)))
                 continue
+            try:
+                hash(row)
+            except TypeError as err:
+                reason = f"{relation} row {row!r} cannot be a key of the relation: {err}"
+                outcome.rejected.append(Rejected(index, update, "unhashable", reason))
+                continue
+            ordered = self._ordered.get(relation)
+            if ordered is not None:
+                wrong = self._not_ordered(relation, row, ordered)
+                if wrong is not None:
+                    outcome.rejected.append(Rejected(index, update, "not_comparable", wrong))
+                    continue
             lifted = self._lifted.get(relation)
             if lifted is not None:
                 wrong = self._not_a_number(relation, row, lifted)
@@ -159,8 +180,14 @@ class View:
                 return None
         elif not all(map(int.__eq__, map(len, rows), map(arity.__getitem__, relations))):
             return None
+        try:
+            deque(map(hash, rows), maxlen=0)  # every row a key (one C-level pass)
+        except TypeError:
+            return None  # a list or dict in some row: the loop says which
         if self._lifted and not self._all_numbers(names, relations, rows):
             return None  # a value the aggregate lifts is not a number: the loop says which
+        if self._ordered and not self._all_ordered(names, relations, rows):
+            return None  # a value MIN or MAX would not compare with the others: the loop says which
         valid = items  # engines take (relation, row, mult) triples; a subclass's state may want Updates
         if type(self)._apply_valid is not View._apply_valid and set(map(type, items)) != {Update}:
             valid = list(map(tuple.__new__, repeat(Update), items))
@@ -225,6 +252,8 @@ class View:
         lengths = {len(column) for column in columns}
         if len(lengths) != 1:
             return None
+        if relation in self._ordered:
+            return None  # MIN and MAX fix their values' kind: the rows path checks each
         for lifted in self._lifted.get(relation, ()):  # numbers by their dtype; else the rows path checks each
             if np.asarray(columns[lifted.position]).dtype.kind not in "iufb":
                 return None
@@ -251,6 +280,31 @@ class View:
                 if not set(map(type, values)) <= _PLAIN_NUMBERS and not all(map(is_number, values)):
                     return False
         return True
+
+    def _all_ordered(self, names: set[str], relations: list[str], rows: list[Row]) -> bool:
+        """Whether every value MIN or MAX compares is of its variable's kind (the kind fixed by the first)."""
+        for name in names & self._ordered.keys():
+            mine = rows if len(names) == 1 else [row for r, row in zip(relations, rows, strict=True) if r == name]
+            for x in self._ordered[name]:
+                kinds = set(map(order_family, map(itemgetter(x.position), mine)))
+                want = self._families.get(x.variable, next(iter(kinds)) if len(kinds) == 1 else None)
+                if kinds != {want} or want is None:
+                    return False
+                self._families[x.variable] = want
+        return True
+
+    def _not_ordered(self, relation: str, row: Row, ordered: tuple[Lifted, ...]) -> str | None:
+        """Why a value of ``row`` that MIN or MAX compares would not compare with the others, or ``None``
+        (fixing the variable's kind at its first value)."""
+        for x in ordered:
+            value = row[x.position]
+            kind = order_family(value)
+            want = self._families.setdefault(x.variable, kind)
+            if kind is None or kind != want:
+                return f"{relation} position {x.position} ({x.variable}) is compared by {x.aggregate}: {value!r} " + (
+                    "has no order" if kind is None else f"does not compare with its other values ({_kind_name(want)})"
+                )
+        return None
 
     @staticmethod
     def _not_a_number(relation: str, row: Row, lifted: tuple[Lifted, ...]) -> str | None:

@@ -77,6 +77,14 @@ class RelationCodec:
         if _plain_type(mult["type"]) not in ("long", "int"):
             raise ValueError(f"schema {schema['name']!r}: 'mult' must be an int or long")
         attributes = tuple(n for n in names if n != "mult")
+        for f in fields:
+            container = _container(f["type"]) if f["name"] != "mult" else None
+            if container is not None:
+                raise ValueError(
+                    f"schema {schema['name']!r}: attribute {f['name']!r} is an Avro {container}, which decodes to a "
+                    f"{'list' if container == 'array' else 'dict'}: a relation's values are scalars (a tuple of them "
+                    "is a key in the relation's state), so arrays, maps and records are not supported"
+                )
         key = key_schema_of(schema)
         types = [_plain_type(f["type"]) for f in fields]
         widths = tuple(_VARINT_WIDTH.get(t, 0) if isinstance(t, str) else 0 for t in types)  # unions: per record
@@ -174,6 +182,17 @@ def decode_each(codec: Any, values: Sequence[bytes | None]) -> tuple[list[Row | 
 
 
 _VARINT_WIDTH = {"int": 5, "long": 10}
+
+
+def _container(avro_type: Any) -> str | None:
+    """``"array"``, ``"map"`` or ``"record"`` if a value of ``avro_type`` may decode to a list or a dict
+    (a union is one if any branch is), else ``None``."""
+    if isinstance(avro_type, list):
+        return next((c for c in map(_container, avro_type) if c is not None), None)
+    if isinstance(avro_type, dict):
+        kind = avro_type.get("type")
+        return kind if kind in ("array", "map", "record") else _container(kind) if isinstance(kind, list) else None
+    return None
 
 
 def _plain_type(avro_type: Any) -> Any:

@@ -24,7 +24,7 @@ import ivm
 from ivm.engines import ENGINES
 from ivm.patterns.windows import Windows
 from ivm.policy import Policy
-from ivm.query.lifted import lifted_positions
+from ivm.query.lifted import lifted_positions, ordered_positions
 from ivm.query.model import Query
 from ivm.query.parse import QuerySyntaxError
 from processor.config import ConfigError, PipelineConfig, QueryConfig, RelationConfig
@@ -128,9 +128,10 @@ def build_view(
     missing = set(query.relations) - set(schema_of)
     if missing:
         raise ValueError(f"query {q.name!r} uses relations {sorted(missing)} with no configured topic")
-    lifted = not_numbers(query, schema_of, _field_types(config, set(lifted_positions(query))))
-    if lifted:
-        raise Refused("query", "; ".join(lifted))
+    types = _field_types(config, set(lifted_positions(query)) | set(ordered_positions(query)))
+    wrong = not_numbers(query, schema_of, types) + not_one_kind(query, schema_of, types)
+    if wrong:
+        raise Refused("query", "; ".join(wrong))
     implied: list[str] = []
     if windows is not None:  # a window makes its relations (jointly) FIFO
         implied = [p for p in windows.patterns() if set(p.split("=")[0].split("+")) <= set(query.relations)]
@@ -275,6 +276,25 @@ def not_numbers(
                 out.append(
                     f"{x.aggregate} lifts {x.variable}, bound to {relation}.{field} of Avro type "
                     f"{json.dumps(avro_type)}: not a number type (int, long, float, double, boolean or decimal)"
+                )
+    return out
+
+
+def not_one_kind(
+    query: Query, attributes: Mapping[str, Sequence[str]], types: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """One line per attribute MIN or MAX compares whose schema field is a union (e.g. nullable): its
+    values could be of two kinds (``None`` and a number), which do not compare."""
+    out = []
+    for relation, found in ordered_positions(query).items():
+        for x in found:
+            field = attributes[relation][x.position]
+            avro_type = types.get(relation, {}).get(field)
+            if isinstance(avro_type, list):
+                out.append(
+                    f"{x.aggregate} compares {x.variable}, bound to {relation}.{field} of Avro type "
+                    f"{json.dumps(avro_type)}: a union's values need not compare (null is not ordered); "
+                    "MIN and MAX need a field of one type"
                 )
     return out
 

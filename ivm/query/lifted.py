@@ -25,6 +25,8 @@ from ivm.query.model import Query
 
 #: the aggregate kinds whose variables are lifted into a numeric ring
 LIFTING_KINDS = frozenset({"sum", "avg", "covariance"})
+#: the aggregate kinds that compare the values of their variable (so the values must be of one kind)
+ORDERING_KINDS = frozenset({"min", "max"})
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,19 @@ class Lifted:
 def lifted_positions(query: Query) -> dict[str, tuple[Lifted, ...]]:
     """Per relation, the positions whose values some aggregate of ``query`` lifts (each once, in
     position order); relations without any are left out.  O(|atoms| · arity)."""
+    return aggregated_positions(query, LIFTING_KINDS)
+
+
+def ordered_positions(query: Query) -> dict[str, tuple[Lifted, ...]]:
+    """:func:`lifted_positions` for MIN and MAX: the positions whose values are compared."""
+    return aggregated_positions(query, ORDERING_KINDS)
+
+
+def aggregated_positions(query: Query, kinds: frozenset[str]) -> dict[str, tuple[Lifted, ...]]:
+    """Per relation, the positions bound to a variable of an aggregate of one of ``kinds``."""
     lifts: dict[str, str] = {}
     for aggregate in query.aggregates:
-        if aggregate.kind in LIFTING_KINDS:
+        if aggregate.kind in kinds:
             for variable in aggregate.variables:
                 lifts.setdefault(variable, str(aggregate))
     out: dict[str, dict[int, Lifted]] = {}
@@ -57,3 +69,18 @@ def is_number(value: Any) -> bool:
     """Whether a ring can lift ``value``: an int, float, Fraction, Decimal, bool or numpy number (not a
     complex, a string, ``None`` or a container)."""
     return isinstance(value, Number) and not isinstance(value, complex)
+
+
+def order_family(value: Any) -> Any:
+    """The kind of values ``value`` compares with under ``<``: ``"number"`` for numbers (bools,
+    Fractions and Decimals too; not complex), ``"str"``, ``"bytes"``, else its type (dates with
+    dates, datetimes with datetimes); ``None`` for a value that has no order (``None``, a complex)."""
+    if is_number(value):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, bytes):
+        return "bytes"
+    if value is None or isinstance(value, complex):
+        return None
+    return type(value)
