@@ -65,7 +65,7 @@ class View:
         self._patterns = patterns
         self._arity = dict(query.relations)
         #: the positions whose values the aggregate lifts into its ring (they must be numbers)
-        self._lifted = lifted_positions(query)
+        self._lifted = lifted_positions(query, engine.lifted_variables)
         #: the positions MIN and MAX compare, and the kind of value each such variable holds (the first
         #: value's: :func:`order_family`); a value of another kind would not compare with the others
         self._ordered = ordered_positions(query)

@@ -24,7 +24,7 @@ import ivm
 from ivm.engines import ENGINES
 from ivm.patterns.windows import Windows
 from ivm.policy import Policy
-from ivm.query.lifted import lifted_positions, ordered_positions
+from ivm.query.lifted import Lifted, lifted_positions, ordered_positions
 from ivm.query.model import Query
 from ivm.query.parse import QuerySyntaxError
 from processor.config import ConfigError, PipelineConfig, QueryConfig, RelationConfig
@@ -128,10 +128,6 @@ def build_view(
     missing = set(query.relations) - set(schema_of)
     if missing:
         raise ValueError(f"query {q.name!r} uses relations {sorted(missing)} with no configured topic")
-    types = _field_types(config, set(lifted_positions(query)) | set(ordered_positions(query)))
-    wrong = not_numbers(query, schema_of, types) + not_one_kind(query, schema_of, types)
-    if wrong:
-        raise Refused("query", "; ".join(wrong))
     implied: list[str] = []
     if windows is not None:  # a window makes its relations (jointly) FIFO
         implied = [p for p in windows.patterns() if set(p.split("=")[0].split("+")) <= set(query.relations)]
@@ -140,7 +136,7 @@ def build_view(
     if q.model == "chow_liu":
         engine = "fivm" if engine == "auto" else engine
         options = {"categorical": query.aggregate.variables}
-    return maintain_query(
+    view = maintain_query(
         query,
         engine,
         q.eps,
@@ -150,6 +146,12 @@ def build_view(
         shards=q.shards or config.shards,
         options=options,
     )
+    lifted = lifted_positions(query, view.engine.lifted_variables)
+    types = _field_types(config, set(lifted) | set(ordered_positions(query)))
+    wrong = not_numbers(lifted, schema_of, types) + not_one_kind(query, schema_of, types)
+    if wrong:
+        raise Refused("query", "; ".join(wrong))
+    return view
 
 
 def engine_of(view: Any) -> str:
@@ -260,16 +262,18 @@ def _field_types(config: PipelineConfig, relations: set[str]) -> dict[str, dict[
 
 
 def not_numbers(
-    query: Query, attributes: Mapping[str, Sequence[str]], types: Mapping[str, Mapping[str, Any]]
+    lifted: Mapping[str, Sequence[Lifted]],
+    attributes: Mapping[str, Sequence[str]],
+    types: Mapping[str, Mapping[str, Any]],
 ) -> list[str]:
-    """One line per attribute an aggregate of ``query`` lifts (SUM, AVG, COVAR: :mod:`ivm.query.lifted`)
+    """One line per attribute the view lifts (SUM, AVG, COVAR but categorical ones: :mod:`ivm.query.lifted`)
     whose schema field may hold something other than a number (a string, a nullable union, ...):
     every such update would be refused, so the query is refused at planning, naming the field."""
     out = []
-    for relation, lifted in lifted_positions(query).items():
+    for relation, found in lifted.items():
         if relation not in types:
             continue
-        for x in lifted:
+        for x in found:
             field = attributes[relation][x.position]
             avro_type = types[relation].get(field)
             if not _numeric_avro(avro_type):

@@ -34,6 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
+from ivm.query.lifted import lifted_positions
 from ivm.query.model import Query
 from ivm.updates import Row, Update, from_columns
 
@@ -77,6 +78,14 @@ class Engine(ABC):
         tuple per row (:meth:`ivm.engines.fivm.engine.FIVM.apply_columns`); this default makes them.
         """
         self.apply(from_columns(relation, columns, multiplicities))
+
+    @property
+    def lifted_variables(self) -> frozenset[str]:
+        """The variables whose values this engine lifts into a numeric ring (their values must be
+        numbers): by default every variable of the query's SUM, AVG and COVAR aggregates
+        (:func:`ivm.query.lifted.lifted_positions`); an engine that lifts fewer says so (F-IVM's
+        categorical covariance lifts its categorical variables as values, not numbers)."""
+        return frozenset(x.variable for found in lifted_positions(self.query).values() for x in found)
 
     @abstractmethod
     def result(self) -> Any:

@@ -38,10 +38,16 @@ class Lifted:
     aggregate: str
 
 
-def lifted_positions(query: Query) -> dict[str, tuple[Lifted, ...]]:
+def lifted_positions(query: Query, only: frozenset[str] | None = None) -> dict[str, tuple[Lifted, ...]]:
     """Per relation, the positions whose values some aggregate of ``query`` lifts (each once, in
-    position order); relations without any are left out.  O(|atoms| · arity)."""
-    return aggregated_positions(query, LIFTING_KINDS)
+    position order), of the variables in ``only`` if given (an engine's
+    :attr:`~ivm.engines.base.Engine.lifted_variables`); relations without any are left out.
+    O(|atoms| · arity)."""
+    found = aggregated_positions(query, LIFTING_KINDS)
+    if only is None:
+        return found
+    kept = {r: tuple(x for x in xs if x.variable in only) for r, xs in found.items()}
+    return {r: xs for r, xs in kept.items() if xs}
 
 
 def ordered_positions(query: Query) -> dict[str, tuple[Lifted, ...]]:

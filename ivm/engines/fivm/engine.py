@@ -269,6 +269,7 @@ class FIVM(Engine):
         if self.ring_name not in RING_NAMES:
             raise ValueError(f"unknown ring {self.ring_name!r}; known: {RING_NAMES}")
         self.ring = self._make_ring(query, self.ring_name, categorical, exact)
+        self.categorical = frozenset(categorical)
         self.order = order or (fd_variable_order(query, self.fds) if self.fds else variable_order(query))
         relational = self.ring_name in ("listing", "factorized")
         if tree not in TREE_NAMES:
@@ -411,6 +412,14 @@ class FIVM(Engine):
         if any(not atom.terms for atom in query.atoms):
             return "an atom without variables"
         return None
+
+    @property
+    def lifted_variables(self) -> frozenset[str]:
+        """The variables lifted as numbers: the SUM and covariance rings' (the generalized covariance
+        ring's continuous ones only); none under the count and relational rings."""
+        if self.ring_name not in ("sum", "covariance", "generalized_covariance"):
+            return frozenset()
+        return super().lifted_variables - getattr(self, "categorical", frozenset())
 
     @staticmethod
     def _default_ring(query: Query, categorical: Collection[str]) -> str:

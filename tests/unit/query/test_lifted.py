@@ -168,3 +168,25 @@ def test_min_over_a_nullable_field_is_refused_at_planning(tmp_path: Path, capsys
     assert main(["check", "-c", str(config)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("ivm check: [queries.bad] query: MIN(v) compares v, bound to P.v"), err
+
+
+def test_categorical_variables_are_not_lifted_as_numbers(tmp_path: Path, capsys) -> None:
+    """F-IVM's categorical covariance (a Chow-Liu model's) lifts its categorical variables as values:
+    strings are taken there, by the View and at planning, while a continuous one must be a number."""
+    from processor.cli import main
+
+    view = ivm.maintain("Q(COVAR(a, b)) :- R(a, b)", engine="fivm", options={"categorical": ("b",)})
+    assert view.engine.lifted_variables == {"a"}
+    assert view.apply([("R", (1, "p"), 1), ("R", (2, "q"), 1)]).rejected == []
+    assert [r.kind for r in view.apply([("R", ("x", "p"), 1)]).rejected] == ["not_a_number"]
+    schema = tmp_path / "P.avsc"
+    schema.write_text(
+        '{"type": "record", "name": "P", "fields": [{"name": "c", "type": "string"}, '
+        '{"name": "d", "type": "string"}, {"name": "mult", "type": "long"}]}'
+    )
+    config = tmp_path / "p.toml"
+    config.write_text(
+        f'[[relations]]\nname = "P"\nschema = "{schema}"\n'
+        '[[queries]]\nname = "tree"\nquery = "Q(COVAR(c, d)) :- P(c, d)"\nmodel = "chow_liu"\n'
+    )
+    assert main(["check", "-c", str(config)]) == 0, capsys.readouterr().err
