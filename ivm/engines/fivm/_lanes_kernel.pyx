@@ -49,12 +49,47 @@ cdef inline bint is_zero(object x) except -1:
     return PyObject_RichCompareBool(x, ZERO, Py_EQ)
 
 
+cdef extern from "Python.h":
+    bint PyObject_IS_GC(object o)
+    int PyObject_GC_IsTracked(object o)
+    void PyObject_GC_UnTrack(void* o)
+
+
+cdef inline bint untracked(PyObject* o):
+    """Can ``o`` never take part in a reference cycle?  CPython's own test (``_PyObject_GC_MAY_BE_TRACKED``
+    negated): not a container, or a tuple the collector does not track (tuples are immutable, so an
+    untracked one stays acyclic; a dict or list could become a container of cycles later)."""
+    if not PyObject_IS_GC(<object>o):
+        return True
+    return PyTuple_CheckExact(<object>o) and not PyObject_GC_IsTracked(<object>o)
+
+
+cdef inline object untrack(object t):
+    """Stop the cyclic collector tracking the exact tuple ``t`` when its items cannot be in a cycle.
+
+    The collector does the same to such tuples on its first pass over them (``untrack_tuples`` in
+    ``gcmodule.c``); doing it when the key or payload is made keeps the views' keys and ``(c, s)``
+    payloads, and so the dicts holding only them, out of every collection: CPython's dicts stay
+    untracked while their keys and values are (``MAINTAIN_TRACKING``), so a full collection no longer
+    walks the views.  O(len(t)); it changes no value, hash or equality.
+    """
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(t)
+    for i in range(n):
+        if not untracked(PyTuple_GET_ITEM(t, i)):
+            return t
+    PyObject_GC_UnTrack(<PyObject*>t)
+    return t
+
+
 cdef inline object pair(object c, object s):
+    """The payload ``(c, s)``, untracked by the collector when both lanes are numbers (:func:`untrack`)."""
     cdef object out = PyTuple_New(2)
     Py_INCREF(<PyObject*>c)
     PyTuple_SET_ITEM(out, 0, c)
     Py_INCREF(<PyObject*>s)
     PyTuple_SET_ITEM(out, 1, s)
+    if not PyObject_IS_GC(c) and not PyObject_IS_GC(s):
+        PyObject_GC_UnTrack(<PyObject*>out)
     return out
 
 
@@ -77,7 +112,7 @@ cdef inline object project(object key, tuple positions):
         item = PyTuple_GET_ITEM(key, p)
         Py_INCREF(item)
         PyTuple_SET_ITEM(out, i, <object>item)
-    return out
+    return untrack(out)
 
 
 cdef inline object check_key(object key):
@@ -108,14 +143,49 @@ cdef inline object lifted(object s, tuple lifts, object key, PyObject** slots):
     return s
 
 
+cdef extern from "Python.h":
+    Py_ssize_t refcount "Py_REFCNT" (PyObject* o)
+    void Py_DECREF(PyObject* o)
+
+
+cdef inline bint sole(PyObject* payload, Py_ssize_t holders, object c, object s):
+    """May the 2-tuple ``payload`` take the lanes ``(c, s)`` in place?  Yes when its only references are
+    the ``holders`` dict entries the caller knows of (so no one else can see it change) and ``c`` and
+    ``s`` are not containers (an untracked tuple stays acyclic).  CPython's ``zip`` and dict-items
+    iterators reuse their result tuple on the same test (reference count 1)."""
+    return refcount(payload) == holders and not PyObject_IS_GC(c) and not PyObject_IS_GC(s)
+
+
+cdef inline void set_lanes(PyObject* payload, object c, object s):
+    """Overwrite the lanes of the exact 2-tuple ``payload`` (the caller checked :func:`sole`)."""
+    cdef PyObject* c0 = PyTuple_GET_ITEM(<object>payload, 0)
+    cdef PyObject* s0 = PyTuple_GET_ITEM(<object>payload, 1)
+    Py_INCREF(<PyObject*>c)
+    PyTuple_SET_ITEM(<object>payload, 0, c)
+    Py_INCREF(<PyObject*>s)
+    PyTuple_SET_ITEM(<object>payload, 1, s)
+    Py_DECREF(c0)
+    Py_DECREF(s0)
+
+
 cdef inline void accumulate(dict out, object key, object c, object s) except *:
-    """``out[key] += (c, s)`` (a new key takes ``(c, s)``; sums of 0 are kept, as in :mod:`.lanes`)."""
+    """``out[key] += (c, s)`` (a new key takes ``(c, s)``; sums of 0 are kept, as in :mod:`.lanes`).
+
+    A repeated key's payload, made here and held by ``out`` alone, takes the sums in place: one
+    lookup and no new tuple (:func:`sole`).
+    """
     cdef PyObject* found = PyDict_GetItemWithError(out, key)
+    cdef object nc, ns
     if found == NULL:
         PyDict_SetItem(out, key, pair(c, s))
-    else:  # the key was there: add lane by lane
-        old = <object>found
-        PyDict_SetItem(out, key, pair(PyNumber_Add(lane(old, 0), c), PyNumber_Add(lane(old, 1), s)))
+        return
+    # the key was there: add lane by lane
+    nc = PyNumber_Add(lane(<object>found, 0), c)
+    ns = PyNumber_Add(<object>PyTuple_GET_ITEM(<object>found, 1), s)
+    if sole(found, 1, nc, ns):
+        set_lanes(found, nc, ns)
+    else:
+        PyDict_SetItem(out, key, pair(nc, ns))
 
 
 def from_mults(dict delta):
@@ -297,7 +367,7 @@ def index_join(
                     item = slots[<Py_ssize_t>key_slots[j]]
                     Py_INCREF(item)
                     PyTuple_SET_ITEM(out_key, j, <object>item)
-                accumulate(out, out_key, jc, js)
+                accumulate(out, untrack(out_key), jc, js)
         return out
     finally:
         free(slots)
@@ -335,9 +405,10 @@ def add_lanes(dict data, dict delta, list indexes):
     cdef PyObject* v
     cdef PyObject* old
     cdef PyObject* found
-    cdef object key, c, s, new, sub
+    cdef object key, c, s, new, sub, nc, ns
     cdef tuple entry
     cdef dict idx, bucket
+    cdef Py_ssize_t nholders = 1 + len(indexes)  # a stored payload is in data and in one bucket per index
     for entry in indexes:
         if not isinstance(entry[1], dict):
             raise TypeError("an index is a dict")
@@ -353,11 +424,16 @@ def add_lanes(dict data, dict delta, list indexes):
                 continue
             new = <object>v
         else:
-            new = pair(PyNumber_Add(lane(<object>old, 0), c), PyNumber_Add(lane(<object>old, 1), s))
-            if is_zero(lane(new, 0)) and is_zero(lane(new, 1)):
+            nc = PyNumber_Add(lane(<object>old, 0), c)
+            ns = PyNumber_Add(<object>PyTuple_GET_ITEM(<object>old, 1), s)
+            if is_zero(nc) and is_zero(ns):
                 PyDict_DelItem(data, key)
                 unindex(indexes, key)
                 continue
+            if sole(old, nholders, nc, ns):  # held by data and its index buckets only: they all see it
+                set_lanes(old, nc, ns)
+                continue
+            new = pair(nc, ns)
             PyDict_SetItem(data, key, new)
         for entry in indexes:
             idx = <dict>entry[1]
@@ -447,6 +523,8 @@ def apply_base(dict base, dict delta):
             size = PyDict_GET_SIZE(base)
             old = PyDict_SetDefault(base, <object>k, new)
             if PyDict_GET_SIZE(base) != size:
+                if PyTuple_CheckExact(<object>k):  # a new row: out of the collector's walks (untrack)
+                    untrack(<object>k)
                 olds.append(ZERO)
                 continue
         else:
