@@ -168,24 +168,63 @@ cdef inline void set_lanes(PyObject* payload, object c, object s):
     Py_DECREF(s0)
 
 
-cdef inline void accumulate(dict out, object key, object c, object s) except *:
-    """``out[key] += (c, s)`` (a new key takes ``(c, s)``; sums of 0 are kept, as in :mod:`.lanes`).
-
-    A repeated key's payload, made here and held by ``out`` alone, takes the sums in place: one
-    lookup and no new tuple (:func:`sole`).
-    """
-    cdef PyObject* found = PyDict_GetItemWithError(out, key)
-    cdef object nc, ns
-    if found == NULL:
-        PyDict_SetItem(out, key, pair(c, s))
-        return
-    # the key was there: add lane by lane
-    nc = PyNumber_Add(lane(<object>found, 0), c)
-    ns = PyNumber_Add(<object>PyTuple_GET_ITEM(<object>found, 1), s)
+cdef inline PyObject* add_to(dict out, object key, PyObject* found, object c, object s) except NULL:
+    """``out[key] = found + (c, s)`` for the payload ``found`` of ``key`` in ``out``; returns the payload
+    now there (borrowed).  ``found``, made here and held by ``out`` alone, takes the sums in place:
+    no lookup and no new tuple (:func:`sole`)."""
+    cdef object nc = PyNumber_Add(lane(<object>found, 0), c)
+    cdef object ns = PyNumber_Add(<object>PyTuple_GET_ITEM(<object>found, 1), s)
+    cdef object new
     if sole(found, 1, nc, ns):
         set_lanes(found, nc, ns)
-    else:
-        PyDict_SetItem(out, key, pair(nc, ns))
+        return found
+    new = pair(nc, ns)
+    PyDict_SetItem(out, key, new)
+    return <PyObject*>new  # (out holds it)
+
+
+cdef inline PyObject* accumulate(dict out, object key, object c, object s) except NULL:
+    """``out[key] += (c, s)`` (a new key takes ``(c, s)``; sums of 0 are kept, as in :mod:`.lanes`);
+    returns the payload now under ``key`` (borrowed from ``out``).  A repeated key costs one lookup."""
+    cdef PyObject* found = PyDict_GetItemWithError(out, key)
+    cdef object new
+    if found == NULL:
+        new = pair(c, s)
+        PyDict_SetItem(out, key, new)
+        return <PyObject*>new  # (out holds it)
+    return add_to(out, key, found, c, s)
+
+
+cdef extern from "Python.h":
+    bint PyLong_CheckExact(object o)
+    bint PyFloat_CheckExact(object o)
+    bint PyUnicode_CheckExact(object o)
+
+
+cdef inline bint same_projection(object key, tuple positions, object last) except -1:
+    """Is ``π_positions key`` the dict key ``last`` (a tuple of that projection)?  Item by item: the
+    same object, or equal exact ints, floats or strs (whose ``==`` implies equal hashes, so the dict
+    would take them as one key).  A ``False`` for equal keys of other types only costs a lookup."""
+    cdef Py_ssize_t i, p, n = len(positions)
+    cdef PyObject* a
+    cdef PyObject* b
+    for i in range(n):
+        p = <Py_ssize_t>positions[i]
+        if p < 0 or p >= PyTuple_GET_SIZE(key):
+            raise TypeError(f"key {key!r} has no position {p}")
+        a = PyTuple_GET_ITEM(key, p)
+        b = PyTuple_GET_ITEM(last, i)
+        if a == b:
+            continue
+        if not (
+            (PyLong_CheckExact(<object>a) and PyLong_CheckExact(<object>b))
+            or (PyFloat_CheckExact(<object>a) and PyFloat_CheckExact(<object>b))
+            or (PyUnicode_CheckExact(<object>a) and PyUnicode_CheckExact(<object>b))
+        ):
+            return False
+        if not PyObject_RichCompareBool(<object>a, <object>b, Py_EQ):
+            return False
+    return True
 
 
 def from_mults(dict delta):
@@ -253,6 +292,8 @@ def direct_delta(dict delta, list datas, list positions, key_positions, tuple li
     cdef object key, c, s, f
     cdef bint missing
     cdef tuple key_pos = None if key_positions is None else <tuple>key_positions
+    cdef object last_key = None  # the previous output key and its payload in out (borrowed)
+    cdef PyObject* last_payload = NULL
     if len(positions) != n:
         raise ValueError("one position tuple per sibling")
     while PyDict_Next(delta, &pos, &k, &v):
@@ -275,7 +316,15 @@ def direct_delta(dict delta, list datas, list positions, key_positions, tuple li
             continue
         if lifts:
             s = lifted(s, lifts, key, NULL)
-        accumulate(out, key if key_pos is None else project(key, key_pos), c, s)
+        if key_pos is None:
+            accumulate(out, key, c, s)
+        elif last_payload != NULL and same_projection(key, key_pos, last_key):
+            # a run of delta keys with one output key (an atom's rows sorted by the group): no tuple,
+            # no hash; the sums are added in the same order as through the lookup
+            last_payload = add_to(out, last_key, last_payload, c, s)
+        else:
+            last_key = project(key, key_pos)
+            last_payload = accumulate(out, last_key, c, s)
     return out
 
 
@@ -326,6 +375,7 @@ def index_join(
     for i in range(len(lifts)):
         if not 0 <= <Py_ssize_t>(<tuple>lifts[i])[0] < width:
             raise ValueError("a lift slot out of range")
+    cdef bint probe_is_key = nbound == nchild and bound_slots == child_slots
     slots = <PyObject**> malloc(max(width, 1) * sizeof(PyObject*))
     if slots == NULL:
         raise MemoryError()
@@ -341,11 +391,14 @@ def index_join(
             s = lane(<object>v, 1)
             for i in range(nchild):
                 slots[<Py_ssize_t>child_slots[i]] = PyTuple_GET_ITEM(key, i)
-            probe = PyTuple_New(nbound)
-            for i in range(nbound):
-                item = slots[<Py_ssize_t>bound_slots[i]]
-                Py_INCREF(item)
-                PyTuple_SET_ITEM(probe, i, <object>item)
+            if probe_is_key:  # the index is on the whole child key, in its order: the key is the probe
+                probe = key
+            else:
+                probe = PyTuple_New(nbound)
+                for i in range(nbound):
+                    item = slots[<Py_ssize_t>bound_slots[i]]
+                    Py_INCREF(item)
+                    PyTuple_SET_ITEM(probe, i, <object>item)
             found = PyDict_GetItemWithError(index, probe)
             if found == NULL:
                 continue
