@@ -13,6 +13,21 @@ plan, O(|δV_j| · fan-out) for an index join, O(|δV| · #indexes) for the stor
 
 Keys must be tuples and payloads 2-tuples (the engine makes no other); anything else raises
 ``TypeError`` instead of reading past a tuple.
+
+Three things keep CPython's per-key work down without changing a value, a key or an order:
+
+- the keys and payloads made here, and the rows a base relation takes, are untracked by the
+  cyclic collector when their items cannot be in a cycle (:func:`untrack`, CPython's own test):
+  the collector would untrack them on its first pass anyway, but until then every young
+  collection walks them and they count towards the full collections that walk the whole heap
+  (about 100 ms each on the TPC-H stream, a third of a pass).  Dicts of untracked keys and
+  values stay untracked, so the views are never walked;
+- a payload held only by the dict entries the kernel knows of (the output delta; a view's data
+  and its index buckets) takes a sum in place (:func:`sole`, the reference-count test of
+  CPython's ``zip``): one lookup and no new tuple for a repeated key;
+- a run of delta keys with one output key (an atom's rows arriving by group, as the TPC-H
+  lineitems by order) adds to the previous output payload without a tuple or a lookup
+  (:func:`same_projection`).
 """
 
 from cpython.dict cimport PyDict_Next
@@ -49,12 +64,47 @@ cdef inline bint is_zero(object x) except -1:
     return PyObject_RichCompareBool(x, ZERO, Py_EQ)
 
 
+cdef extern from "Python.h":
+    bint PyObject_IS_GC(object o)
+    int PyObject_GC_IsTracked(object o)
+    void PyObject_GC_UnTrack(void* o)
+
+
+cdef inline bint untracked(PyObject* o):
+    """Can ``o`` never take part in a reference cycle?  CPython's own test (``_PyObject_GC_MAY_BE_TRACKED``
+    negated): not a container, or a tuple the collector does not track (tuples are immutable, so an
+    untracked one stays acyclic; a dict or list could become a container of cycles later)."""
+    if not PyObject_IS_GC(<object>o):
+        return True
+    return PyTuple_CheckExact(<object>o) and not PyObject_GC_IsTracked(<object>o)
+
+
+cdef inline object untrack(object t):
+    """Stop the cyclic collector tracking the exact tuple ``t`` when its items cannot be in a cycle.
+
+    The collector does the same to such tuples on its first pass over them (``untrack_tuples`` in
+    ``gcmodule.c``); doing it when the key or payload is made keeps the views' keys and ``(c, s)``
+    payloads, and so the dicts holding only them, out of every collection: CPython's dicts stay
+    untracked while their keys and values are (``MAINTAIN_TRACKING``), so a full collection no longer
+    walks the views.  O(len(t)); it changes no value, hash or equality.
+    """
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(t)
+    for i in range(n):
+        if not untracked(PyTuple_GET_ITEM(t, i)):
+            return t
+    PyObject_GC_UnTrack(<PyObject*>t)
+    return t
+
+
 cdef inline object pair(object c, object s):
+    """The payload ``(c, s)``, untracked by the collector when both lanes are numbers (:func:`untrack`)."""
     cdef object out = PyTuple_New(2)
     Py_INCREF(<PyObject*>c)
     PyTuple_SET_ITEM(out, 0, c)
     Py_INCREF(<PyObject*>s)
     PyTuple_SET_ITEM(out, 1, s)
+    if not PyObject_IS_GC(c) and not PyObject_IS_GC(s):
+        PyObject_GC_UnTrack(<PyObject*>out)
     return out
 
 
@@ -77,7 +127,7 @@ cdef inline object project(object key, tuple positions):
         item = PyTuple_GET_ITEM(key, p)
         Py_INCREF(item)
         PyTuple_SET_ITEM(out, i, <object>item)
-    return out
+    return untrack(out)
 
 
 cdef inline object check_key(object key):
@@ -108,14 +158,88 @@ cdef inline object lifted(object s, tuple lifts, object key, PyObject** slots):
     return s
 
 
-cdef inline void accumulate(dict out, object key, object c, object s) except *:
-    """``out[key] += (c, s)`` (a new key takes ``(c, s)``; sums of 0 are kept, as in :mod:`.lanes`)."""
+cdef extern from "Python.h":
+    Py_ssize_t refcount "Py_REFCNT" (PyObject* o)
+    void Py_DECREF(PyObject* o)
+
+
+cdef inline bint sole(PyObject* payload, Py_ssize_t holders, object c, object s):
+    """May the 2-tuple ``payload`` take the lanes ``(c, s)`` in place?  Yes when its only references are
+    the ``holders`` dict entries the caller knows of (so no one else can see it change) and ``c`` and
+    ``s`` are not containers (an untracked tuple stays acyclic).  CPython's ``zip`` and dict-items
+    iterators reuse their result tuple on the same test (reference count 1)."""
+    return refcount(payload) == holders and not PyObject_IS_GC(c) and not PyObject_IS_GC(s)
+
+
+cdef inline void set_lanes(PyObject* payload, object c, object s):
+    """Overwrite the lanes of the exact 2-tuple ``payload`` (the caller checked :func:`sole`)."""
+    cdef PyObject* c0 = PyTuple_GET_ITEM(<object>payload, 0)
+    cdef PyObject* s0 = PyTuple_GET_ITEM(<object>payload, 1)
+    Py_INCREF(<PyObject*>c)
+    PyTuple_SET_ITEM(<object>payload, 0, c)
+    Py_INCREF(<PyObject*>s)
+    PyTuple_SET_ITEM(<object>payload, 1, s)
+    Py_DECREF(c0)
+    Py_DECREF(s0)
+
+
+cdef inline PyObject* add_to(dict out, object key, PyObject* found, object c, object s) except NULL:
+    """``out[key] = found + (c, s)`` for the payload ``found`` of ``key`` in ``out``; returns the payload
+    now there (borrowed).  ``found``, made here and held by ``out`` alone, takes the sums in place:
+    no lookup and no new tuple (:func:`sole`)."""
+    cdef object nc = PyNumber_Add(lane(<object>found, 0), c)
+    cdef object ns = PyNumber_Add(<object>PyTuple_GET_ITEM(<object>found, 1), s)
+    cdef object new
+    if sole(found, 1, nc, ns):
+        set_lanes(found, nc, ns)
+        return found
+    new = pair(nc, ns)
+    PyDict_SetItem(out, key, new)
+    return <PyObject*>new  # (out holds it)
+
+
+cdef inline PyObject* accumulate(dict out, object key, object c, object s) except NULL:
+    """``out[key] += (c, s)`` (a new key takes ``(c, s)``; sums of 0 are kept, as in :mod:`.lanes`);
+    returns the payload now under ``key`` (borrowed from ``out``).  A repeated key costs one lookup."""
     cdef PyObject* found = PyDict_GetItemWithError(out, key)
+    cdef object new
     if found == NULL:
-        PyDict_SetItem(out, key, pair(c, s))
-    else:  # the key was there: add lane by lane
-        old = <object>found
-        PyDict_SetItem(out, key, pair(PyNumber_Add(lane(old, 0), c), PyNumber_Add(lane(old, 1), s)))
+        new = pair(c, s)
+        PyDict_SetItem(out, key, new)
+        return <PyObject*>new  # (out holds it)
+    return add_to(out, key, found, c, s)
+
+
+cdef extern from "Python.h":
+    bint PyLong_CheckExact(object o)
+    bint PyFloat_CheckExact(object o)
+    bint PyUnicode_CheckExact(object o)
+
+
+cdef inline bint same_projection(object key, tuple positions, object last) except -1:
+    """Is ``π_positions key`` the dict key ``last`` (a tuple of that projection)?  Item by item: the
+    same object, or equal exact ints, floats or strs (whose ``==`` implies equal hashes, so the dict
+    would take them as one key).  A ``False`` for equal keys of other types only costs a lookup."""
+    cdef Py_ssize_t i, p, n = len(positions)
+    cdef PyObject* a
+    cdef PyObject* b
+    for i in range(n):
+        p = <Py_ssize_t>positions[i]
+        if p < 0 or p >= PyTuple_GET_SIZE(key):
+            raise TypeError(f"key {key!r} has no position {p}")
+        a = PyTuple_GET_ITEM(key, p)
+        b = PyTuple_GET_ITEM(last, i)
+        if a == b:
+            continue
+        if not (
+            (PyLong_CheckExact(<object>a) and PyLong_CheckExact(<object>b))
+            or (PyFloat_CheckExact(<object>a) and PyFloat_CheckExact(<object>b))
+            or (PyUnicode_CheckExact(<object>a) and PyUnicode_CheckExact(<object>b))
+        ):
+            return False
+        if not PyObject_RichCompareBool(<object>a, <object>b, Py_EQ):
+            return False
+    return True
 
 
 def from_mults(dict delta):
@@ -183,6 +307,8 @@ def direct_delta(dict delta, list datas, list positions, key_positions, tuple li
     cdef object key, c, s, f
     cdef bint missing
     cdef tuple key_pos = None if key_positions is None else <tuple>key_positions
+    cdef object last_key = None  # the previous output key and its payload in out (borrowed)
+    cdef PyObject* last_payload = NULL
     if len(positions) != n:
         raise ValueError("one position tuple per sibling")
     while PyDict_Next(delta, &pos, &k, &v):
@@ -205,7 +331,15 @@ def direct_delta(dict delta, list datas, list positions, key_positions, tuple li
             continue
         if lifts:
             s = lifted(s, lifts, key, NULL)
-        accumulate(out, key if key_pos is None else project(key, key_pos), c, s)
+        if key_pos is None:
+            accumulate(out, key, c, s)
+        elif last_payload != NULL and same_projection(key, key_pos, last_key):
+            # a run of delta keys with one output key (an atom's rows sorted by the group): no tuple,
+            # no hash; the sums are added in the same order as through the lookup
+            last_payload = add_to(out, last_key, last_payload, c, s)
+        else:
+            last_key = project(key, key_pos)
+            last_payload = accumulate(out, last_key, c, s)
     return out
 
 
@@ -256,6 +390,7 @@ def index_join(
     for i in range(len(lifts)):
         if not 0 <= <Py_ssize_t>(<tuple>lifts[i])[0] < width:
             raise ValueError("a lift slot out of range")
+    cdef bint probe_is_key = nbound == nchild and bound_slots == child_slots
     slots = <PyObject**> malloc(max(width, 1) * sizeof(PyObject*))
     if slots == NULL:
         raise MemoryError()
@@ -271,11 +406,14 @@ def index_join(
             s = lane(<object>v, 1)
             for i in range(nchild):
                 slots[<Py_ssize_t>child_slots[i]] = PyTuple_GET_ITEM(key, i)
-            probe = PyTuple_New(nbound)
-            for i in range(nbound):
-                item = slots[<Py_ssize_t>bound_slots[i]]
-                Py_INCREF(item)
-                PyTuple_SET_ITEM(probe, i, <object>item)
+            if probe_is_key:  # the index is on the whole child key, in its order: the key is the probe
+                probe = key
+            else:
+                probe = PyTuple_New(nbound)
+                for i in range(nbound):
+                    item = slots[<Py_ssize_t>bound_slots[i]]
+                    Py_INCREF(item)
+                    PyTuple_SET_ITEM(probe, i, <object>item)
             found = PyDict_GetItemWithError(index, probe)
             if found == NULL:
                 continue
@@ -297,7 +435,7 @@ def index_join(
                     item = slots[<Py_ssize_t>key_slots[j]]
                     Py_INCREF(item)
                     PyTuple_SET_ITEM(out_key, j, <object>item)
-                accumulate(out, out_key, jc, js)
+                accumulate(out, untrack(out_key), jc, js)
         return out
     finally:
         free(slots)
@@ -335,9 +473,10 @@ def add_lanes(dict data, dict delta, list indexes):
     cdef PyObject* v
     cdef PyObject* old
     cdef PyObject* found
-    cdef object key, c, s, new, sub
+    cdef object key, c, s, new, sub, nc, ns
     cdef tuple entry
     cdef dict idx, bucket
+    cdef Py_ssize_t nholders = 1 + len(indexes)  # a stored payload is in data and in one bucket per index
     for entry in indexes:
         if not isinstance(entry[1], dict):
             raise TypeError("an index is a dict")
@@ -353,11 +492,16 @@ def add_lanes(dict data, dict delta, list indexes):
                 continue
             new = <object>v
         else:
-            new = pair(PyNumber_Add(lane(<object>old, 0), c), PyNumber_Add(lane(<object>old, 1), s))
-            if is_zero(lane(new, 0)) and is_zero(lane(new, 1)):
+            nc = PyNumber_Add(lane(<object>old, 0), c)
+            ns = PyNumber_Add(<object>PyTuple_GET_ITEM(<object>old, 1), s)
+            if is_zero(nc) and is_zero(ns):
                 PyDict_DelItem(data, key)
                 unindex(indexes, key)
                 continue
+            if sole(old, nholders, nc, ns):  # held by data and its index buckets only: they all see it
+                set_lanes(old, nc, ns)
+                continue
+            new = pair(nc, ns)
             PyDict_SetItem(data, key, new)
         for entry in indexes:
             idx = <dict>entry[1]
@@ -447,6 +591,8 @@ def apply_base(dict base, dict delta):
             size = PyDict_GET_SIZE(base)
             old = PyDict_SetDefault(base, <object>k, new)
             if PyDict_GET_SIZE(base) != size:
+                if PyTuple_CheckExact(<object>k):  # a new row: out of the collector's walks (untrack)
+                    untrack(<object>k)
                 olds.append(ZERO)
                 continue
         else:
