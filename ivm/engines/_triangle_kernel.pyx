@@ -72,6 +72,7 @@ from libc.string cimport memset
 from libc.stdlib cimport calloc, free
 
 from ivm.engines._work_rule cimport work_step
+from ivm.engines.fivm._mem cimport ivm_alloc, ivm_free, ivm_grow
 
 from array import array
 import sys
@@ -261,9 +262,10 @@ cdef extern from *:
         uint64_t len = ix->len ? 2 * (uint64_t)ix->len : 16;
         if (len <= id) len = (uint64_t)id + 1;
         if (len > 0xFFFFFFFFull) len = 0xFFFFFFFFull;
-        tk_adj *v = (tk_adj *)realloc(ix->v, len * sizeof(tk_adj));
+        /* zeroed growth; from 256 kB an anonymous mapping on 2 MB units (huge pages: the rows of
+           random ids are read with one TLB entry per 2 MB instead of per 4 kB), grown by mremap */
+        tk_adj *v = (tk_adj *)ivm_grow(ix->v, (size_t)ix->len * sizeof(tk_adj), len * sizeof(tk_adj));
         if (v == NULL) return -1;
-        memset(v + ix->len, 0, (len - ix->len) * sizeof(tk_adj));
         ix->v = v;
         ix->len = (uint32_t)len;
         return 0;
@@ -279,7 +281,7 @@ cdef extern from *:
             free(ix->v[j].mem);
             free(ix->v[j].bs);
         }
-        free(ix->v);
+        ivm_free(ix->v, (size_t)ix->len * sizeof(tk_adj));
         ix->v = NULL;
         ix->len = 0;
         ix->keys = 0;
@@ -385,7 +387,7 @@ cdef extern from *:
     static int tk_iput(tk_imap *m, int64_t key, uint32_t id) {  /* key absent */
         if (m->t == NULL || 2 * (m->n + 1) > m->mask + 1) {
             uint64_t cap = m->t ? 2 * (m->mask + 1) : 1024, j;
-            tk_ient *t = (tk_ient *)calloc(cap, sizeof(tk_ient));
+            tk_ient *t = (tk_ient *)ivm_alloc(cap * sizeof(tk_ient));  /* zeroed; huge pages from 2 MB */
             if (t == NULL) return -1;
             if (m->t != NULL) {
                 for (j = 0; j <= m->mask; j++) {
@@ -395,7 +397,7 @@ cdef extern from *:
                         t[i] = m->t[j];
                     }
                 }
-                free(m->t);
+                ivm_free(m->t, (m->mask + 1) * sizeof(tk_ient));
             }
             m->t = t;
             m->mask = cap - 1;
@@ -409,7 +411,7 @@ cdef extern from *:
     }
 
     static void tk_ifree(tk_imap *m) {
-        free(m->t);
+        if (m->t != NULL) ivm_free(m->t, (m->mask + 1) * sizeof(tk_ient));
         m->t = NULL;
         m->mask = 0;
         m->n = 0;
