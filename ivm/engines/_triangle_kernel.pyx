@@ -9,8 +9,12 @@ sets:
   value -> id (authoritative: values equal in Python, such as ``1``, ``1.0``
   and ``True``, share one id), a list id -> value, and for exact ints a C
   ``int64 -> id`` map in front of the dict (one probe, no Python object read);
-- per slot and direction, an array indexed by id of key sets: for a key ``x``
-  the ids ``{y : K(x,y) ≠ 0}`` in a dense array (scans have no empty slots),
+- per slot and direction, an array indexed by id of key sets (32-byte headers;
+  the arrays and the int map from 256 kB on 2 MB-aligned mappings with huge
+  pages, ``ivm/engines/fivm/_mem.pxd``: on a large graph every update reads
+  headers of random ids, one TLB entry per 2 MB instead of per 4 kB): for a key ``x``
+  the ids ``{y : K(x,y) ≠ 0}`` in a dense array (scans have no empty slots; a
+  key of degree 1 keeps its id in its header: no block, no second miss),
   plus from degree 9 a position table into it (open addressing, linear
   probing, load at most 1/2, backward-shift deletion: the layout of a CPython
   dict), plus for a key of degree at least 64 and at least (number of ids)/64
