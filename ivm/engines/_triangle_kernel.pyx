@@ -9,8 +9,12 @@ sets:
   value -> id (authoritative: values equal in Python, such as ``1``, ``1.0``
   and ``True``, share one id), a list id -> value, and for exact ints a C
   ``int64 -> id`` map in front of the dict (one probe, no Python object read);
-- per slot and direction, an array indexed by id of key sets: for a key ``x``
-  the ids ``{y : K(x,y) ≠ 0}`` in a dense array (scans have no empty slots),
+- per slot and direction, an array indexed by id of key sets (32-byte headers;
+  the arrays and the int map from 256 kB on 2 MB-aligned mappings with huge
+  pages, ``ivm/engines/fivm/_mem.pxd``: on a large graph every update reads
+  headers of random ids, one TLB entry per 2 MB instead of per 4 kB): for a key ``x``
+  the ids ``{y : K(x,y) ≠ 0}`` in a dense array (scans have no empty slots; a
+  key of degree 1 keeps its id in its header: no block, no second miss),
   plus from degree 9 a position table into it (open addressing, linear
   probing, load at most 1/2, backward-shift deletion: the layout of a CPython
   dict), plus for a key of degree at least 64 and at least (number of ids)/64
@@ -72,6 +76,7 @@ from libc.string cimport memset
 from libc.stdlib cimport calloc, free
 
 from ivm.engines._work_rule cimport work_step
+from ivm.engines.fivm._mem cimport ivm_alloc, ivm_free, ivm_grow
 
 from array import array
 import sys
@@ -101,14 +106,27 @@ cdef extern from *:
        bits == 0: mem has room for `small` ids and membership scans it; bits > 0: one block,
        mem (room for 2^(bits-1) ids) then tab, 2^bits positions into mem (open addressing,
        linear probing, load at most 1/2, backward-shift deletion: the layout of a CPython dict).
-       bs: a bitset of the ids below 64*nw (NULL unless the key is dense), probed branch-free. */
-    typedef struct { uint32_t *mem; uint64_t *bs; uint32_t n; uint32_t nw; uint8_t bits; uint8_t small; } tk_adj;
+       bs: a bitset of the ids below 64*nw (NULL unless the key is dense), probed branch-free.
+       A key of degree 1 keeps its id in the header (inl, in what was padding: still 32 bytes): bits == 0,
+       small == 1 and mem == &inl, no block and no second cache miss (most keys of a large sparse graph);
+       an array of headers that moves (realloc, mremap) has these pointers set again (tk_fix_inline). */
+    typedef struct { uint32_t *mem; uint64_t *bs; uint32_t n; uint32_t nw; uint8_t bits; uint8_t small; uint32_t inl; } tk_adj;
     /* one direction of one slot: tables indexed by id; keys = number of ids with a non-empty table */
     typedef struct { tk_adj *v; uint32_t len; int64_t keys; } tk_index;
     /* the multiplicities other than 1: (x << 32 | y) -> m, linear probing */
     typedef struct { uint64_t *keys; int64_t *vals; uint64_t mask; uint64_t n; } tk_mmap;
     typedef struct { tk_index f, b; tk_mmap o; int64_t size; } tk_slot;
     typedef struct { __int128 v; } tk_acc;
+
+    static inline void tk_free_block(tk_adj *a) {  /* the block of ids, unless held in the header */
+        if (a->mem != &a->inl) free(a->mem);
+    }
+    /* after the array v[0, len) of headers moved: the inline keys point at their own header again */
+    static void tk_fix_inline(tk_adj *v, uint64_t len) {
+        uint64_t j;
+        for (j = 0; j < len; j++)
+            if (v[j].bits == 0 && v[j].small == 1 && v[j].mem != NULL) v[j].mem = &v[j].inl;
+    }
 
     static inline uint32_t tk_home(uint32_t z, uint8_t bits) {
         return (uint32_t)(((uint64_t)z * 0x9E3779B97F4A7C15ull) >> (64 - bits));
@@ -143,7 +161,10 @@ cdef extern from *:
     /* rebuild the block: bits == 0 a plain array of room `small`, else mem + tab of 2^bits */
     static int tk_build(tk_adj *a, uint8_t bits) {
         uint32_t *blk, t;
-        if (bits == 0) {
+        if (bits == 0 && a->small == 1) {
+            blk = &a->inl;  /* (from an empty key only: small grows 0, 1, 2, 4, 8) */
+            if (a->n) blk[0] = a->mem[0];
+        } else if (bits == 0) {
             blk = (uint32_t *)malloc((size_t)a->small * 4);
             if (blk == NULL) return -1;
             if (a->n) memcpy(blk, a->mem, (size_t)a->n * 4);
@@ -160,7 +181,7 @@ cdef extern from *:
                 tab[i] = t;
             }
         }
-        free(a->mem);
+        tk_free_block(a);
         a->mem = blk;
         a->bits = bits;
         return 0;
@@ -185,7 +206,7 @@ cdef extern from *:
         if (a->bits == 0) {
             if (a->n == a->small) {
                 uint8_t old = a->small;
-                a->small = old ? 2 * old : 2;
+                a->small = old ? 2 * old : 1;
                 if (tk_build(a, 0) < 0) { a->small = old; return -1; }
             }
             a->mem[a->n++] = z;
@@ -243,7 +264,7 @@ cdef extern from *:
             }
         }
         if (a->n == 0) {
-            free(a->mem);
+            tk_free_block(a);
             a->mem = NULL;
             a->bits = 0;
             a->small = 0;
@@ -261,9 +282,11 @@ cdef extern from *:
         uint64_t len = ix->len ? 2 * (uint64_t)ix->len : 16;
         if (len <= id) len = (uint64_t)id + 1;
         if (len > 0xFFFFFFFFull) len = 0xFFFFFFFFull;
-        tk_adj *v = (tk_adj *)realloc(ix->v, len * sizeof(tk_adj));
+        /* zeroed growth; from 256 kB an anonymous mapping on 2 MB units (huge pages: the rows of
+           random ids are read with one TLB entry per 2 MB instead of per 4 kB), grown by mremap */
+        tk_adj *v = (tk_adj *)ivm_grow(ix->v, (size_t)ix->len * sizeof(tk_adj), len * sizeof(tk_adj));
         if (v == NULL) return -1;
-        memset(v + ix->len, 0, (len - ix->len) * sizeof(tk_adj));
+        if (v != ix->v) tk_fix_inline(v, ix->len);
         ix->v = v;
         ix->len = (uint32_t)len;
         return 0;
@@ -276,10 +299,10 @@ cdef extern from *:
     static void tk_index_free(tk_index *ix) {
         uint32_t j;
         for (j = 0; j < ix->len; j++) {
-            free(ix->v[j].mem);
+            tk_free_block(&ix->v[j]);
             free(ix->v[j].bs);
         }
-        free(ix->v);
+        ivm_free(ix->v, (size_t)ix->len * sizeof(tk_adj));
         ix->v = NULL;
         ix->len = 0;
         ix->keys = 0;
@@ -385,7 +408,7 @@ cdef extern from *:
     static int tk_iput(tk_imap *m, int64_t key, uint32_t id) {  /* key absent */
         if (m->t == NULL || 2 * (m->n + 1) > m->mask + 1) {
             uint64_t cap = m->t ? 2 * (m->mask + 1) : 1024, j;
-            tk_ient *t = (tk_ient *)calloc(cap, sizeof(tk_ient));
+            tk_ient *t = (tk_ient *)ivm_alloc(cap * sizeof(tk_ient));  /* zeroed; huge pages from 2 MB */
             if (t == NULL) return -1;
             if (m->t != NULL) {
                 for (j = 0; j <= m->mask; j++) {
@@ -395,7 +418,7 @@ cdef extern from *:
                         t[i] = m->t[j];
                     }
                 }
-                free(m->t);
+                ivm_free(m->t, (m->mask + 1) * sizeof(tk_ient));
             }
             m->t = t;
             m->mask = cap - 1;
@@ -409,7 +432,7 @@ cdef extern from *:
     }
 
     static void tk_ifree(tk_imap *m) {
-        free(m->t);
+        if (m->t != NULL) ivm_free(m->t, (m->mask + 1) * sizeof(tk_ient));
         m->t = NULL;
         m->mask = 0;
         m->n = 0;
@@ -554,7 +577,7 @@ cdef extern from *:
         uint32_t j;
         for (j = 0; j < ix->len; j++) {
             const tk_adj *a = &ix->v[j];
-            if (a->mem) n += a->bits ? (size_t)6 << a->bits : (size_t)4 * a->small;
+            if (a->mem && a->mem != &a->inl) n += a->bits ? (size_t)6 << a->bits : (size_t)4 * a->small;
             n += (size_t)8 * a->nw;
         }
         return n;
@@ -1081,7 +1104,7 @@ cdef extern from *:
 
     static void tk_gfree(tk_groups *G) {
         uint32_t g;
-        for (g = 0; g < G->used; g++) free(G->mem[g].mem), free(G->mem[g].bs);
+        for (g = 0; g < G->used; g++) tk_free_block(&G->mem[g]), free(G->mem[g].bs);
         free(G->keys); free(G->gids); free(G->mem); free(G->pair); free(G->toppos); free(G->freed); free(G->tops);
         memset(G, 0, sizeof(*G));
     }
@@ -1118,6 +1141,7 @@ cdef extern from *:
                     uint32_t cap = G->cap ? 2 * G->cap : 16;
                     tk_adj *mem = (tk_adj *)realloc(G->mem, (size_t)cap * sizeof(tk_adj));
                     if (mem == NULL) return -9;
+                    if (mem != G->mem) tk_fix_inline(mem, G->used);
                     G->mem = mem;
                     uint64_t *pr = (uint64_t *)realloc(G->pair, (size_t)cap * 8);
                     if (pr == NULL) return -9;
@@ -1444,7 +1468,7 @@ cdef extern from *:
         uint32_t g;
         for (g = 0; g < G->used; g++) {
             const tk_adj *a = &G->mem[g];
-            if (a->mem) n += a->bits ? (size_t)6 << a->bits : (size_t)4 * a->small;
+            if (a->mem && a->mem != &a->inl) n += a->bits ? (size_t)6 << a->bits : (size_t)4 * a->small;
             n += (size_t)8 * a->nw;
         }
         return n;
@@ -1511,6 +1535,8 @@ cdef extern from *:
             }
         }
     }
+    /* the blocks of the rows slot i's update of (x, y) reads (headers fetched by tk_prefetch_input): K_j(y,.)
+       and K_k(.,x) of the delta, K_i(x,.) and K_i(.,y) of the change, so that their misses overlap */
     static inline void tk_vslot(const tk_view *v, uint64_t i, int64_t *hi, uint64_t *lo) {
         *hi = (int64_t)(v->vals[i] >> 64);
         *lo = (uint64_t)v->vals[i];
@@ -1703,6 +1729,7 @@ cdef class TriangleFirstOrder:
     cdef tk_imap ints
     cdef dict ids
     cdef list values
+    cdef Py_ssize_t uncovered  # values of the dict without an entry in the int map (not exact ints in int64)
     cdef dict plan
     cdef object occurrences
     cdef int64_t absmax
@@ -1739,6 +1766,7 @@ cdef class TriangleFirstOrder:
         self.ints.n = 0
         self.ids = {}
         self.values = []
+        self.uncovered = 0
         self.absmax = 1
         self.occurrences = {r: [(int(i), bool(f)) for i, f in occs] for r, occs in occurrences.items()}
         self.plan = {r: tuple(2 * int(i) + bool(f) for i, f in occs) for r, occs in occurrences.items()}
@@ -1761,7 +1789,9 @@ cdef class TriangleFirstOrder:
 
     cdef inline int64_t _find(self, object v) except -2:
         """The id of ``v`` or -1: exact ints in the C map first, then the dict (equal values of
-        other types, e.g. 1.0 for 1, share the id, as in a Python set)."""
+        other types, e.g. 1.0 for 1, share the id, as in a Python set).  While every value numbered
+        is an exact int in the int map (``uncovered == 0``), a miss there is final: no dict probe
+        for a new int (one random read of a large dict saved per new value)."""
         cdef PyObject *p
         cdef int ovf = 0
         cdef long long k
@@ -1770,8 +1800,8 @@ cdef class TriangleFirstOrder:
             k = PyLong_AsLongLongAndOverflow(v, &ovf)
             if not ovf:
                 i = tk_iget(&self.ints, k)
-                if i >= 0:
-                    return i
+                if i >= 0 or self.uncovered == 0:
+                    return i  # every value numbered is in the int map: v is new
                 p = PyDict_GetItem(self.ids, v)
                 if p is NULL:
                     return -1
@@ -1796,7 +1826,12 @@ cdef class TriangleFirstOrder:
         if PyLong_CheckExact(v):
             k = PyLong_AsLongLongAndOverflow(v, &ovf)
             if not ovf and tk_iput(&self.ints, k, <uint32_t> i) < 0:
+                self.uncovered += 1  # (in the dict only)
                 raise MemoryError()
+        else:
+            ovf = 1
+        if ovf:
+            self.uncovered += 1
         return i
 
     # -- updates -----------------------------------------------------------------------
@@ -1956,6 +1991,7 @@ cdef class TriangleFirstOrder:
             self.v[i] = other.v[i]
             other.v[i] = vtmp
         self.ids, other.ids = other.ids, self.ids
+        self.uncovered, other.uncovered = other.uncovered, self.uncovered
         itmp = self.ints
         self.ints = other.ints
         other.ints = itmp
