@@ -90,17 +90,24 @@ cdef inline int64_t as_bits(double d) noexcept nogil:
     return bits
 
 
+cdef inline int64_t* seen_pos_fresh(int64_t* seen_pos, Py_ssize_t size, Py_ssize_t k) noexcept nogil:
+    """Where :meth:`RowTable.apply_cells` keeps the delta position of the batch's ``k``-th created row
+    (after the ``size`` positions of its hash table of rows that were there before)."""
+    return seen_pos + size + k
+
+
 cdef inline uint64_t row_hash(const int64_t* cells, const int8_t* kinds, Py_ssize_t n) noexcept nogil:
     """A 64-bit hash of a row; equal rows (``-0.0 == 0.0``) hash equal."""
     cdef uint64_t h = <uint64_t>0x9E3779B97F4A7C15 + <uint64_t>n
     cdef Py_ssize_t j
     cdef int64_t v
-    for j in range(n):
+    for j in range(n):  # xor-multiply per cell (a bijection of h for each v), one full mix at the end
         v = cells[j]
         if kinds[j] == KIND_FLOAT and as_double(v) == 0.0:
             v = 0
-        h = mix(h ^ <uint64_t>v)
-    return h
+        h = (h ^ <uint64_t>v) * <uint64_t>0x9E3779B97F4A7C15
+        h ^= h >> 29
+    return mix(h)
 
 
 cdef inline bint row_equal(const int64_t* a, const int64_t* b, const int8_t* kinds, Py_ssize_t n) noexcept nogil:
@@ -553,7 +560,7 @@ cdef class RowTable:
             size *= 2
         # the batch's distinct rows: row number → position in the delta (open addressing)
         cdef int64_t* seen_row = <int64_t*> malloc(size * sizeof(int64_t))
-        cdef int64_t* seen_pos = <int64_t*> malloc(size * sizeof(int64_t))
+        cdef int64_t* seen_pos = <int64_t*> malloc((size + n) * sizeof(int64_t))  # then the fresh rows' positions
         rows_a = np.empty(n, dtype=np.int64)
         nets_a = np.empty(n, dtype=np.int64)
         olds_a = np.empty(n, dtype=np.int64)
@@ -570,10 +577,25 @@ cdef class RowTable:
         for i in range(n):  # every row's hash first, its slot prefetched (the probes below then overlap)
             hashes[i] = row_hash(&cells[i, 0], self.kinds, self.ncols)
             IVM_PREFETCH(&self.slots[hashes[i] & self.mask])
+        cdef Py_ssize_t n0 = self.n, before
+        cdef bint seen_ready = False
         try:
-            memset(seen_row, 0xFF, size * sizeof(int64_t))
             for i in range(n):
+                before = self.n
                 r = self._upsert(&cells[i, 0], hashes[i])
+                if r >= n0:  # a row this batch created: its position is kept by row number, no probe
+                    if self.n != before:  # created by this update: its first appearance
+                        seen_pos_fresh(seen_pos, size, r - n0)[0] = d
+                        rows[d] = r
+                        nets[d] = mults[i]
+                        olds[d] = 0
+                        d += 1
+                    else:
+                        nets[seen_pos_fresh(seen_pos, size, r - n0)[0]] += mults[i]
+                    continue
+                if not seen_ready:  # rows there before the batch: the hash table of the batch's distinct ones
+                    memset(seen_row, 0xFF, size * sizeof(int64_t))
+                    seen_ready = True
                 s = mix(<uint64_t>r) & mask
                 while seen_row[s] != -1 and seen_row[s] != r:
                     s = (s + 1) & mask
