@@ -108,25 +108,9 @@ def query_text() -> str:
     return f"Q(COVAR({', '.join(names)})) :- {', '.join(atoms)}"
 
 
-def chunks(data: dict[str, tuple[np.ndarray, np.ndarray]], batch: int) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-    """Round-robin chunks of ``batch`` tuples per relation, made lazily: rows as Python tuples
-    ``(postcode, f1, ...)``, the postcode an int and the features floats."""
-    pos = dict.fromkeys(data, 0)
-    while any(pos[r] < len(data[r][0]) for r in data):
-        for rel, (pc, cents) in data.items():
-            start = pos[rel]
-            if start < len(pc):
-                stop = start + batch
-                rows = [
-                    (p, *f) for p, f in zip(pc[start:stop].tolist(), (cents[start:stop] / 100).tolist(), strict=True)
-                ]
-                yield rel, rows
-                pos[rel] = stop
-
-
 def column_chunks(data: dict[str, tuple[np.ndarray, np.ndarray]], batch: int) -> Iterator[tuple[str, list[np.ndarray]]]:
-    """:func:`chunks` as columns: per chunk the postcodes (int32) and one float64 array per feature, the
-    same values in the same order (``(cents / 100)``; row i of the chunk is the tuple :func:`chunks` makes)."""
+    """Round-robin chunks of ``batch`` tuples per relation, made lazily, as columns: the postcodes (int32)
+    and one float64 array per feature (``cents / 100``)."""
     pos = dict.fromkeys(data, 0)
     while any(pos[r] < len(data[r][0]) for r in data):
         for rel, (pc, cents) in data.items():
@@ -136,6 +120,13 @@ def column_chunks(data: dict[str, tuple[np.ndarray, np.ndarray]], batch: int) ->
                 features = cents[start:stop] / 100
                 yield rel, [pc[start:stop], *(features[:, j] for j in range(features.shape[1]))]
                 pos[rel] = stop
+
+
+def chunks(data: dict[str, tuple[np.ndarray, np.ndarray]], batch: int) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    """:func:`column_chunks` as rows: Python tuples ``(postcode, f1, ...)``, the postcode an int and the
+    features floats, made lazily."""
+    for rel, columns in column_chunks(data, batch):
+        yield rel, list(zip(*(column.tolist() for column in columns), strict=True))
 
 
 def size(data: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:

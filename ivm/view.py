@@ -20,6 +20,10 @@ from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
 _PLAIN_NUMBERS = frozenset({int, float})
 
 
+def _where(relation: str, x: Lifted) -> str:
+    return f"{relation} position {x.position} ({x.variable})"
+
+
 def _kind_name(kind: Any) -> str:
     return kind if isinstance(kind, str) else "no order" if kind is None else kind.__name__
 
@@ -113,24 +117,10 @@ class View:
             if n is None or len(row) != n:
                 outcome.rejected.append(Rejected(index, update, *self._shape_violation(update)))
                 continue
-            try:
-                hash(row)
-            except TypeError as err:
-                reason = f"{relation} row {row!r} cannot be a key of the relation: {err}"
-                outcome.rejected.append(Rejected(index, update, "unhashable", reason))
+            wrong = self._value_violation(relation, row)
+            if wrong is not None:
+                outcome.rejected.append(Rejected(index, update, *wrong))
                 continue
-            ordered = self._ordered.get(relation)
-            if ordered is not None:
-                wrong = self._not_ordered(relation, row, ordered)
-                if wrong is not None:
-                    outcome.rejected.append(Rejected(index, update, "not_comparable", wrong))
-                    continue
-            lifted = self._lifted.get(relation)
-            if lifted is not None:
-                wrong = self._not_a_number(relation, row, lifted)
-                if wrong is not None:
-                    outcome.rejected.append(Rejected(index, update, "not_a_number", wrong))
-                    continue
             if delete_only and mult > 0 and relation in delete_only:  # declared delete-only (003 App. C)
                 current = multiplicity(relation, row) if direct else self._current(update)
                 current += pending.get((relation, row), 0)
@@ -180,14 +170,8 @@ class View:
                 return None
         elif not all(map(int.__eq__, map(len, rows), map(arity.__getitem__, relations))):
             return None
-        try:
-            deque(map(hash, rows), maxlen=0)  # every row a key (one C-level pass)
-        except TypeError:
-            return None  # a list or dict in some row: the loop says which
-        if self._lifted and not self._all_numbers(names, relations, rows):
-            return None  # a value the aggregate lifts is not a number: the loop says which
-        if self._ordered and not self._all_ordered(names, relations, rows):
-            return None  # a value MIN or MAX would not compare with the others: the loop says which
+        if not self._all_values_admissible(names, relations, rows):
+            return None  # some value would be refused: the loop says which
         valid = items  # engines take (relation, row, mult) triples; a subclass's state may want Updates
         if type(self)._apply_valid is not View._apply_valid and set(map(type, items)) != {Update}:
             valid = list(map(tuple.__new__, repeat(Update), items))
@@ -270,22 +254,21 @@ class View:
             return None
         return n
 
-    def _all_numbers(self, names: set[str], relations: list[str], rows: list[Row]) -> bool:
-        """Whether every value at a lifted position of the batch's rows is a number: C-level passes
-        over each lifted column (``int`` and ``float`` by type alone, others by :func:`is_number`)."""
-        for name in names & self._lifted.keys():
+    def _all_values_admissible(self, names: set[str], relations: list[str], rows: list[Row]) -> bool:
+        """:meth:`_value_violation` of a whole batch in C-level passes: every row hashes, every lifted
+        column holds numbers (``int`` and ``float`` by type alone, others by :func:`is_number`) and every
+        column MIN or MAX compares holds values of its variable's kind (fixed by the first)."""
+        try:
+            deque(map(hash, rows), maxlen=0)
+        except TypeError:
+            return False
+        for name in names & (self._lifted.keys() | self._ordered.keys()):
             mine = rows if len(names) == 1 else [row for r, row in zip(relations, rows, strict=True) if r == name]
-            for lifted in self._lifted[name]:
-                values = list(map(itemgetter(lifted.position), mine))
+            for x in self._lifted.get(name, ()):
+                values = list(map(itemgetter(x.position), mine))
                 if not set(map(type, values)) <= _PLAIN_NUMBERS and not all(map(is_number, values)):
                     return False
-        return True
-
-    def _all_ordered(self, names: set[str], relations: list[str], rows: list[Row]) -> bool:
-        """Whether every value MIN or MAX compares is of its variable's kind (the kind fixed by the first)."""
-        for name in names & self._ordered.keys():
-            mine = rows if len(names) == 1 else [row for r, row in zip(relations, rows, strict=True) if r == name]
-            for x in self._ordered[name]:
+            for x in self._ordered.get(name, ()):
                 kinds = set(map(order_family, map(itemgetter(x.position), mine)))
                 want = self._families.get(x.variable, next(iter(kinds)) if len(kinds) == 1 else None)
                 if kinds != {want} or want is None:
@@ -293,28 +276,26 @@ class View:
                 self._families[x.variable] = want
         return True
 
-    def _not_ordered(self, relation: str, row: Row, ordered: tuple[Lifted, ...]) -> str | None:
-        """Why a value of ``row`` that MIN or MAX compares would not compare with the others, or ``None``
-        (fixing the variable's kind at its first value)."""
-        for x in ordered:
+    def _value_violation(self, relation: str, row: Row) -> tuple[str, str] | None:
+        """``(kind, reason)`` if ``row`` of ``relation`` cannot be applied for its values, else ``None``:
+        ``unhashable`` (a list or dict: no key of the relation), ``not_comparable`` (a value MIN or MAX
+        compares that is not of its variable's kind, which the first value fixes, or has no order),
+        ``not_a_number`` (a value the aggregate lifts)."""
+        try:
+            hash(row)
+        except TypeError as err:
+            return "unhashable", f"{relation} row {row!r} cannot be a key of the relation: {err}"
+        for x in self._ordered.get(relation, ()):
             value = row[x.position]
             kind = order_family(value)
             want = self._families.setdefault(x.variable, kind)
             if kind is None or kind != want:
-                return f"{relation} position {x.position} ({x.variable}) is compared by {x.aggregate}: {value!r} " + (
-                    "has no order" if kind is None else f"does not compare with its other values ({_kind_name(want)})"
-                )
-        return None
-
-    @staticmethod
-    def _not_a_number(relation: str, row: Row, lifted: tuple[Lifted, ...]) -> str | None:
-        """Why ``row`` cannot be lifted (its first value at a lifted position that is not a number), or ``None``."""
-        for x in lifted:
-            if not is_number(row[x.position]):
-                return (
-                    f"{relation} position {x.position} ({x.variable}) is lifted by {x.aggregate}: "
-                    f"{row[x.position]!r} is not a number"
-                )
+                why = "has no order" if kind is None else f"does not compare with its other values ({_kind_name(want)})"
+                return "not_comparable", f"{_where(relation, x)} is compared by {x.aggregate}: {value!r} {why}"
+        for x in self._lifted.get(relation, ()):
+            value = row[x.position]
+            if not is_number(value):
+                return "not_a_number", f"{_where(relation, x)} is lifted by {x.aggregate}: {value!r} is not a number"
         return None
 
     def apply_admitted(self, updates: list[Update | tuple[str, Row, int]]) -> Outcome:

@@ -66,6 +66,8 @@ cdef int64_t BIG = (<int64_t>1) << 62
 cdef int64_t MAX_UPDATE = (<int64_t>1) << 31
 
 KINDS = {KIND_INT: "int", KIND_FLOAT: "float"}
+#: the largest multiplicity one update may carry into a table (beyond it the relation moves to a dict)
+MAX_MULTIPLICITY = MAX_UPDATE
 
 
 cdef inline uint64_t mix(uint64_t x) noexcept nogil:
@@ -668,8 +670,7 @@ cdef class RowTable:
             for j in range(self.ncols):
                 cv[i, j] = self.cells[lv[i] * self.ncols + j]
             mv[i] = self.mult[lv[i]]
-        kinds = bytes([self.kinds[j] & 0xFF for j in range(self.ncols)])
-        return kinds, cells, mults
+        return table_kinds(self), cells, mults
 
 
 def _restore(ncols, kinds, cells, mults) -> RowTable:
@@ -899,7 +900,7 @@ def column_cells(list columns, bytes have, Py_ssize_t n):
     cdef const char** data = <const char**> malloc(max(k, 1) * sizeof(char*))
     cdef Py_ssize_t* strides = <Py_ssize_t*> malloc(max(k, 1) * sizeof(Py_ssize_t))
     cdef int* types = <int*> malloc(max(k, 1) * sizeof(int))
-    cdef const char* table_kinds = have
+    cdef const char* have_kinds = have
     cdef bint ok = True
     kinds = np.empty(k, dtype=np.int8)
     cdef int8_t[::1] kv = kinds
@@ -918,7 +919,7 @@ def column_cells(list columns, bytes have, Py_ssize_t n):
                 ok = False
                 break
             kv[j] = KIND_FLOAT if types[j] >= COL_F32 else KIND_INT
-            if table_kinds[j] != KIND_UNKNOWN and table_kinds[j] != kv[j]:
+            if have_kinds[j] != KIND_UNKNOWN and have_kinds[j] != kv[j]:
                 ok = False
                 break
             data[j] = <const char*> views[j].buf

@@ -25,6 +25,7 @@ import numpy as np
 from ivm.updates import Row, apply_to_base
 
 try:  # the compiled base relation (``_row_table.pyx``), present when pip install compiled it
+    from ivm.engines.fivm._row_table import MAX_MULTIPLICITY as _MAX_UPDATE
     from ivm.engines.fivm._row_table import RowTable
     from ivm.engines.fivm._row_table import column_cells as _column_cells
     from ivm.engines.fivm._row_table import table_kinds as _table_kinds
@@ -141,10 +142,6 @@ def apply_delta(relation: Relation, delta: dict[Row, int]) -> tuple[list[int], n
 def apply_dict(relation: dict[Row, int], delta: dict[Row, int]) -> list[int]:
     """``R += δR`` on a dict (:func:`~ivm.updates.apply_to_base`): the old multiplicities."""
     return apply_to_base(relation, delta)
-
-
-#: a multiplicity a table takes in one update (``_row_table.pyx``'s ``MAX_UPDATE``)
-_MAX_UPDATE = 1 << 31
 
 
 def column_cells(
