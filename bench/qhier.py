@@ -42,11 +42,20 @@ from their ids (no list of N Python tuples), so the peak RSS is the engine's.
 The growth exponent is the least-squares slope of log(time) against log(N); the
 target is at most 0.05 for the compact engine's update time.
 
+On a shared machine one process can run 1.5-2x slower than the next through all
+its columns, the harness alone included (a slow spell of the host, or where its
+memory landed), which one process per size turns into a bent curve.
+``--rounds R`` measures every row in R fresh processes, in R interleaved rounds
+(odd rounds walk the sizes backwards), and reports per column the median over
+the processes, the range of their update times, and the exponent of each round
+alone beside the exponent of the medians.
+
 Run::
 
     .venv/bin/python bench/qhier.py                      # N = 10^4 .. 10^6, both implementations
     .venv/bin/python bench/qhier.py --quick              # N = 10^4 .. 10^5
     .venv/bin/python bench/qhier.py --max-exp 7 --python-max-exp 6   # compact to 10^7 (~1.2 GB), python to 10^6
+    .venv/bin/python bench/qhier.py --max-exp 7 --implementations compact --fo-max 0 --rounds 5   # medians of 5
 
 It prints the command, the table, the exponents and the load average after each
 query, and saves ``bench/out/qhier.png``.
@@ -569,6 +578,51 @@ def run_fresh(workload: str, n: int, engine: str, args: argparse.Namespace) -> M
     return Measurement(**fields)
 
 
+#: columns whose median over the rounds' processes a combined row reports
+_MEDIAN_FIELDS = (
+    "build_s",
+    "update_us",
+    "update_cpu_us",
+    "update_p10_us",
+    "harness_us",
+    "batch_us",
+    "batch_p10_us",
+    "harness_p10_us",
+    "update_delta_us",
+    "delay_us",
+    "delay_p99_us",
+    "peak_rss_mb",
+    "bytes_per_tuple",
+)
+
+
+def combine(rows: list[Measurement]) -> Measurement:
+    """One row from the same (query, engine, N) measured in several fresh processes: the median of each
+    timing, memory and size column (a process that ran through a slow spell of a shared machine moves
+    the median by at most one place), the most collections any process saw (a collection on the hot
+    path is never averaged away), the per-process update times in ``extra["update_us_rounds"]``."""
+    if len(rows) == 1:
+        row = rows[0]
+        row.extra["update_us_rounds"] = [row.update_us]
+        return row
+    ok = [r for r in rows if r.update_us == r.update_us] or rows
+    out = Measurement(ok[0].workload, ok[0].engine, ok[0].n, answers=ok[0].answers, note=ok[0].note)
+    for name in _MEDIAN_FIELDS:
+        values = [getattr(r, name) for r in ok if getattr(r, name) == getattr(r, name)]
+        setattr(out, name, statistics.median(values) if values else math.nan)
+    out.gen2 = max(r.gen2 for r in ok)
+    out.collections = max(r.collections for r in ok)
+    out.gc_s = max(r.gc_s for r in ok)
+    out.extra = dict(ok[0].extra)
+    huge = [r.extra.get("anon_huge_mb", math.nan) for r in ok]
+    out.extra["anon_huge_mb"] = statistics.median(huge)
+    out.extra["update_us_rounds"] = [r.update_us for r in rows]
+    failed = len(rows) - len([r for r in rows if r.update_us == r.update_us])
+    if failed:
+        out.note = (out.note + "; " if out.note else "") + f"{failed} of {len(rows)} processes failed"
+    return out
+
+
 def slope(points: list[tuple[float, float]]) -> float:
     pts = [(math.log(n), math.log(t)) for n, t in points if t == t and t > 0]
     if len(pts) < 2:
@@ -598,6 +652,10 @@ def _load() -> str:
 
 
 def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
+    note = r.note
+    rounds = [x for x in r.extra.get("update_us_rounds", []) if x == x]
+    if len(rounds) > 1:
+        note = f"upd range {min(rounds):.3f}-{max(rounds):.3f}" + ("; " + note if note else "")
     print(
         f"{r.workload:9} {r.engine:13} {r.n:>9} {_fmt(r.build_s):>8} {_fmt(r.update_us, 3):>8} "
         f"{_fmt(r.update_cpu_us, 3):>8} {_fmt(r.update_p10_us, 3):>8} {_fmt(r.harness_us, 3):>8} "
@@ -605,7 +663,7 @@ def _print_row(r: Measurement, file: Any = sys.stdout) -> None:
         f"{_fmt(r.update_delta_us, 3):>9} {_fmt(r.delay_us, 3):>8} "
         f"{r.gen2:>4}/{r.collections:<6} {_fmt(r.gc_s, 3):>7} {_fmt(r.peak_rss_mb, 0):>7} "
         f"{_fmt(r.extra.get('anon_huge_mb', math.nan), 0):>6} "
-        f"{_fmt(r.bytes_per_tuple, 1):>7}  {r.note}",
+        f"{_fmt(r.bytes_per_tuple, 1):>7}  {note}",
         file=file,
         flush=True,
     )
@@ -629,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--updates", type=int, default=None, help="updates per stream")
     parser.add_argument("--repeats", type=int, default=3, help="fresh streams timed per row")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="fresh processes per row, in interleaved rounds (medians reported)"
+    )
     parser.add_argument("--slice", type=int, default=200, help="updates per timed slice (batches: 1,000)")
     parser.add_argument(
         "--no-huge-pages", action="store_true", help="the compact state's large arrays on 4 KB pages (no madvise)"
@@ -653,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {_load()}  (cpus: {os.cpu_count()})")
     print(f"transparent huge pages: {_thp()}" + ("  (--no-huge-pages: not advised)" if args.no_huge_pages else ""))
     print(HEADER, file=sys.stderr)
-    results: list[Measurement] = []
+    plan: list[tuple[str, int, str]] = []
     for name in args.workloads:
         query = parse(WORKLOADS[name].query)
         fivm = ENGINES.get("fivm")
@@ -664,16 +725,28 @@ def main(argv: list[str] | None = None) -> int:
                 engines.append("first-order")
                 if fivm is not None and fivm.refuses(query) is None:
                     engines.append("F-IVM")
-            for engine in engines:
-                row = run_fresh(name, n, engine, args)
-                _print_row(row, sys.stderr)
-                results.append(row)
-        print(f"  [{name} done, load average {_load()}]", file=sys.stderr, flush=True)
+            plan += [(name, n, engine) for engine in engines]
+    runs: dict[tuple[str, int, str], list[Measurement]] = {key: [] for key in plan}
+    for k in range(args.rounds):
+        # every row once per round, each in its own fresh process; odd rounds walk the sizes backwards, so
+        # a slow spell of the machine does not fall on the same sizes in every round
+        for key in plan if k % 2 == 0 else plan[::-1]:
+            row = run_fresh(*key, args)
+            _print_row(row, sys.stderr)
+            runs[key].append(row)
+        print(f"  [round {k + 1} of {args.rounds} done, load average {_load()}]", file=sys.stderr, flush=True)
+    results = [combine(runs[key]) for key in plan]
 
     print(HEADER)
     print("-" * len(HEADER))
     for r in results:
         _print_row(r)
+    print()
+    if args.rounds > 1:
+        print(
+            f"(each row: the median over {args.rounds} fresh processes, one per round, of each column; "
+            "the note's 'upd range': the least and the most of their 'upd µs')"
+        )
     print()
     print("growth exponents (slope of log time vs log N; target <= 0.05 for qhier/compact updates):")
     for name in args.workloads:
@@ -693,6 +766,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             ]
             print(f"  {name:9} {engine:13} " + "   ".join(parts) + f"   (N {sel[0].n}..{sel[-1].n})")
+            if args.rounds > 1:
+                per_round = [slope([(r.n, r.extra["update_us_rounds"][k]) for r in sel]) for k in range(args.rounds)]
+                print(f"  {'':9} {'':13} update, each round alone: " + "  ".join(_fmt(x, 3) for x in per_round))
     print(f"load average after: {_load()}")
     _plot(results)
     return 0
