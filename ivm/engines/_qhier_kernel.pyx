@@ -902,11 +902,12 @@ cdef class Kernel:
     cdef i64* buf
     cdef int bufcap
     #: a block of decoded updates (:meth:`apply`): relation index, multiplicity, position in the batch,
-    #: and ``bufcap`` value codes each
+    #: and ``bufcap`` value codes and path hashes each
     cdef int* brel
     cdef i64* bmult
     cdef Py_ssize_t* bidx
     cdef i64* bcodes
+    cdef unsigned long long* bhash
     cdef object stale
 
     def __cinit__(self):
@@ -919,6 +920,7 @@ cdef class Kernel:
         self.bmult = NULL
         self.bidx = NULL
         self.bcodes = NULL
+        self.bhash = NULL
 
     def __init__(self, list pools, list sentinels, list comp_free, list relations, list occurrences,
                  list free_nodes, tuple head, list nullary, bint set_mode, stale):
@@ -956,6 +958,8 @@ cdef class Kernel:
         self.bmult = <i64*>_grow(NULL, 0, sizeof(i64) * BLOCK)
         self.bidx = <Py_ssize_t*>_grow(NULL, 0, sizeof(Py_ssize_t) * BLOCK)
         self.bcodes = <i64*>_grow(NULL, 0, sizeof(i64) * BLOCK * self.bufcap)
+        # an occurrence's path has at most one node per attribute of its atom
+        self.bhash = <unsigned long long*>_grow(NULL, 0, sizeof(unsigned long long) * BLOCK * self.bufcap)
 
     def __dealloc__(self):
         PyMem_Free(self.fpool)
@@ -967,6 +971,7 @@ cdef class Kernel:
         PyMem_Free(self.bmult)
         PyMem_Free(self.bidx)
         PyMem_Free(self.bcodes)
+        PyMem_Free(self.bhash)
 
     # -- value codes ------------------------------------------------------------------------------
 
@@ -1027,22 +1032,20 @@ cdef class Kernel:
         relation, a wrong arity, a multiplicity beyond int64) raises after the ones before it are
         applied, as if they were applied one at a time.
         """
-        cdef Py_ssize_t i = 0, count, b, w = self.bufcap
+        cdef list seq = updates if type(updates) is list else list(updates)
+        cdef Py_ssize_t n = len(seq), pos = 0, count, b, w = self.bufcap
         cdef int ri, a, ovf
         cdef Relation rel
         cdef i64 m
         cdef i64* codes
-        cdef bint more = True
         error = None
-        it = iter(updates)
-        while more:
-            more = False
+        while pos < n:
             count = 0
-            for u in it:
-                try:
-                    relation, row, mult = u
+            try:
+                while pos < n and count < BLOCK:
+                    relation, row, mult = seq[pos]
+                    pos += 1
                     if not mult:
-                        i += 1
                         continue
                     index = self.rel_index.get(relation)
                     if index is None:
@@ -1061,31 +1064,29 @@ cdef class Kernel:
                     ovf = 0
                     m = PyLong_AsLongLongAndOverflow(mult, &ovf)
                     if ovf:
-                        raise KernelOverflow(i)
-                except Exception as exc:
-                    error = exc
-                    break
-                self.brel[count] = ri
-                self.bmult[count] = m
-                self.bidx[count] = i
-                if count < AHEAD:
-                    self._prefetch_path(ri, codes)
-                count += 1
-                i += 1
-                if count == BLOCK:
-                    more = True
-                    break
+                        raise KernelOverflow(pos - 1)
+                    self.brel[count] = ri
+                    self.bmult[count] = m
+                    self.bidx[count] = pos - 1
+                    count += 1
+            except Exception as exc:  # raised once the updates before it are applied
+                error = exc
+                n = 0
+            for b in range(min(AHEAD, count)):
+                self._prefetch_path(self.brel[b], self.bcodes + b * w, self.bhash + b * w)
             for b in range(count):
                 if b + AHEAD < count:
-                    self._prefetch_path(self.brel[b + AHEAD], self.bcodes + (b + AHEAD) * w)
-                self._update(self.brel[b], self.bcodes + b * w, self.bmult[b], self.bidx[b], False)
-            if error is not None:
-                raise error
+                    self._prefetch_path(
+                        self.brel[b + AHEAD], self.bcodes + (b + AHEAD) * w, self.bhash + (b + AHEAD) * w
+                    )
+                self._update(self.brel[b], self.bcodes + b * w, self.bmult[b], self.bidx[b], self.bhash + b * w)
+        if error is not None:
+            raise error
 
-    cdef inline void _prefetch_path(self, int ri, const i64* codes) noexcept:
+    cdef inline void _prefetch_path(self, int ri, const i64* codes, unsigned long long* hashes) noexcept:
         """Start fetching where the probes of an update of relation ``ri`` with tuple ``codes`` begin:
-        the items on its first occurrence's path (their path hashes come from the tuple alone) and,
-        for a relation kept in a table, the table's index slot."""
+        the items on its first occurrence's path (their path hashes, written to ``hashes``, come from
+        the tuple alone) and, for a relation kept in a table, the table's index slot."""
         cdef list occs = <list>self.occurrences[ri]
         cdef Relation rel = <Relation>self.relations[ri]
         cdef Occurrence occ
@@ -1098,6 +1099,7 @@ cdef class Kernel:
         occ = <Occurrence>occs[0]
         for k in range(occ.depth):
             h += _level_hash(k + 1, codes[occ.positions[k]])
+            hashes[k] = h
             (<Pool>occ.path[k]).prefetch(h)
 
     cdef inline void _hash_path(self, Occurrence occ, const i64* codes, bint prefetch) noexcept:
@@ -1120,17 +1122,20 @@ cdef class Kernel:
         cdef const i64* m = <const i64*><const char*>mults
         cdef Py_ssize_t n = len(mults) // 8, r
         for r in range(n):
-            self._update(ri, c + r * rel.arity, m[r], r, False)
+            self._update(ri, c + r * rel.arity, m[r], r, NULL)
 
-    cdef int _update(self, int ri, const i64* codes, i64 m, Py_ssize_t i, bint hashed) except -1:
-        """One update; ``hashed``: the first occurrence's path hashes are computed already."""
+    cdef int _update(self, int ri, const i64* codes, i64 m, Py_ssize_t i, const unsigned long long* hashes) except -1:
+        """One update; ``hashes``: the path hashes of the first occurrence's items, or NULL."""
         cdef Relation rel = <Relation>self.relations[ri]
         cdef i64 base_old, old, new
         cdef Occurrence occ
         cdef list occs = <list>self.occurrences[ri]
         cdef Py_ssize_t j
-        if not hashed and occs:
-            self._hash_path(<Occurrence>occs[0], codes, False)
+        if occs:
+            if hashes == NULL:
+                self._hash_path(<Occurrence>occs[0], codes, False)
+            else:
+                memcpy((<Occurrence>occs[0]).hashes, hashes, sizeof(unsigned long long) * (<Occurrence>occs[0]).depth)
         base_old = self._virtual_get(<Occurrence>rel.occ, codes) if rel.virtual else rel.get(codes)
         old = base_old
         if qh_add(old, m, &new):
