@@ -87,6 +87,11 @@ cdef i64 TAG = (<i64>1) << 62
 cdef i64 LOW = -((<i64>1) << 62)
 #: the smallest row capacity (rows then grow by x1.5, indexes by x2)
 cdef Py_ssize_t MIN_CAP = 8
+#: :meth:`Kernel.apply` decodes this many updates at a time, and prefetches the probes of the update
+#: this many places ahead of the one it applies (an update costs more than a miss to memory)
+cdef enum:
+    BLOCK = 64
+    AHEAD = 2
 
 
 class KernelOverflow(OverflowError):
@@ -169,15 +174,22 @@ cdef inline Py_ssize_t _more(Py_ssize_t cap) noexcept:
     return max(MIN_CAP, cap + cap // 2)
 
 
-cdef inline unsigned long long _pair_hash(i64 pid, i64 v) noexcept nogil:
-    return qh_mix(<unsigned long long>v ^ (<unsigned long long>pid * 0x9E3779B97F4A7C15ULL))
+cdef inline unsigned long long _level_hash(int depth, i64 v) noexcept nogil:
+    """The term of value ``v`` at q-tree depth ``depth`` (a root is at 1) in an item's path hash.
+
+    An item's hash is the sum of the terms of the values on its root path, so an update knows the
+    hash of every item on its atom's path from the tuple alone (the atom holds every variable of the
+    path, 002 §3), before any of those items is found: all the path's probes can start at once.
+    """
+    return qh_mix(<unsigned long long>v + <unsigned long long>depth * 0x9E3779B97F4A7C15ULL)
 
 
 # -- open-addressing indexes ----------------------------------------------------------------------
 #
 # A slot is ``hash32 << 32 | row`` (``EMPTY``: all ones): the low 32 bits of the key's hash beside the
 # row id, so a probe reads a row only when the hashes agree, and deletion (backward shift) and growth
-# never read rows.  Linear probing, at most 70% full, capacity a power of two.
+# never read rows.  Linear probing, at most 70% full, capacity a power of two.  A pool's key is
+# (parent id, value) and its hash the item's path hash (:func:`_level_hash`), which the caller passes.
 
 cdef u64 EMPTY = 0xFFFFFFFFFFFFFFFFULL
 
@@ -248,6 +260,9 @@ cdef class Pool:
     """
 
     cdef public int n_atoms, n_children, free, lists, slot, fpos, leaf, inline, tomb
+    #: the node's depth in its q-tree (a root is at 1, the component's sentinel at 0); set by the
+    #: occurrences whose path holds it, before any item is added
+    cdef public int depth
     #: rehashes of an inline table that doubled it, and that only dropped its tombstones (inspection)
     cdef public Py_ssize_t grown, purged
     cdef Py_ssize_t cap, top, live, dead, icap, nfreed, freedcap, stride
@@ -419,7 +434,7 @@ cdef class Pool:
         for i in range(oldcap):
             src = old + i * self.stride
             if (<i32*>src)[0] >= 0:
-                j = _pair_hash((<i32*>src)[0], (<i64*>(src + 8))[0]) & mask
+                j = self.hash_of((<i32*>src)[0], (<i64*>(src + 8))[0]) & mask
                 while (<i32*>(self.data + j * self.stride))[0] >= 0:
                     j = (j + 1) & mask
                 memcpy(self.data + j * self.stride, src, self.stride)
@@ -444,9 +459,29 @@ cdef class Pool:
         self.dead = 0
         return 0
 
-    cdef inline i32 find(self, i64 pid, i64 v) noexcept:
+    cdef inline unsigned long long hash_of(self, i64 pid, i64 v) noexcept:
+        """The path hash of item (``pid``, ``v``), read up the parent chain (O(depth)): for the rows a
+        rehash or a backward shift moves, whose hash no caller knows."""
+        cdef unsigned long long h = _level_hash(self.depth, v)
+        cdef Pool p = self.up
+        while p is not None and p.depth > 0:
+            h += _level_hash(p.depth, p.val(pid))
+            pid = p.parent(pid)[0]
+            p = p.up
+        return h
+
+    cdef inline void prefetch(self, unsigned long long h) noexcept:
+        """Start fetching where a probe for path hash ``h`` begins (the row of an inline table, else the
+        index slot)."""
+        cdef size_t j = h & (self.icap - 1)
+        if self.inline:
+            qh_prefetch_write(self.data + j * self.stride, 1, 3)
+        else:
+            qh_prefetch_write(&self.index[j], 0, 3)
+
+    cdef inline i32 find(self, unsigned long long h, i64 pid, i64 v) noexcept:
+        """Row of item (``pid``, ``v``) whose path hash is ``h``, -1 if absent; O(1) expected."""
         cdef size_t mask = self.icap - 1
-        cdef unsigned long long h = _pair_hash(pid, v)
         cdef u64 h32 = h & 0xFFFFFFFFULL, s
         cdef size_t j = h & mask
         cdef i32 r, p
@@ -471,8 +506,9 @@ cdef class Pool:
                     return r
             j = (j + 1) & mask
 
-    cdef i32 add(self, i64 pid, i64 v) except -1:
-        """A new item (pid, v) with every field zero and empty fit-list links and heads; O(1) amortized."""
+    cdef i32 add(self, unsigned long long h, i64 pid, i64 v) except -1:
+        """A new item (pid, v) of path hash ``h`` with every field zero and empty fit-list links and heads;
+        O(1) amortized."""
         cdef i32 r
         cdef Py_ssize_t c, cap
         cdef size_t j, mask
@@ -487,7 +523,7 @@ cdef class Pool:
                     self._rehash_inline(self.icap)
                     self.purged += 1
             mask = self.icap - 1
-            j = _pair_hash(pid, v) & mask
+            j = h & mask
             while (<i32*>(self.data + j * self.stride))[0] >= 0:
                 j = (j + 1) & mask
             row = self.data + j * self.stride
@@ -526,7 +562,7 @@ cdef class Pool:
         self.live += 1
         if self.live * 10 > self.icap * 7:
             self._rehash(self.icap * 2)
-        _index_insert(self.index, self.icap - 1, _pair_hash(pid, v), r)
+        _index_insert(self.index, self.icap - 1, h, r)
         return r
 
     cdef int remove(self, i32 r) except -1:
@@ -563,7 +599,7 @@ cdef class Pool:
                 rj = self.data + j * self.stride
                 if (<i32*>rj)[0] < 0:
                     break
-                k = _pair_hash((<i32*>rj)[0], (<i64*>(rj + 8))[0]) & mask
+                k = self.hash_of((<i32*>rj)[0], (<i64*>(rj + 8))[0]) & mask
                 if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
                     continue
                 memcpy(self.data + i * self.stride, rj, self.stride)
@@ -571,7 +607,7 @@ cdef class Pool:
             memset(self.data + i * self.stride, 0xFF, self.stride)
             self.live -= 1
             return 0
-        _index_remove(self.index, self.icap - 1, _pair_hash(self.parent(r)[0], self.val(r)), r)
+        _index_remove(self.index, self.icap - 1, self.hash_of(self.parent(r)[0], self.val(r)), r)
         self.support(r)[0] = 0
         if self.nfreed == self.freedcap:
             self.freed = <i32*>_grow(self.freed, self.freedcap * 4, _more(self.freedcap) * 4, False)
@@ -613,7 +649,7 @@ cdef class Pool:
 
     def make_root(self):
         """The single item (row 0) of a component's sentinel pool (the paper's start list)."""
-        self.add(0, 0)
+        self.add(0, 0, 0)
 
     cpdef Py_ssize_t nbytes(self):
         """Allocated bytes of the rows, the index and the free list."""
@@ -797,6 +833,8 @@ cdef class Occurrence:
     cdef int* cpos
     cdef i64* cval
     cdef i32* ids
+    #: the path hashes of the current update's items, level by level (:meth:`Kernel._hash_path`)
+    cdef unsigned long long* hashes
 
     def __cinit__(self, int rel, list pools, Pool sentinel, positions, equal, consts, int slot, int free_depth,
                   int comp, bint comp_free):
@@ -814,12 +852,16 @@ cdef class Occurrence:
         self.path = <PyObject**>_grow(NULL, 0, sizeof(PyObject*) * (self.depth + 1))
         self.positions = <int*>_grow(NULL, 0, sizeof(int) * (self.depth + 1))
         self.ids = <i32*>_grow(NULL, 0, sizeof(i32) * (self.depth + 1))
+        self.hashes = <unsigned long long*>_grow(NULL, 0, sizeof(unsigned long long) * (self.depth + 1))
         self.eq = <int*>_grow(NULL, 0, sizeof(int) * (2 * self.n_equal + 1))
         self.cpos = <int*>_grow(NULL, 0, sizeof(int) * (self.n_consts + 1))
         self.cval = <i64*>_grow(NULL, 0, sizeof(i64) * (self.n_consts + 1))
         for k in range(self.depth):
             self.path[k] = <PyObject*>pools[k]
             self.positions[k] = positions[k]
+            if (<Pool>pools[k]).depth not in (0, k + 1):
+                raise ValueError("a q-tree node at two depths")
+            (<Pool>pools[k]).depth = k + 1
         for k, (p, q) in enumerate(equal):
             self.eq[2 * k] = p
             self.eq[2 * k + 1] = q
@@ -831,6 +873,7 @@ cdef class Occurrence:
         PyMem_Free(self.path)
         PyMem_Free(self.positions)
         PyMem_Free(self.ids)
+        PyMem_Free(self.hashes)
         PyMem_Free(self.eq)
         PyMem_Free(self.cpos)
         PyMem_Free(self.cval)
@@ -858,6 +901,13 @@ cdef class Kernel:
     cdef tuple head
     cdef i64* buf
     cdef int bufcap
+    #: a block of decoded updates (:meth:`apply`): relation index, multiplicity, position in the batch,
+    #: and ``bufcap`` value codes and path hashes each
+    cdef int* brel
+    cdef i64* bmult
+    cdef Py_ssize_t* bidx
+    cdef i64* bcodes
+    cdef unsigned long long* bhash
     cdef object stale
 
     def __cinit__(self):
@@ -866,6 +916,11 @@ cdef class Kernel:
         self.fparent = NULL
         self.fslot = NULL
         self.buf = NULL
+        self.brel = NULL
+        self.bmult = NULL
+        self.bidx = NULL
+        self.bcodes = NULL
+        self.bhash = NULL
 
     def __init__(self, list pools, list sentinels, list comp_free, list relations, list occurrences,
                  list free_nodes, tuple head, list nullary, bint set_mode, stale):
@@ -899,6 +954,12 @@ cdef class Kernel:
             self.fslot[j] = (<Pool>pools[p]).slot
         self.bufcap = max([r.arity for r in relations] + [1])
         self.buf = <i64*>_grow(NULL, 0, sizeof(i64) * self.bufcap)
+        self.brel = <int*>_grow(NULL, 0, sizeof(int) * BLOCK)
+        self.bmult = <i64*>_grow(NULL, 0, sizeof(i64) * BLOCK)
+        self.bidx = <Py_ssize_t*>_grow(NULL, 0, sizeof(Py_ssize_t) * BLOCK)
+        self.bcodes = <i64*>_grow(NULL, 0, sizeof(i64) * BLOCK * self.bufcap)
+        # an occurrence's path has at most one node per attribute of its atom
+        self.bhash = <unsigned long long*>_grow(NULL, 0, sizeof(unsigned long long) * BLOCK * self.bufcap)
 
     def __dealloc__(self):
         PyMem_Free(self.fpool)
@@ -906,6 +967,11 @@ cdef class Kernel:
         PyMem_Free(self.fparent)
         PyMem_Free(self.fslot)
         PyMem_Free(self.buf)
+        PyMem_Free(self.brel)
+        PyMem_Free(self.bmult)
+        PyMem_Free(self.bidx)
+        PyMem_Free(self.bcodes)
+        PyMem_Free(self.bhash)
 
     # -- value codes ------------------------------------------------------------------------------
 
@@ -957,32 +1023,97 @@ cdef class Kernel:
     # -- updates (§6.4) ---------------------------------------------------------------------------
 
     def apply(self, updates):
-        """Apply ``(relation, row, multiplicity)`` updates one by one; O(|φ|²) expected each."""
-        cdef Py_ssize_t i = 0
+        """Apply ``(relation, row, multiplicity)`` updates one by one, in order; O(|φ|²) expected each.
+
+        The updates are decoded a block of :data:`BLOCK` at a time into value codes, then applied
+        while the probes of the update :data:`AHEAD` places later are prefetched (its path hashes
+        come from its codes alone, :func:`_level_hash`): in a batch, the cache misses of one update
+        overlap the work of the ones before it.  An update that cannot be decoded (an unknown
+        relation, a wrong arity, a multiplicity beyond int64) raises after the ones before it are
+        applied, as if they were applied one at a time.
+        """
+        cdef list seq = updates if type(updates) is list else list(updates)
+        cdef Py_ssize_t n = len(seq), pos = 0, count, b, w = self.bufcap
         cdef int ri, a, ovf
         cdef Relation rel
         cdef i64 m
-        for relation, row, mult in updates:
-            if not mult:
-                i += 1
-                continue
-            index = self.rel_index.get(relation)
-            if index is None:
-                raise KeyError(f"relation {relation!r} does not occur in the query")
-            ri = index
-            rel = <Relation>self.relations[ri]
-            if type(row) is not tuple:
-                row = tuple(row)
-            if len(row) != rel.arity:
-                raise ValueError(f"{relation}{row!r} has {len(row)} values, the relation has arity {rel.arity}")
-            for a in range(rel.arity):
-                self.encode(row[a], self.buf + a, True)
-            ovf = 0
-            m = PyLong_AsLongLongAndOverflow(mult, &ovf)
-            if ovf:
-                raise KernelOverflow(i)
-            self._update(ri, self.buf, m, i)
-            i += 1
+        cdef i64* codes
+        error = None
+        while pos < n:
+            count = 0
+            try:
+                while pos < n and count < BLOCK:
+                    relation, row, mult = seq[pos]
+                    pos += 1
+                    if not mult:
+                        continue
+                    index = self.rel_index.get(relation)
+                    if index is None:
+                        raise KeyError(f"relation {relation!r} does not occur in the query")
+                    ri = index
+                    rel = <Relation>self.relations[ri]
+                    if type(row) is not tuple:
+                        row = tuple(row)
+                    if len(row) != rel.arity:
+                        raise ValueError(
+                            f"{relation}{row!r} has {len(row)} values, the relation has arity {rel.arity}"
+                        )
+                    codes = self.bcodes + count * w
+                    for a in range(rel.arity):
+                        self.encode(row[a], codes + a, True)
+                    ovf = 0
+                    m = PyLong_AsLongLongAndOverflow(mult, &ovf)
+                    if ovf:
+                        raise KernelOverflow(pos - 1)
+                    self.brel[count] = ri
+                    self.bmult[count] = m
+                    self.bidx[count] = pos - 1
+                    count += 1
+            except Exception as exc:  # raised once the updates before it are applied
+                error = exc
+                n = 0
+            for b in range(min(AHEAD, count)):
+                self._prefetch_path(self.brel[b], self.bcodes + b * w, self.bhash + b * w)
+            for b in range(count):
+                if b + AHEAD < count:
+                    self._prefetch_path(
+                        self.brel[b + AHEAD], self.bcodes + (b + AHEAD) * w, self.bhash + (b + AHEAD) * w
+                    )
+                self._update(self.brel[b], self.bcodes + b * w, self.bmult[b], self.bidx[b], self.bhash + b * w)
+        if error is not None:
+            raise error
+
+    cdef inline void _prefetch_path(self, int ri, const i64* codes, unsigned long long* hashes) noexcept:
+        """Start fetching where the probes of an update of relation ``ri`` with tuple ``codes`` begin:
+        the items on its first occurrence's path (their path hashes, written to ``hashes``, come from
+        the tuple alone) and, for a relation kept in a table, the table's index slot."""
+        cdef list occs = <list>self.occurrences[ri]
+        cdef Relation rel = <Relation>self.relations[ri]
+        cdef Occurrence occ
+        cdef unsigned long long h = 0
+        cdef int k
+        if not rel.virtual:
+            qh_prefetch_write(&rel.index[_row_hash(codes, rel.arity) & (rel.icap - 1)], 0, 3)
+        if not occs:
+            return
+        occ = <Occurrence>occs[0]
+        for k in range(occ.depth):
+            h += _level_hash(k + 1, codes[occ.positions[k]])
+            hashes[k] = h
+            (<Pool>occ.path[k]).prefetch(h)
+
+    cdef inline void _hash_path(self, Occurrence occ, const i64* codes, bint prefetch) noexcept:
+        """The path hashes of the items on ``occ``'s path for tuple ``codes`` into ``occ.hashes``, and,
+        if asked, a prefetch of where each probe begins: the hashes come from the tuple alone, so the
+        misses of all levels (the deepest one, in the largest pool, above all) overlap the work before
+        them instead of following one another."""
+        cdef unsigned long long h = 0
+        cdef int k
+        for k in range(occ.depth):
+            h += _level_hash(k + 1, codes[occ.positions[k]])
+            occ.hashes[k] = h
+            if prefetch:
+                (<Pool>occ.path[k]).prefetch(h)
 
     def apply_codes(self, int ri, bytes codes, bytes mults):
         """Apply the rows of a compact snapshot (codes already interned) as inserts."""
@@ -991,12 +1122,20 @@ cdef class Kernel:
         cdef const i64* m = <const i64*><const char*>mults
         cdef Py_ssize_t n = len(mults) // 8, r
         for r in range(n):
-            self._update(ri, c + r * rel.arity, m[r], r)
+            self._update(ri, c + r * rel.arity, m[r], r, NULL)
 
-    cdef int _update(self, int ri, const i64* codes, i64 m, Py_ssize_t i) except -1:
+    cdef int _update(self, int ri, const i64* codes, i64 m, Py_ssize_t i, const unsigned long long* hashes) except -1:
+        """One update; ``hashes``: the path hashes of the first occurrence's items, or NULL."""
         cdef Relation rel = <Relation>self.relations[ri]
         cdef i64 base_old, old, new
         cdef Occurrence occ
+        cdef list occs = <list>self.occurrences[ri]
+        cdef Py_ssize_t j
+        if occs:
+            if hashes == NULL:
+                self._hash_path(<Occurrence>occs[0], codes, False)
+            else:
+                memcpy((<Occurrence>occs[0]).hashes, hashes, sizeof(unsigned long long) * (<Occurrence>occs[0]).depth)
         base_old = self._virtual_get(<Occurrence>rel.occ, codes) if rel.virtual else rel.get(codes)
         old = base_old
         if qh_add(old, m, &new):
@@ -1014,8 +1153,10 @@ cdef class Kernel:
                 return 0
         self.version += 1
         try:
-            for o in self.occurrences[ri]:
-                occ = <Occurrence>o
+            for j in range(len(occs)):
+                occ = <Occurrence>occs[j]
+                if j:
+                    self._hash_path(occ, codes, False)
                 self._update_occurrence(occ, codes, old, new)
         except OverflowError:
             if rel.virtual:  # the items on the path still exist (overflows precede the collection)
@@ -1041,7 +1182,8 @@ cdef class Kernel:
         return 0
 
     cdef inline i64 _virtual_get(self, Occurrence occ, const i64* codes) noexcept:
-        """A virtual relation's multiplicity of ``codes``: the deepest item's, 0 without one."""
+        """A virtual relation's multiplicity of ``codes``: the deepest item's, 0 without one (``occ.hashes``
+        holds the path hashes of ``codes``)."""
         cdef i64 pid = 0
         cdef i32 r = 0
         cdef int k
@@ -1050,7 +1192,7 @@ cdef class Kernel:
             pool = <Pool>occ.path[k]
             if k == occ.depth - 1 and pool.free:  # see _update_occurrence
                 _prefetch_head(pool, <Pool>occ.path[k - 1] if k else occ.sentinel, pid)
-            r = pool.find(pid, codes[occ.positions[k]])
+            r = pool.find(occ.hashes[k], pid, codes[occ.positions[k]])
             if r < 0:
                 return 0
             pid = r
@@ -1063,7 +1205,7 @@ cdef class Kernel:
         cdef Pool pool
         for k in range(occ.depth):
             pool = <Pool>occ.path[k]
-            r = pool.find(pid, codes[occ.positions[k]])
+            r = pool.find(occ.hashes[k], pid, codes[occ.positions[k]])
             if r < 0:
                 return 0
             pid = r
@@ -1140,9 +1282,9 @@ cdef class Kernel:
             v = codes[occ.positions[k]]
             if k == depth - 1 and pool.free:
                 _prefetch_head(pool, <Pool>occ.path[k - 1] if k else occ.sentinel, pid)
-            r = pool.find(pid, v)
+            r = pool.find(occ.hashes[k], pid, v)
             if r < 0:
-                r = pool.add(pid, v)
+                r = pool.add(occ.hashes[k], pid, v)
                 self.items += 1
             pool.support(r)[0] += support
             occ.ids[k] = r
@@ -1300,6 +1442,7 @@ cdef class Kernel:
         cdef int n = len(self.head), j
         cdef i64 code
         cdef i32 r
+        cdef unsigned long long h
         cdef Pool pool, ppool
         if len(row) != n:
             return 0
@@ -1309,15 +1452,21 @@ cdef class Kernel:
                 return 0
             codes[self.head[j]] = code
         found = [0] * self.m
+        hashes = [0] * self.m
         mult = self.global_factor(-1)
         for j in range(self.m):
             if not mult:
                 return 0
             pool = <Pool>self.fpool[j]
-            r = pool.find(0 if self.fparent[j] < 0 else found[self.fparent[j]], codes[j])
+            h = 0
+            if self.fparent[j] >= 0:
+                h = hashes[self.fparent[j]]
+            h += _level_hash(pool.depth, codes[j])  # wraps modulo 2^64, as on the update path
+            r = pool.find(h, 0 if self.fparent[j] < 0 else found[self.fparent[j]], codes[j])
             if r < 0:
                 return 0
             found[j] = r
+            hashes[j] = h
             mult *= pool.lw(r)
         if self.set_mode:
             return int(mult != 0)
@@ -1338,6 +1487,7 @@ cdef class Kernel:
             if not self.encode(row[a], self.buf + a, False):
                 return 0
         if rel.virtual:
+            self._hash_path(<Occurrence>rel.occ, self.buf, False)
             return self._virtual_get(<Occurrence>rel.occ, self.buf)
         return rel.get(self.buf)
 

@@ -336,3 +336,63 @@ def test_free_leaf_tables_relink_on_rehash(text: str) -> None:
                 check_structure(fast)
     assert sum(p.grown for p in leaves) > 0
     assert rebuilt[0] > 0, "no rebuild met a tombstone"
+
+
+# -- batches longer than the kernel's decode block (64 updates; probes prefetched two updates ahead) ----
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Q(x,y) :- R(x,y,w), S(x,y), T(x,z)",
+        "Q(x,y) :- E(x,y), E(x,z), E(x,x)",  # a self-join: the prefetched path is the first occurrence's
+        "Q(x) :- R(x, 1), S(x, y)",
+    ],
+)
+@pytest.mark.parametrize("semantics", ["bag", "set"])  # set semantics keeps the relations in tables
+def test_long_batches_match_the_reference(text: str, semantics: str) -> None:
+    query = parse(text)
+    arity = _arity(query)
+    names = sorted(arity)
+    rng = random.Random(5)
+    ref = QHierEngine(query, semantics=semantics, implementation="python")
+    fast = QHierEngine(query, semantics=semantics, implementation="compact", consolidate="never")
+    candidates: set[Row] = set()
+    for size in (63, 64, 65, 129, 500, 1000):
+        batch = [
+            Update(rel, tuple(_value(rng, 12) for _ in range(arity[rel])), rng.choice([1, 1, 2, -1, -1, -2, 0]))
+            for rel in (rng.choice(names) for _ in range(size))
+        ]
+        ref.apply(batch)
+        fast.apply(batch)
+        candidates |= {u.row for u in batch if len(u.row) == len(query.free)}
+        _agree(ref, fast, query, candidates)
+
+
+@pytest.mark.parametrize("at", [0, 1, 63, 64, 65, 130])
+def test_an_undecodable_update_raises_after_the_ones_before_it(at: int) -> None:
+    """The kernel decodes a block of updates before applying it: an unknown relation or a wrong arity at
+    position ``at`` still leaves exactly the updates before it applied, as one at a time would."""
+    query = parse("Q(x,y) :- R(x,y,w), S(x,y), T(x,z)")
+    rng = random.Random(at)
+    batch = [Update("R", (rng.randrange(4), rng.randrange(3), i), 1) for i in range(200)]
+    for bad, error in ((Update("Z", (1,), 1), KeyError), (Update("S", (1, 2, 3), 1), ValueError)):
+        fast = QHierEngine(query, implementation="compact", consolidate="never")
+        ref = QHierEngine(query, implementation="python")
+        ref.apply(batch[:at])
+        with pytest.raises(error):
+            fast.apply([*batch[:at], bad, *batch[at:]])
+        assert fast._kernel.decode_rows(fast._names.index("R")) == ref._base["R"]
+        _agree(ref, fast, query, set())
+
+
+def test_a_multiplicity_beyond_int64_mid_batch_continues_on_the_reference() -> None:
+    query = parse("Q(x,y) :- R(x,y,w), S(x,y), T(x,z)")
+    batch = [Update("R", (i % 3, i % 2, i), 1) for i in range(150)] + [Update("S", (0, 0), 1), Update("T", (0, 9), 1)]
+    batch.insert(100, Update("R", (0, 0, 7), 1 << 64))
+    ref = QHierEngine(query, implementation="python")
+    fast = QHierEngine(query, implementation="compact", consolidate="never")
+    ref.apply(batch)
+    fast.apply(batch)
+    assert type(fast) is QHierEngine and "overflow" in fast.choice()["implementation"]
+    assert fast.result() == ref.result() and fast._base == ref._base
