@@ -21,7 +21,11 @@ cyclic garbage collector never walks it:
 - the value→item maps of the trie are one open-addressing hash index per pool
   (linear probing, backward-shift deletion, doubling) keyed by ``(parent id,
   value code)``: 8 bytes a slot, the key's 32-bit hash beside the row id, the
-  key itself read from the row on a hash match.
+  key itself read from the row on a hash match.  The hash of an item is its
+  *path hash*, a sum of one term per value on its root path: the atom of an
+  update holds every variable of its path (002 §3), so the update knows where
+  each of its probes starts before it has found any item, and :meth:`Kernel.apply`
+  prefetches them (a batch: the update two places ahead, decoded in blocks of 64).
 - the base relations are :class:`Relation` tables (the row's value codes and
   its multiplicity, the same kind of index), or, under bag semantics for a
   relation with one plain occurrence, the trie alone (its deepest item's
