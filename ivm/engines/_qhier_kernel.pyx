@@ -1093,29 +1093,23 @@ cdef class Kernel:
         the tuple alone) and, for a relation kept in a table, the table's index slot."""
         cdef list occs = <list>self.occurrences[ri]
         cdef Relation rel = <Relation>self.relations[ri]
-        cdef Occurrence occ
-        cdef unsigned long long h = 0
-        cdef int k
         if not rel.virtual:
             qh_prefetch_write(&rel.index[_row_hash(codes, rel.arity) & (rel.icap - 1)], 0, 3)
-        if not occs:
-            return
-        occ = <Occurrence>occs[0]
+        if occs:
+            self._hash_path(<Occurrence>occs[0], codes, hashes, True)
+
+    cdef inline void _hash_path(
+        self, Occurrence occ, const i64* codes, unsigned long long* hashes, bint prefetch
+    ) noexcept:
+        """The path hashes of the items on ``occ``'s path for tuple ``codes``, level by level, into
+        ``hashes``, and, if asked, a prefetch of where each probe begins: the hashes come from the
+        tuple alone, so the misses of all levels (the deepest one, in the largest pool, above all)
+        overlap the work before them instead of following one another."""
+        cdef unsigned long long h = 0
+        cdef int k
         for k in range(occ.depth):
             h += _level_hash(k + 1, codes[occ.positions[k]])
             hashes[k] = h
-            (<Pool>occ.path[k]).prefetch(h)
-
-    cdef inline void _hash_path(self, Occurrence occ, const i64* codes, bint prefetch) noexcept:
-        """The path hashes of the items on ``occ``'s path for tuple ``codes`` into ``occ.hashes``, and,
-        if asked, a prefetch of where each probe begins: the hashes come from the tuple alone, so the
-        misses of all levels (the deepest one, in the largest pool, above all) overlap the work before
-        them instead of following one another."""
-        cdef unsigned long long h = 0
-        cdef int k
-        for k in range(occ.depth):
-            h += _level_hash(k + 1, codes[occ.positions[k]])
-            occ.hashes[k] = h
             if prefetch:
                 (<Pool>occ.path[k]).prefetch(h)
 
@@ -1137,7 +1131,7 @@ cdef class Kernel:
         cdef Py_ssize_t j
         if occs:
             if hashes == NULL:
-                self._hash_path(<Occurrence>occs[0], codes, False)
+                self._hash_path(<Occurrence>occs[0], codes, (<Occurrence>occs[0]).hashes, False)
             else:
                 memcpy((<Occurrence>occs[0]).hashes, hashes, sizeof(unsigned long long) * (<Occurrence>occs[0]).depth)
         base_old = self._virtual_get(<Occurrence>rel.occ, codes) if rel.virtual else rel.get(codes)
@@ -1160,7 +1154,7 @@ cdef class Kernel:
             for j in range(len(occs)):
                 occ = <Occurrence>occs[j]
                 if j:
-                    self._hash_path(occ, codes, False)
+                    self._hash_path(occ, codes, occ.hashes, False)
                 self._update_occurrence(occ, codes, old, new)
         except OverflowError:
             if rel.virtual:  # the items on the path still exist (overflows precede the collection)
@@ -1491,7 +1485,7 @@ cdef class Kernel:
             if not self.encode(row[a], self.buf + a, False):
                 return 0
         if rel.virtual:
-            self._hash_path(<Occurrence>rel.occ, self.buf, False)
+            self._hash_path(<Occurrence>rel.occ, self.buf, (<Occurrence>rel.occ).hashes, False)
             return self._virtual_get(<Occurrence>rel.occ, self.buf)
         return rel.get(self.buf)
 
