@@ -76,7 +76,7 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -578,22 +578,9 @@ def run_fresh(workload: str, n: int, engine: str, args: argparse.Namespace) -> M
     return Measurement(**fields)
 
 
-#: columns whose median over the rounds' processes a combined row reports
-_MEDIAN_FIELDS = (
-    "build_s",
-    "update_us",
-    "update_cpu_us",
-    "update_p10_us",
-    "harness_us",
-    "batch_us",
-    "batch_p10_us",
-    "harness_p10_us",
-    "update_delta_us",
-    "delay_us",
-    "delay_p99_us",
-    "peak_rss_mb",
-    "bytes_per_tuple",
-)
+#: columns whose median over the rounds' processes a combined row reports: every float column but the
+#: collector's seconds (a combined row keeps the most any process saw)
+_MEDIAN_FIELDS = tuple(f.name for f in fields(Measurement) if f.type == "float" and f.name != "gc_s")
 
 
 def combine(rows: list[Measurement]) -> Measurement:
