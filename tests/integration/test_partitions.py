@@ -43,7 +43,7 @@ def _produce_with_deletes(bootstrap: str, topics: dict[str, str], n: int, domain
 
 @pytest.mark.parametrize(
     ("placement", "master"),
-    [("driver", "local[2]"), ("executors", "local-cluster[2,1,1024]")],
+    [("driver", "local[2]"), pytest.param("executors", "local-cluster[2,1,1024]", marks=pytest.mark.slow)],
     ids=["driver", "executors"],
 )
 def test_relation_topics_of_three_partitions(kafka, topic_prefix, tmp_path, monkeypatch, placement, master) -> None:
