@@ -89,7 +89,7 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), Metrics())
     codecs = {codec.relation: codec for codec in pipeline.codecs.values()}
     own = spark is None
-    spark = spark or spark_session("ivm-bootstrap", config.spark_master)
+    spark = spark or spark_session("ivm-bootstrap", config.spark_master, conf=config.spark_conf)
     width = max(len(r) for r in [*files, *pipeline.views])
     try:
         updates: list[Update] = []
