@@ -601,6 +601,18 @@ def _check_spark_conf(spark: _Part) -> list[str]:
     return errors
 
 
+_SECRET = re.compile(r"password|secret|token|credential|jaas|(^|[._])key$", re.IGNORECASE)
+
+
+def shown(key: str, value: str) -> str:
+    """A setting as ``ivm check`` and the logs print it: the value masked when the key names a secret.
+
+    >>> shown("spark.executor.memory", "2g"), shown("spark.hadoop.fs.s3a.secret.key", "abc")
+    ('spark.executor.memory=2g', 'spark.hadoop.fs.s3a.secret.key=****')
+    """
+    return f"{key}={'****' if _SECRET.search(key) else value}"
+
+
 def _config_value(value: Any) -> str | None:
     """A TOML scalar as Kafka's and Spark's configurations spell it (``true``, ``2``, ``0.5``), or ``None``
     for a value that is not a scalar (an array, a table, a date)."""

@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
+    from processor.config import shown
     from processor.local.spark import owned_settings
 
     builder = SparkSession.builder.appName(launched.get("spark.app.name", "ivm-processor"))
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         left = [key for key, _ in config.spark_conf if key in launched]
         log.info(
             "[spark.conf] applied: %s; left to spark-submit: %s",
-            ", ".join(f"{k}={v}" for k, v in applied) or "none", ", ".join(left) or "none",
+            ", ".join(shown(k, v) for k, v in applied) or "none", ", ".join(left) or "none",
         )  # fmt: skip
     for key, value in owned_settings().items():
         builder = builder.config(key, value)

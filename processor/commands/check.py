@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from processor.config import TOPIC_KINDS, ConfigError, PipelineConfig, TopicSettings, load_config
+from processor.config import TOPIC_KINDS, ConfigError, PipelineConfig, TopicSettings, load_config, shown
 
 if TYPE_CHECKING:
     from processor.planning import PipelinePlan
@@ -59,7 +59,7 @@ def describe(plan: PipelinePlan) -> list[str]:
         f"spark: {c.spark_master}, at most {c.max_offsets_per_trigger} records per batch every {c.trigger_ms} ms, "
         f"from the {c.starting_offsets} offsets when nothing is committed",
         f"policy: negative={c.policy.negative}, duplicate={c.policy.duplicate}",
-        *(["spark.conf: " + ", ".join(f"{k}={v}" for k, v in c.spark_conf)] if c.spark_conf else []),
+        *(["spark.conf: " + ", ".join(shown(k, v) for k, v in c.spark_conf)] if c.spark_conf else []),
         "topics the processor creates (when missing; -1: the cluster's default):",
         *(f"  {kind:<12} {_settings(getattr(c.topics, kind))}" for kind in TOPIC_KINDS),
         "",
@@ -95,7 +95,7 @@ def describe(plan: PipelinePlan) -> list[str]:
 
 def _settings(t: TopicSettings) -> str:
     """``partitions 3, replication factor 3, min.insync.replicas=2``."""
-    configs = "".join(f", {k}={v}" for k, v in t.config)
+    configs = "".join(f", {shown(k, v)}" for k, v in t.config)
     return f"partitions {t.partitions}, replication factor {t.replication_factor}{configs}"
 
 

@@ -137,7 +137,7 @@ def test_spark_conf_findings() -> None:
 def test_ivm_check_prints_the_topics_and_spark_conf(tmp_path: Path, capsys) -> None:
     path = tmp_path / "p.toml"
     path.write_text(
-        '[spark.conf]\n"spark.executor.memory" = "2g"\n\n'
+        '[spark.conf]\n"spark.executor.memory" = "2g"\n"spark.hadoop.fs.s3a.secret.key" = "s3cr3t"\n\n'
         "[topics.outputs]\npartitions = 3\nreplication_factor = 3\n\n"
         '[topics.outputs.config]\n"min.insync.replicas" = 2\n\n'
         + "".join(f'[[relations]]\nname = "{r}"\n\n' for r in "RST")
@@ -145,7 +145,8 @@ def test_ivm_check_prints_the_topics_and_spark_conf(tmp_path: Path, capsys) -> N
     )
     assert main(["check", "-c", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "spark.conf: spark.executor.memory=2g" in out
+    assert "spark.conf: spark.executor.memory=2g, spark.hadoop.fs.s3a.secret.key=****" in out
+    assert "s3cr3t" not in out
     assert "  outputs      partitions 3, replication factor 3, min.insync.replicas=2" in out
     assert "  progress     partitions 1, replication factor -1" in out
     assert all(f"  {kind}" in out for kind in TOPIC_KINDS)
