@@ -496,7 +496,11 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
     and ``method`` only with ``model = "linear_regression"`` (which needs a
     label), an eps only for an engine that has one, the query text parses, and
     every relation a query or pattern names is configured (patterns: used by
-    the query).  Relative paths resolve against ``base``.
+    the query), ``[topics.KIND]`` (known kinds, ``-1`` or a count, one
+    partition for progress and control, Kafka's topic config names but not
+    those the processor sets, ``min.insync.replicas`` within the replicas) and
+    ``[spark.conf]`` (``spark.*`` keys, none the processor owns, scalar
+    values).  Relative paths resolve against ``base``.
     """
     base = Path(base).resolve()
     errors: list[str] = []
