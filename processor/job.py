@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from processor.collector import CollectorWatch, freeze_state
-from processor.config import PipelineConfig, QueryConfig, TopicSettings
+from processor.config import PipelineConfig, QueryConfig, TopicSettings, shown
 from processor.control import control_topic
 from processor.heartbeat import Heartbeat
 from processor.local.spark import spark_session, stop_session, temporary_checkpoint
@@ -212,6 +212,9 @@ def run_job(
             # pyspark's SparkContext installs a SIGINT handler that cancels every job and raises
             # KeyboardInterrupt; Ctrl-C stops the job like SIGTERM instead: cleanly, with a report
             signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if config.spark_conf:  # [spark.conf] as the session has it (read back: what Spark runs with)
+        effective = ", ".join(shown(k, str(spark.conf.get(k, "(unset)"))) for k, _ in config.spark_conf)
+        log.info("spark.conf: %s", effective)
     stream = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap)

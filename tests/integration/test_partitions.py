@@ -7,7 +7,8 @@ produced while it runs, keyed by tuple (a tuple's insert and its later delete sh
 policy, which refuses a delete of an absent tuple, sees them in order).  The published triangle count equals
 an independent recount over everything the topics hold, every batch appears once in order (read_committed),
 and no update was dead-lettered: a processor that lost the order within a partition, dropped a partition or
-read one twice would fail one of these.
+read one twice would fail one of these.  The run's ``[spark.conf]`` is read back from its Spark session (the
+start-up log line).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def test_relation_topics_of_three_partitions(kafka, topic_prefix, tmp_path, monk
     config = pipeline_config(
         kafka.bootstrap, topic_prefix, tmp_path / "state", spark_master=master, placement=placement,
         max_offsets_per_trigger=1500, snapshot_every=3, shards=2 if placement == "executors" else 1, topics=kinds,
+        spark_conf=(("spark.sql.shuffle.partitions", "3"), ("spark.task.maxFailures", "6")),
     )  # fmt: skip
     q = config.queries[0]
     if placement == "executors":
@@ -85,6 +87,8 @@ def test_relation_topics_of_three_partitions(kafka, topic_prefix, tmp_path, monk
         assert proc.alive(), proc.tail()
     finally:
         proc.stop()
+    # [spark.conf] reached the session: read back from it
+    assert "spark.conf: spark.sql.shuffle.partitions=3, spark.task.maxFailures=6" in proc.log_path.read_text()
     results = read_until(kafka.bootstrap, q.result_topic, lambda rs: reflects(rs[-1], final))
     assert [r["batch_id"] for r in results] == list(range(len(results))), "a batch is missing or duplicated"
     assert int(results[-1]["value"]) == _triangles(kafka.bootstrap, topics, domain)
