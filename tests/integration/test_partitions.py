@@ -61,14 +61,15 @@ def test_relation_topics_of_three_partitions(kafka, topic_prefix, tmp_path, monk
         monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     proc = _start(tmp_path, config, kafka.bootstrap, placement, monkeypatch)
     try:
-        created = [*topics.values(), q.result_topic, config.progress_topic, f"{config.name}.control"]
+        created = [*topics.values(), q.result_topic, q.delta_topic, config.progress_topic, f"{config.name}.control"]
+        created.append(config.dead_letter_topic)
         _wait_for(
             lambda: len(partitions_of(kafka.bootstrap, created)) == len(created) or not proc.alive(),
             "ivm run did not create its topics",
             240,
         )
         assert proc.alive(), proc.tail()
-        parts = partitions_of(kafka.bootstrap, [*created, q.delta_topic, config.dead_letter_topic])
+        parts = partitions_of(kafka.bootstrap, created)
         assert all(parts[t] == [0, 1, 2] for t in topics.values()), parts
         assert parts[q.result_topic] == parts[q.delta_topic] == [0, 1]
         assert parts[config.progress_topic] == parts[f"{config.name}.control"] == [0]
