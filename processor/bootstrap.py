@@ -27,7 +27,7 @@ from processor.progress import ProgressBar
 from processor.recovery import StateStore, read_committed_progress
 from processor.relations import load_view
 from processor.sink import TransactionalKafkaSink
-from processor.topics import create_topics, end_offsets
+from processor.topics import create_kind, end_offsets
 
 log = logging.getLogger(__name__)
 _CHUNK = 50_000  # tuples per progress step
@@ -82,14 +82,14 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     if not config.exactly_once:
         raise BootstrapError("bootstrap commits batch 0 with the topics' offsets: it needs exactly_once = true")
     relation_topics = [r.topic for r in config.relations]
-    create_topics(config.bootstrap, relation_topics)
-    create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
+    create_kind(config.bootstrap, relation_topics, config.topics.relations)  # [topics.KIND], as ivm run does
+    create_kind(config.bootstrap, [config.progress_topic], config.topics.progress, **{"cleanup.policy": "compact"})
     if read_committed_progress(config.bootstrap, config.progress_topic) is not None:
         raise BootstrapError(f"pipeline {config.name!r} has committed batches already: bootstrap starts a new one")
     pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), Metrics())
     codecs = {codec.relation: codec for codec in pipeline.codecs.values()}
     own = spark is None
-    spark = spark or spark_session("ivm-bootstrap", config.spark_master)
+    spark = spark or spark_session("ivm-bootstrap", config.spark_master, conf=config.spark_conf)
     width = max(len(r) for r in [*files, *pipeline.views])
     try:
         updates: list[Update] = []

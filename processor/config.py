@@ -96,6 +96,71 @@ class QueryConfig:
         return f"{self.name}.delta"
 
 
+#: The kinds of topic the processor creates, as ``[topics.KIND]`` names them.
+TOPIC_KINDS = ("relations", "outputs", "progress", "control", "dead_letters")
+
+#: Kinds kept at one partition by construction, with the reason (``[topics.KIND] partitions`` must be 1).
+SINGLE_PARTITION: dict[str, str] = {
+    "progress": "the pipeline's progress records are one log keyed by its name, read to the last committed "
+    "record at every start: they all land in one partition, so more partitions would only stay empty",
+    "control": "the processor applies the commands in the order `ivm query` wrote them, and Kafka keeps an "
+    "order within one partition only",
+}
+
+#: Topic configs the processor sets itself on a kind (``[topics.KIND.config]`` refuses them), with the reason.
+OWNED_TOPIC_CONFIGS: dict[tuple[str, str], str] = {
+    ("outputs", "cleanup.policy"): "the processor sets it per topic: compact for a keyed <query>.result (the "
+    "topic holds the current result, one record per group), the broker's default for the others",
+    ("progress", "cleanup.policy"): "the progress topic is compacted (the last record per pipeline is what a "
+    "start reads)",
+    ("control", "retention.ms"): "the control topic keeps every command (retention.ms = -1): a rebuild from "
+    "the topics replays them with the updates",
+    ("control", "cleanup.policy"): "the control topic keeps every command (cleanup.policy = delete with "
+    "retention.ms = -1): a rebuild from the topics replays them with the updates",
+}
+
+#: Kafka's topic-level configs (Kafka 4.1, ``TopicConfig``): ``[topics.KIND.config]`` takes these names.
+TOPIC_CONFIG_NAMES = (
+    "cleanup.policy", "compression.gzip.level", "compression.lz4.level", "compression.type",
+    "compression.zstd.level", "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.message.bytes",
+    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "message.timestamp.type",
+    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+    "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable", "retention.bytes",
+    "retention.ms", "segment.bytes", "segment.index.bytes", "segment.jitter.ms", "segment.ms",
+    "unclean.leader.election.enable",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """How the processor creates one kind of topic when it does not exist yet (an existing topic is left as
+    it is): ``-1`` partitions or replication factor take the cluster's defaults (``num.partitions``,
+    ``default.replication.factor``; brokers 2.4 and newer), ``config`` holds topic configs such as
+    ``min.insync.replicas``, added to the ones the processor sets itself."""
+
+    partitions: int = -1
+    replication_factor: int = -1
+    config: tuple[tuple[str, str], ...] = ()
+
+    def config_dict(self, **own: str) -> dict[str, str]:
+        """The topic configs to create a topic with: these and the processor's own ``own``."""
+        return {**dict(self.config), **own}
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    """``[topics]``: the settings of each kind of topic the processor creates.  The progress and control
+    topics have one partition by construction (:data:`SINGLE_PARTITION`)."""
+
+    relations: TopicSettings = TopicSettings()
+    outputs: TopicSettings = TopicSettings()  # <query>.result, .delta, .model
+    progress: TopicSettings = TopicSettings(partitions=1)
+    control: TopicSettings = TopicSettings(partitions=1)
+    dead_letters: TopicSettings = TopicSettings()
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     bootstrap: str = "127.0.0.1:9092"
@@ -118,6 +183,8 @@ class PipelineConfig:
     exactly_once: bool = True  # outputs in Kafka transactions, recovery from snapshot + replay
     shards: int = 1
     placement: str = "driver"  # where the state lives: "driver" or "executors" (processor.placement)
+    topics: TopicsConfig = TopicsConfig()  # how the processor creates the topics it creates
+    spark_conf: tuple[tuple[str, str], ...] = ()  # [spark.conf]: spark.* settings for the session
 
     def __post_init__(self) -> None:
         # a relation some query declares delete-only has its inserts refused by the input policy (003 App. C)
@@ -160,6 +227,32 @@ REMOVED_KEYS: dict[tuple[str, str], str] = {
     ("spark", "checkpoint"): "no longer accepted: a Spark checkpoint would override the committed positions "
     "the processor resumes from (its <name>.progress topic and state snapshots), silently losing or repeating "
     "updates; remove the key",
+}
+
+
+#: ``[spark.conf]`` settings the processor owns, with the reason (refused by name).  Others it sets by
+#: default (spark.driver.memory, spark.sql.shuffle.partitions, spark.ui.enabled, spark.app.name, ...)
+#: may be overridden there.
+OWNED_SPARK_CONF: dict[str, str] = {
+    "spark.master": "set by [spark] master (or ivm run --master; spark-submit's --master under spark-submit)",
+    "spark.submit.deployMode": "the process that runs the pipeline is Spark's driver (client mode): it holds "
+    "the Kafka transaction and, in the driver placement, the state",
+    "spark.speculation": "must stay false (the processor sets it): a speculative second attempt of a task reads "
+    "its Kafka partition again and, in the executors placement, sends its records to the shard hosts a second "
+    "time: only cost, never a gain",
+    "spark.sql.streaming.checkpointLocation": "a Spark checkpoint would override the committed positions the "
+    "processor resumes from (<name>.progress and the snapshots), silently losing or repeating updates",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "the processor runs the stream on a temporary "
+    "checkpoint it removes at the stop (the committed positions, not Spark's, decide where it resumes)",
+    "spark.sql.streaming.stopTimeout": "the processor bounds a stop by it (5 s: a stop never waits on a Kafka "
+    "fetch for long)",
+    "spark.local.dir": "the processor gives each session a fresh scratch folder and removes it at the stop",
+    "spark.jars": "the processor puts Spark's Kafka connector on it; add jars with spark.jars.packages or, under "
+    "spark-submit, --jars",
+    "spark.driver.extraJavaOptions": "the processor sets the driver JVM's logging and options there; "
+    "IVM_SPARK_JAVA_OPTIONS replaces the JVM options",
+    "spark.executor.extraJavaOptions": "the processor sets the executors' JVM options there; "
+    "IVM_SPARK_JAVA_OPTIONS replaces them",
 }
 
 
@@ -245,6 +338,13 @@ def _pattern(value: str) -> str:
     return value
 
 
+def _count_or_default(value: int) -> int:
+    """``-1`` (the cluster's default) or a count in 1..32767."""
+    if value != -1 and not 1 <= value <= 32767:
+        raise ValueError(f"expected -1 (the cluster's default) or an integer in 1..32767, got the integer {value}")
+    return value
+
+
 Topic = Annotated[str, AfterValidator(_topic)]
 Count = Annotated[int, Field(ge=1)]
 
@@ -283,6 +383,15 @@ class SparkTable(_Table):
     trigger_ms: Annotated[int, Field(ge=0)] = 200
     fetch_bytes: Count = 32 << 20
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    conf: dict[str, Any] = {}  # [spark.conf]: checked by _check_spark_conf
+
+
+class TopicKindTable(_Table):
+    """``[topics.KIND]``: how the processor creates that kind of topic (``-1``: the cluster's default)."""
+
+    partitions: Annotated[int, AfterValidator(_count_or_default)] = -1
+    replication_factor: Annotated[int, AfterValidator(_count_or_default)] = -1
+    config: dict[str, Any] = {}  # [topics.KIND.config]: checked by _check_topics
 
 
 class MetricsTable(_Table):
@@ -332,6 +441,7 @@ _SECTIONS: dict[str, type[_Table]] = {
     "metrics": MetricsTable,
     "policy": PolicyTable,
 }
+_KINDS: dict[str, type[_Table]] = {kind: TopicKindTable for kind in TOPIC_KINDS}  # [topics.KIND]
 _ARRAYS: dict[str, type[_Table]] = {"relations": RelationTable, "queries": QueryTable}
 
 # PipelineConfig field -> (table, key) of the file, for dump_config and with_overrides.
@@ -386,11 +496,15 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
     and ``method`` only with ``model = "linear_regression"`` (which needs a
     label), an eps only for an engine that has one, the query text parses, and
     every relation a query or pattern names is configured (patterns: used by
-    the query).  Relative paths resolve against ``base``.
+    the query), ``[topics.KIND]`` (known kinds, ``-1`` or a count, one
+    partition for progress and control, Kafka's topic config names but not
+    those the processor sets, ``min.insync.replicas`` within the replicas) and
+    ``[spark.conf]`` (``spark.*`` keys, none the processor owns, scalar
+    values).  Relative paths resolve against ``base``.
     """
     base = Path(base).resolve()
     errors: list[str] = []
-    known = [*_SECTIONS, *_ARRAYS]
+    known = [*_SECTIONS, *_ARRAYS, "topics"]
     for key in raw:
         if key not in known:
             errors.append(f"unknown key {key!r} at the top level{_suggest(key, known)}")
@@ -415,10 +529,104 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
             name = entry.get("name")
             where = f"[{key}.{name}]" if isinstance(name, str) and name else f"[{key}[{i}]]"
             entries[key].append(_validate(model, entry, where, errors))
+    kinds = _validate_topics(raw.get("topics", {}), errors)
     errors += _check_whole(tables, entries, base)
+    errors += _check_spark_conf(tables["spark"])
     if errors:
         raise ConfigError(errors)
-    return _build(tables, entries, base)
+    return _build(tables, entries, base, kinds)
+
+
+def _validate_topics(value: Any, errors: list[str]) -> dict[str, _Part]:
+    """``[topics]``: a table of ``[topics.KIND]`` tables, each validated and checked (:func:`_check_topics`)."""
+    if not isinstance(value, dict):
+        errors.append(f"[topics]: expected a table of [topics.KIND] tables, got {_describe(value)}")
+        return {}
+    kinds: dict[str, _Part] = {}
+    for kind, table in value.items():
+        if kind not in _KINDS:
+            errors.append(
+                f"unknown key {kind!r} in [topics]{_suggest(kind, list(_KINDS))} (kinds: {', '.join(_KINDS)})"
+            )
+            continue
+        if not isinstance(table, dict):
+            errors.append(f"[topics] {kind}: expected a table ([topics.{kind}]), got {_describe(table)}")
+            continue
+        kinds[kind] = part = _validate(_KINDS[kind], table, f"[topics.{kind}]", errors)
+        errors += _check_topics(kind, part)
+    return kinds
+
+
+def _check_topics(kind: str, part: _Part) -> list[str]:
+    """One ``[topics.KIND]``: one partition for the progress and control topics, Kafka's topic config names
+    only (not those the processor sets itself), scalar values, ``min.insync.replicas`` within the replicas."""
+    errors: list[str] = []
+    t, where = part.table, part.where
+    if t is None:
+        return errors
+    if part.ok("partitions") and "partitions" in part.raw and kind in SINGLE_PARTITION and t.partitions != 1:
+        errors.append(f"{where} partitions: must be 1 for the {kind} topic ({SINGLE_PARTITION[kind]})")
+    if not part.ok("config"):
+        return errors
+    for name, value in t.config.items():
+        if (kind, name) in OWNED_TOPIC_CONFIGS:
+            errors.append(f"[topics.{kind}.config] {name}: set by the processor: {OWNED_TOPIC_CONFIGS[(kind, name)]}")
+        elif name not in TOPIC_CONFIG_NAMES:
+            errors.append(
+                f"unknown topic config {name!r} in [topics.{kind}.config]{_suggest(name, TOPIC_CONFIG_NAMES)} "
+                "(Kafka's topic-level configs, such as min.insync.replicas, retention.ms, segment.bytes)"
+            )
+        elif _config_value(value) is None:
+            expected = "expected a string, number or boolean"
+            errors.append(f"[topics.{kind}.config] {name}: {expected}, got {_describe(value)}")
+    isr = t.config.get("min.insync.replicas")
+    replicas = t.replication_factor if part.ok("replication_factor") else -1
+    if isinstance(isr, int | str) and str(isr).isdigit() and replicas != -1 and int(isr) > replicas:
+        errors.append(
+            f"[topics.{kind}.config] min.insync.replicas: {isr} is more than replication_factor = "
+            f"{replicas}: every transactional write would fail (NOT_ENOUGH_REPLICAS)"
+        )
+    return errors
+
+
+def _check_spark_conf(spark: _Part) -> list[str]:
+    """``[spark.conf]``: ``spark.*`` keys only, none the processor owns (:data:`OWNED_SPARK_CONF`), scalar
+    values."""
+    if not spark.ok("conf"):
+        return []
+    errors: list[str] = []
+    for key, value in spark.table.conf.items():
+        if not key.startswith("spark."):
+            errors.append(f"[spark.conf] {key}: not a Spark setting (the keys of [spark.conf] start with 'spark.')")
+        elif key in OWNED_SPARK_CONF:
+            errors.append(f"[spark.conf] {key}: owned by the processor: {OWNED_SPARK_CONF[key]}")
+        elif _config_value(value) is None:
+            errors.append(f"[spark.conf] {key}: expected a string, number or boolean, got {_describe(value)}")
+    return errors
+
+
+_SECRET = re.compile(r"password|secret|token|credential|jaas|(^|[._])key$", re.IGNORECASE)
+
+
+def shown(key: str, value: str) -> str:
+    """A setting as ``ivm check`` and the logs print it: the value masked when the key names a secret.
+
+    >>> shown("spark.executor.memory", "2g"), shown("spark.hadoop.fs.s3a.secret.key", "abc")
+    ('spark.executor.memory=2g', 'spark.hadoop.fs.s3a.secret.key=****')
+    """
+    return f"{key}={'****' if _SECRET.search(key) else value}"
+
+
+def _config_value(value: Any) -> str | None:
+    """A TOML scalar as Kafka's and Spark's configurations spell it (``true``, ``2``, ``0.5``), or ``None``
+    for a value that is not a scalar (an array, a table, a date)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -716,8 +924,19 @@ def _schema_path(rel: RelationTable, base: Path) -> Path:
     return (base / rel.schema_).resolve()
 
 
-def _build(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]], base: Path) -> PipelineConfig:
+def _build(
+    tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]], base: Path, kinds: Mapping[str, _Part]
+) -> PipelineConfig:
     """The configuration of a document without findings."""
+    defaults = TopicsConfig()
+    topics = {
+        kind: TopicSettings(
+            part.table.partitions if "partitions" in part.raw else getattr(defaults, kind).partitions,
+            part.table.replication_factor,
+            tuple((k, _config_value(v) or "") for k, v in part.table.config.items()),
+        )
+        for kind, part in kinds.items()
+    }
     proc, kafka, spark, metrics, policy = (tables[k].table for k in _SECTIONS)
     relations = tuple(
         RelationConfig(
@@ -766,6 +985,8 @@ def _build(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]], base
         exactly_once=proc.exactly_once,
         shards=proc.shards,
         placement=proc.placement,
+        topics=replace(defaults, **topics),
+        spark_conf=tuple((k, _config_value(v) or "") for k, v in spark.conf.items()),
     )
 
 
@@ -807,6 +1028,17 @@ def dump_config(config: PipelineConfig) -> str:
     ]
     for table in _SECTIONS:
         out += [f"[{table}]", *by_table[table], ""]
+        if table == "spark" and config.spark_conf:
+            out += ["[spark.conf]", *(f"{json.dumps(k)} = {value(v)}" for k, v in config.spark_conf), ""]
+    defaults = TopicsConfig()
+    for kind in TOPIC_KINDS:
+        settings = getattr(config.topics, kind)
+        if settings == getattr(defaults, kind):
+            continue
+        out += [f"[topics.{kind}]", f"partitions = {settings.partitions}"]
+        out += [f"replication_factor = {settings.replication_factor}", ""]
+        if settings.config:
+            out += [f"[topics.{kind}.config]", *(f"{json.dumps(k)} = {value(v)}" for k, v in settings.config), ""]
     for rel in config.relations:
         out += ["[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
         out.append(f"schema = {value(rel.schema_file())}")
@@ -842,6 +1074,8 @@ __all__ = [
     "PipelineConfig",
     "QueryConfig",
     "RelationConfig",
+    "TopicSettings",
+    "TopicsConfig",
     "dump_config",
     "load_config",
     "parse_config",

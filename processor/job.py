@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from processor.collector import CollectorWatch, freeze_state
-from processor.config import PipelineConfig, QueryConfig
+from processor.config import PipelineConfig, QueryConfig, TopicSettings, shown
 from processor.control import control_topic
 from processor.heartbeat import Heartbeat
 from processor.local.spark import spark_session, stop_session, temporary_checkpoint
@@ -46,7 +46,7 @@ from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
 from processor.recovery import StateStore, recover
 from processor.sink import KafkaSink, TransactionalKafkaSink
 from processor.snapshots import BackgroundSnapshots, SnapshotWritten
-from processor.topics import create_topics, partitions_of
+from processor.topics import create_kind, partitions_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -97,34 +97,38 @@ def starting_offsets(config: PipelineConfig, topics: list[str], positions: Posit
     return json.dumps(spec)
 
 
-def create_outputs(bootstrap: str, q: QueryConfig, view) -> None:
-    """The output topics of query ``q``: ``<q>.result`` compacted when the query has free variables (one
-    record per group: the topic holds the current result), ``<q>.delta`` and ``<q>.model``."""
+def create_outputs(bootstrap: str, q: QueryConfig, view, settings: TopicSettings | None = None) -> None:
+    """The output topics of query ``q`` (``[topics.outputs]``): ``<q>.result`` compacted when the query has
+    free variables (one record per group: the topic holds the current result), ``<q>.delta`` and
+    ``<q>.model``."""
     keyed = bool(view.query.free)
-    create_topics(bootstrap, [q.result_topic], config={"cleanup.policy": "compact"} if keyed else None)
-    create_topics(bootstrap, [q.delta_topic] + ([q.model_topic] if q.model else []))
+    settings = settings or TopicSettings()
+    create_kind(bootstrap, [q.result_topic], settings, **({"cleanup.policy": "compact"} if keyed else {}))
+    create_kind(bootstrap, [q.delta_topic] + ([q.model_topic] if q.model else []), settings)
 
 
 def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     """Create the topics, build the pipeline, recover its state (exactly-once mode) and read what the
     keyed result topics hold."""
-    create_topics(config.bootstrap, [r.topic for r in config.relations] + [config.dead_letter_topic])
+    kinds = config.topics  # [topics.KIND]: the cluster's defaults unless configured
+    create_kind(config.bootstrap, [r.topic for r in config.relations], kinds.relations)
+    create_kind(config.bootstrap, [config.dead_letter_topic], kinds.dead_letters)
     # the control topic keeps every command: a rebuild from the topics replays them with the updates
-    create_topics(config.bootstrap, [control_topic(config)], config={"retention.ms": "-1"})
+    create_kind(config.bootstrap, [control_topic(config)], kinds.control, **{"retention.ms": "-1"})
 
     def on_new_query(q: QueryConfig, view) -> None:
-        create_outputs(config.bootstrap, q, view)
+        create_outputs(config.bootstrap, q, view, kinds.outputs)
 
     if config.placement == "executors":
         from processor.placement.driver import PlacedPipeline, recover_positions
 
-        create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
+        create_kind(config.bootstrap, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
         pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
         recover_positions(pipeline, config.bootstrap)
     elif not config.exactly_once:
         pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
     else:
-        create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
+        create_kind(config.bootstrap, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
         pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
         report = recover(pipeline, StateStore(snapshot_location(config)), config.bootstrap)
         metrics.recovery_seconds.set(report.seconds)
@@ -203,11 +207,14 @@ def run_job(
     snapshots = BackgroundSnapshots(store) if store is not None else None
     own_session = spark is None
     if spark is None:
-        spark = spark_session("ivm-processor", config.spark_master)
+        spark = spark_session("ivm-processor", config.spark_master, conf=config.spark_conf)
         if stop is not None and threading.current_thread() is threading.main_thread():
             # pyspark's SparkContext installs a SIGINT handler that cancels every job and raises
             # KeyboardInterrupt; Ctrl-C stops the job like SIGTERM instead: cleanly, with a report
             signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if config.spark_conf:  # [spark.conf] as the session has it (read back: what Spark runs with)
+        effective = ", ".join(shown(k, str(spark.conf.get(k, "(unset)"))) for k, _ in config.spark_conf)
+        log.info("spark.conf: %s", effective)
     stream = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap)

@@ -110,15 +110,25 @@ def kafka_reason(err: BaseException) -> str:
 
 
 def create_topics(
-    bootstrap: str, topics: Sequence[str], partitions: int = 1, config: dict[str, str] | None = None
+    bootstrap: str,
+    topics: Sequence[str],
+    partitions: int = -1,
+    config: dict[str, str] | None = None,
+    replication_factor: int = -1,
 ) -> None:
-    """Create the topics that do not exist yet (one replica: a single broker)."""
+    """Create the topics that do not exist yet; an existing topic is left as it is.
+
+    ``partitions`` and ``replication_factor`` of ``-1`` take the cluster's defaults (``num.partitions``,
+    ``default.replication.factor``; brokers 2.4 and newer), as a topic created by any other Kafka client
+    would.  A creation the cluster refuses (a replication factor above its brokers, an unknown topic config)
+    raises ``RuntimeError`` naming the topic and the broker's reason.
+    """
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
     existing = set(admin.list_topics(timeout=30).topics)
     new = [
-        NewTopic(t, num_partitions=partitions, replication_factor=1, config=config or {})
+        NewTopic(t, num_partitions=partitions, replication_factor=replication_factor, config=config or {})
         for t in topics
         if t not in existing
     ]
@@ -129,7 +139,13 @@ def create_topics(
             future.result()
         except Exception as err:  # a concurrent creation is fine
             if "TOPIC_ALREADY_EXISTS" not in str(err):
-                raise RuntimeError(f"creating topic {topic} failed: {err}") from err
+                raise RuntimeError(f"creating topic {topic} failed: {kafka_reason(err)}") from err
+
+
+def create_kind(bootstrap: str, topics: Sequence[str], settings: Any, **own: str) -> None:
+    """Create ``topics`` of one kind with its :class:`processor.config.TopicSettings` (``[topics.KIND]``)
+    and the topic configs the processor sets itself, ``own`` (``cleanup.policy`` for compacted topics)."""
+    create_topics(bootstrap, topics, settings.partitions, settings.config_dict(**own), settings.replication_factor)
 
 
 def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from processor.config import ConfigError, PipelineConfig, load_config
+from processor.config import TOPIC_KINDS, ConfigError, PipelineConfig, TopicSettings, load_config, shown
 
 if TYPE_CHECKING:
     from processor.planning import PipelinePlan
@@ -59,6 +59,9 @@ def describe(plan: PipelinePlan) -> list[str]:
         f"spark: {c.spark_master}, at most {c.max_offsets_per_trigger} records per batch every {c.trigger_ms} ms, "
         f"from the {c.starting_offsets} offsets when nothing is committed",
         f"policy: negative={c.policy.negative}, duplicate={c.policy.duplicate}",
+        *(["spark.conf: " + ", ".join(shown(k, v) for k, v in c.spark_conf)] if c.spark_conf else []),
+        "topics the processor creates (when missing; -1: the cluster's default):",
+        *(f"  {kind:<12} {_settings(getattr(c.topics, kind))}" for kind in TOPIC_KINDS),
         "",
         "relations:",
     ]
@@ -88,6 +91,12 @@ def describe(plan: PipelinePlan) -> list[str]:
         outputs.append(c.progress_topic)
     lines += ["", "output topics: " + ", ".join(outputs)]
     return lines
+
+
+def _settings(t: TopicSettings) -> str:
+    """``partitions 3, replication factor 3, min.insync.replicas=2``."""
+    configs = "".join(f", {shown(k, v)}" for k, v in t.config)
+    return f"partitions {t.partitions}, replication factor {t.replication_factor}{configs}"
 
 
 def _patterns(described: dict[str, str]) -> str:

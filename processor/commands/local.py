@@ -35,6 +35,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Fetch the Apache Kafka broker and Spark's Kafka connector jars with Maven, cached in "
         "~/.cache/ivm-kafka (make setup does it); print where they are.",
     )
+    sub.add_parser(
+        "jars",
+        help="print Spark's Kafka connector jars, comma-separated (spark-submit --jars)",
+        description="Print the jars of Spark's Kafka connector (fetched with Maven and cached, as `ivm local "
+        'fetch`) comma-separated, for spark-submit\'s --jars: spark-submit --jars "$(ivm local jars)" '
+        "processor/submit.py -c pipeline.toml.",
+    )
     kafka = sub.add_parser(
         "kafka",
         help="run a single-node KRaft broker on loopback until interrupted",
@@ -69,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if args.service == "fetch":
         print(f"Kafka broker jars:    {artifacts.kafka_jars()}")
         print(f"Spark Kafka connector: {artifacts.spark_kafka_jars()[0].parent}")
+        return 0
+    if args.service == "jars":
+        print(",".join(str(jar) for jar in artifacts.spark_kafka_jars()))
         return 0
     if args.service == "kafka":
         import time

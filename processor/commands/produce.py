@@ -220,6 +220,7 @@ def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[
 
 
 def run(args: argparse.Namespace) -> int:
+    from processor.config import TopicSettings, load_config
     from processor.produce import (
         InMemory,
         Target,
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         send_updates,
     )
     from processor.progress import ProgressBar
-    from processor.topics import create_topics, require_broker
+    from processor.topics import create_kind, require_broker
     from processor.wire import WireCodec
 
     started = time.monotonic()
@@ -268,7 +269,9 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(codec, WireCodec):
             codec.register()
     require_broker(bootstrap)
-    create_topics(bootstrap, sorted(set(topics.values())))
+    # a missing relation topic: as ivm run creates it ([topics.relations] of -c, else the cluster's defaults)
+    settings = load_config(args.config).topics.relations if args.config else TopicSettings()
+    create_kind(bootstrap, sorted(set(topics.values())), settings)
     producer = UpdateProducer(bootstrap, codecs, topics)
     sending = time.monotonic()
     bar = ProgressBar("produce", len(updates), unit="updates") if sys.stderr.isatty() else None

@@ -108,10 +108,10 @@ def _send(config, topic: str, name: str, q, where: str) -> int:
     from confluent_kafka import Producer
 
     from processor.control import encode_add, encode_remove
-    from processor.topics import CLIENT_DEFAULTS, create_topics
+    from processor.topics import CLIENT_DEFAULTS, create_kind
 
-    try:
-        create_topics(config.bootstrap, [topic], config={"retention.ms": "-1"})
+    try:  # as the job creates it: one partition, every command kept ([topics.control])
+        create_kind(config.bootstrap, [topic], config.topics.control, **{"retention.ms": "-1"})
         producer = Producer({"bootstrap.servers": config.bootstrap, "enable.idempotence": True, **CLIENT_DEFAULTS})
         delivered: list = []
         producer.produce(

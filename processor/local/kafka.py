@@ -1,4 +1,5 @@
-"""A single-node Apache Kafka broker in KRaft mode, as a local JVM process.
+"""A single-node Apache Kafka broker in KRaft mode, as a local JVM process (and a cluster of several,
+:class:`KafkaCluster`, for the multi-broker tests).
 
 The broker runs from the official artifacts (``artifacts.kafka_jars``), binds
 to 127.0.0.1 on free ports, keeps its data in a folder of its own and its log
@@ -91,24 +92,7 @@ class KafkaBroker:
             port = port or free_port()
             controller_port = free_port()
             props.write_text(_server_properties(data, port, controller_port))
-        (workdir / "log4j2.properties").write_text(_LOG4J2.format(log=workdir / "broker.log"))
-        classpath = f"{kafka_jars()}/*"
-        java = _java()
-        base = [java, "-cp", classpath, f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}"]
-        if not (data / "meta.properties").exists():
-            cluster_id = uuid.uuid4().hex[:22]
-            fmt = subprocess.run(
-                [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                 "-c", str(props), "--standalone"],
-                capture_output=True, text=True,
-            )  # fmt: skip
-            if fmt.returncode != 0:
-                raise RuntimeError(f"formatting the Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
-        out = open(workdir / "broker.stdout", "ab")  # noqa: SIM115 (lives as long as the broker)
-        proc = subprocess.Popen(
-            [*base, f"-Xmx{heap}", "-Xms128m", *_JVM_OPTIONS, "kafka.Kafka", str(props)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        proc = _launch(workdir, props, heap, standalone=True)
         broker = cls(workdir, port, controller_port, proc)
         try:
             wait_for_port(port, timeout, alive=lambda: proc.poll() is None)
@@ -151,12 +135,125 @@ class KafkaBroker:
         self.stop()
 
 
-def _server_properties(data: Path, port: int, controller_port: int) -> str:
+class KafkaCluster:
+    """Several combined broker and controller nodes in KRaft mode on 127.0.0.1, a static quorum of them all
+    (3 nodes: 3 voters, one may fail), as the multi-broker tests need: the internal topics (offsets,
+    transactions) and new topics by default replicated on every node (``transaction.state.log.min.isr`` 2).
+
+    Each node is a :class:`KafkaBroker` (its own folder under ``workdir``, ports, JVM); :meth:`leader` says
+    which node leads a partition and ``node(i).stop(kill=True)`` kills one.
+    """
+
+    def __init__(self, workdir: Path, nodes: dict[int, KafkaBroker]) -> None:
+        self.workdir = workdir
+        self.nodes = nodes
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's address, comma-separated."""
+        return ",".join(node.bootstrap for node in self.nodes.values())
+
+    @classmethod
+    def start(
+        cls, workdir: Path | None = None, nodes: int = 3, heap: str = "384m", timeout: float = 180.0
+    ) -> KafkaCluster:
+        """Format and start ``nodes`` nodes at once (the quorum needs a majority before any node serves),
+        then wait until the cluster's metadata lists them all."""
+        workdir = Path(workdir or tempfile.mkdtemp(prefix="ivm-kafka-cluster-"))
+        ports = {i: (free_port(), free_port()) for i in range(1, nodes + 1)}
+        voters = ",".join(f"{i}@127.0.0.1:{controller}" for i, (_port, controller) in ports.items())
+        cluster_id = uuid.uuid4().hex[:22]
+        started: dict[int, KafkaBroker] = {}
+        cluster = cls(workdir, started)
+        try:
+            for i, (port, controller) in ports.items():
+                folder = workdir / f"node-{i}"
+                folder.mkdir(parents=True, exist_ok=True)
+                props = folder / "server.properties"
+                props.write_text(_server_properties(folder / "data", port, controller, i, voters, replicas=nodes))
+                started[i] = KafkaBroker(folder, port, controller, _launch(folder, props, heap, False, cluster_id))
+            for node in started.values():
+                wait_for_port(node.port, timeout, alive=lambda node=node: node.proc.poll() is None)
+            cluster.wait_ready(timeout, brokers=nodes)
+        except Exception as err:
+            cluster.stop()
+            raise RuntimeError(f"the Kafka cluster did not start; see the broker.log files under {workdir}") from err
+        return cluster
+
+    def wait_ready(self, timeout: float = 120.0, brokers: int | None = None) -> None:
+        """Wait until the metadata lists ``brokers`` brokers (default: every node)."""
+        from confluent_kafka.admin import AdminClient
+
+        want = brokers or len(self.nodes)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if len(admin.list_topics(timeout=5).brokers) >= want:
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {want} brokers after {timeout:.0f} s")
+            time.sleep(0.5)
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        """The node id that leads ``topic``'s ``partition`` now."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        return admin.list_topics(topic, timeout=30).topics[topic].partitions[partition].leader
+
+    def node(self, node_id: int) -> KafkaBroker:
+        return self.nodes[node_id]
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop every node (SIGTERM, then SIGKILL after 30 s; ``kill`` kills at once)."""
+        for node in self.nodes.values():
+            node.stop(kill=kill)
+
+    def __enter__(self) -> KafkaCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _launch(workdir: Path, props: Path, heap: str, standalone: bool, cluster_id: str | None = None) -> subprocess.Popen:
+    """Format the node's storage (first start only; ``standalone``: a quorum of this node alone, else the
+    static voters of its ``controller.quorum.voters``; every node of a cluster gets the same ``cluster_id``)
+    and start its JVM."""
+    data = workdir / "data"
+    (workdir / "log4j2.properties").write_text(_LOG4J2.format(log=workdir / "broker.log"))
+    classpath = f"{kafka_jars()}/*"
+    java = _java()
+    base = [java, "-cp", classpath, f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}"]
+    if not (data / "meta.properties").exists():
+        cluster_id = cluster_id or uuid.uuid4().hex[:22]
+        fmt = subprocess.run(
+            [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props),
+             *(["--standalone"] if standalone else [])],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if fmt.returncode != 0:
+            raise RuntimeError(f"formatting the Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+    out = open(workdir / "broker.stdout", "ab")  # noqa: SIM115 (lives as long as the broker)
+    return subprocess.Popen(
+        [*base, f"-Xmx{heap}", "-Xms128m", *_JVM_OPTIONS, "kafka.Kafka", str(props)],
+        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def _server_properties(
+    data: Path, port: int, controller_port: int, node_id: int = 1, voters: str | None = None, replicas: int = 1
+) -> str:
+    """A combined broker and controller node; ``voters`` the quorum (default: this node alone), ``replicas``
+    the replication of the internal topics (offsets, transactions) and the topics' default."""
     return "\n".join(
         [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+            f"node.id={node_id}",
+            f"controller.quorum.voters={voters or f'{node_id}@127.0.0.1:{controller_port}'}",
             f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names=CONTROLLER",
@@ -165,10 +262,11 @@ def _server_properties(data: Path, port: int, controller_port: int) -> str:
             f"log.dirs={data}",
             "num.partitions=1",
             "auto.create.topics.enable=true",
-            "offsets.topic.replication.factor=1",
+            f"default.replication.factor={replicas}",
+            f"offsets.topic.replication.factor={replicas}",
             "offsets.topic.num.partitions=3",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
+            f"transaction.state.log.replication.factor={replicas}",
+            f"transaction.state.log.min.isr={min(replicas, 2)}",
             "transaction.state.log.num.partitions=3",
             "group.initial.rebalance.delay.ms=0",
             "log.retention.hours=-1",

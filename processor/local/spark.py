@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +41,38 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith(("local[", "local-cluster["))
 
 
-def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str | None = None) -> SparkSession:
+def default_settings() -> dict[str, str]:
+    """The processor's defaults, which ``[spark.conf]`` may override (``IVM_SPARK_DRIVER_MEMORY``: the
+    driver's memory, 2g unless set)."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": os.environ.get("IVM_SPARK_DRIVER_MEMORY", "2g"),
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
+def owned_settings() -> dict[str, str]:
+    """The settings the processor owns whatever the master (also under spark-submit, :mod:`processor.submit`):
+    no speculation, and the stream's temporary checkpoint and stop bound."""
+    return {
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.sql.streaming.stopTimeout": "5s",  # a stop never waits on a Kafka fetch for long
+        "spark.speculation": "false",  # a second attempt of a batch would only cost (processor.placement)
+    }
+
+
+def spark_session(
+    app_name: str = "ivm",
+    master: str = "local[2]",
+    log_dir: str | None = None,
+    conf: Sequence[tuple[str, str]] = (),
+) -> SparkSession:
     """A SparkSession for the streaming job; the UI is off and shuffles are small.
+
+    ``conf`` (``[spark.conf]``) overrides the processor's defaults (driver memory, shuffle partitions, the
+    UI, the application's name); the settings the processor owns (:func:`owned_settings`) come last and
+    cannot be overridden (the configuration refuses them by name, :data:`processor.config.OWNED_SPARK_CONF`).
 
     On a local master Spark binds to the loopback address (``SPARK_LOCAL_IP=127.0.0.1`` for the JVM it
     launches, unless set already), so a machine whose host name resolves to an unreachable address still
@@ -50,7 +81,6 @@ def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str 
     """
     from pyspark.sql import SparkSession
 
-    jars = ",".join(str(j) for j in spark_kafka_jars())
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     pinned = is_local(master) and "SPARK_LOCAL_IP" not in os.environ
     if not is_local(master) and os.environ.get("SPARK_LOCAL_IP", "").startswith("127."):
@@ -63,22 +93,20 @@ def spark_session(app_name: str = "ivm", master: str = "local[2]", log_dir: str 
     java_options = f"-Dlog4j2.configurationFile=file:{_LOG4J2} -Divm.spark.log={log_file} " + os.environ.get(
         "IVM_SPARK_JAVA_OPTIONS", _JVM_OPTIONS
     )
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.jars", jars)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", os.environ.get("IVM_SPARK_DRIVER_MEMORY", "2g"))
-        .config("spark.local.dir", local_dir)
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.sql.streaming.stopTimeout", "5s")  # a stop never waits on a Kafka fetch for long
-        .config("spark.driver.extraJavaOptions", java_options)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in {**default_settings(), **dict(conf)}.items():
+        builder = builder.config(key, value)
+    owned = {
+        **owned_settings(),
+        "spark.master": master,
+        "spark.jars": ",".join(str(j) for j in spark_kafka_jars()),
+        "spark.local.dir": local_dir,
+        "spark.driver.extraJavaOptions": java_options,
         # the executors' JVMs the same way (a cluster's executors read Kafka; placement = "executors" runs there)
-        .config("spark.executor.extraJavaOptions", os.environ.get("IVM_SPARK_JAVA_OPTIONS", _JVM_OPTIONS))
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.speculation", "false")  # a second attempt of a batch would only cost (processor.placement)
-    )
+        "spark.executor.extraJavaOptions": os.environ.get("IVM_SPARK_JAVA_OPTIONS", _JVM_OPTIONS),
+    }
+    for key, value in owned.items():
+        builder = builder.config(key, value)
     if pinned:  # only the JVM launched now sees it: the environment of this process is left as it was
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     try:
