@@ -252,6 +252,7 @@ class Pipeline:
         self.metrics.observe_relations(self.relation_of_topic.values())
         for name in self.query_configs:
             self.metrics.rebuilds.labels(name)  # exported from 0
+            self.metrics.model_not_converged.labels(name)  # exported from 0 (only a regression's can grow)
         self._result = OutputCodec("result")
         self._delta = OutputCodec("delta")
         self._dead = OutputCodec("dead_letter")
