@@ -44,13 +44,14 @@ from typing import Any
 
 import fastavro
 
-from processor.codec import load_schema, schemas_dir
+from processor.codec import OutputCodec, load_schema, schemas_dir
 from processor.config import PipelineConfig, QueryConfig
 
 Overrides = dict[str, QueryConfig | None]  # query name -> the query added last, or None: removed
 ACKS = ("applied", "refused")
 
 _SCHEMA = fastavro.parse_schema(load_schema(schemas_dir() / "control.avsc"))
+_CODEC = OutputCodec("control")  # reads the records of earlier versions too (without trailing fields)
 
 
 def control_topic(config: PipelineConfig) -> str:
@@ -112,6 +113,12 @@ def _decode(value: bytes | None) -> tuple[str, str, QueryConfig | None, dict[str
     buf = io.BytesIO(value)
     try:
         record = fastavro.schemaless_reader(buf, _SCHEMA, None)
+    except EOFError:  # a command written before the answers' fields were appended (their defaults apply)
+        try:
+            record, _missing = _CODEC.decode_versioned(value)
+        except Exception as err:
+            raise ValueError(f"malformed control record: {type(err).__name__}: {err}") from None
+        buf.seek(len(value))
     except Exception as err:
         raise ValueError(f"malformed control record: {type(err).__name__}: {err}") from None
     if buf.tell() != len(value):

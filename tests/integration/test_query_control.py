@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 from dataclasses import replace
 
 import pytest
@@ -132,6 +133,9 @@ def test_executors_placement_serves_run_time_queries_and_refusals_stay(
     assert main(["query", "add", distinct, DISTINCT, "-c", str(toml)]) == 0
     assert "applied by the running job" in capsys.readouterr().out
     assert int(json.loads(_caught_up(kafka, f"{distinct}.result", inputs)["value"])) == 4
+    capsys.readouterr()  # point 5e: `ivm subscribe -c` knows the topics of a query added at run time
+    assert main(["subscribe", f"{distinct}.result", "-c", str(toml), "--snapshot", "--idle-timeout", "1"]) == 0
+    assert f"{distinct} after batch " in capsys.readouterr().out
     job.stop()
 
     placed = replace(config, placement="executors")
@@ -143,6 +147,10 @@ def test_executors_placement_serves_run_time_queries_and_refusals_stay(
         == _distinct(_oracle(kafka, topics))
         == 9
     )
+    capsys.readouterr()  # point 5f: the status names each slice's executor (it printed `executor ,`)
+    assert main(["status", "-c", str(toml), "--json"]) == 0
+    slices = json.loads(capsys.readouterr().out)["process"]["slices"]
+    assert slices and all(s["executor"].endswith(f"@{socket.gethostname()}") for s in slices), slices
     refused = f"{topic_prefix}refused"
     capsys.readouterr()
     assert main(["query", "add", refused, TWO_PATH, "-c", str(toml)]) == 1

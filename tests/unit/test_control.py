@@ -165,3 +165,30 @@ def _ack_of(ack: tuple[str, str, int, str | None]) -> bytes:
     from processor.control import encode_ack
 
     return encode_ack(ack[1], 0, ack[2], ack[3])
+
+
+def test_a_command_written_before_the_answer_fields_still_decodes() -> None:
+    """Commands in existing control topics were written without ``command_partition``, ``command_offset``
+    and ``reason``: they must still count (a pipeline's added queries would vanish otherwise)."""
+    import io
+
+    import fastavro
+
+    from processor.codec import load_schema, schemas_dir
+
+    raw = load_schema(schemas_dir() / "control.avsc")
+    earlier = fastavro.parse_schema({**raw, "fields": raw["fields"][:-3]})
+    buf = io.BytesIO()
+    record = {"op": "add", "name": "path", "query": TWO_PATH, "engine": "auto", "eps": None, "shards": None,
+              "patterns": [], "model": None, "label": None, "method": "closed_form", "timestamp_ms": 1}  # fmt: skip
+    fastavro.schemaless_writer(buf, earlier, record)
+    assert decode(buf.getvalue()) == ("add", "path", QueryConfig("path", TWO_PATH))
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, earlier, {"op": "remove", "name": "tri", "timestamp_ms": 1})
+    assert decode(buf.getvalue()) == ("remove", "tri", None)
+    try:
+        decode(buf.getvalue() + b"\x00\x00\x00\x00\x00")
+    except ValueError as err:
+        assert "malformed control record" in str(err)
+    else:
+        raise AssertionError("trailing bytes must be refused")
