@@ -62,6 +62,8 @@ def test_dead_letters_are_shown_counted_on_and_not_repeated_after_a_reset(
     job.stop()
     assert len(_dead_letters(kafka.bootstrap, config.dead_letter_topic)) == BAD
 
+    producer.send_raw(topics["R"], *CODECS["R"].encode((100, 101), 1))  # a good one: the restart commits a batch
+    producer.flush()
     metrics = Metrics()
     job = start_job(config, metrics)  # nothing new to dead-letter: the counter still says what the topic holds
     _caught_up(kafka, config, inputs)
