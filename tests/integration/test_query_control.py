@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import time
 from dataclasses import replace
 
 import pytest
@@ -147,9 +148,13 @@ def test_executors_placement_serves_run_time_queries_and_refusals_stay(
         == _distinct(_oracle(kafka, topics))
         == 9
     )
-    capsys.readouterr()  # point 5f: the status names each slice's executor (it printed `executor ,`)
-    assert main(["status", "-c", str(toml), "--json"]) == 0
-    slices = json.loads(capsys.readouterr().out)["process"]["slices"]
+    slices = None  # point 5f: the status names each slice's executor (it printed `executor ,`)
+    for _ in range(30):  # the heartbeat writes the slices with its next beat (every 3 s)
+        capsys.readouterr()
+        assert main(["status", "-c", str(toml), "--json"]) == 0
+        if slices := json.loads(capsys.readouterr().out)["process"]["slices"]:
+            break
+        time.sleep(1)
     assert slices and all(s["executor"].endswith(f"@{socket.gethostname()}") for s in slices), slices
     refused = f"{topic_prefix}refused"
     capsys.readouterr()

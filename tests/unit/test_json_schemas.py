@@ -335,7 +335,9 @@ def test_ivm_query_list_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     queries = {q["name"]: q for q in listing["queries"]}
     assert queries["pairs"]["source"] == "control"
     assert [(queries[n]["state"], queries[n]["reason"]) for n in ("pairs", "late", "no")] == [
-        ("maintained", None), ("pending", None), ("refused", "control command refused: why")
+        ("maintained", None),
+        ("pending", None),
+        ("refused", "control command refused: why"),
     ]
 
 
