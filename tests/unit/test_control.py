@@ -192,3 +192,30 @@ def test_a_command_written_before_the_answer_fields_still_decodes() -> None:
         assert "malformed control record" in str(err)
     else:
         raise AssertionError("trailing bytes must be refused")
+
+
+def test_an_executors_start_serves_the_unrefused_commands_or_refuses_by_name() -> None:
+    """Issue 36 point 3: the executors' placement built the file's queries only, so a query added at run time
+    stopped being maintained without a word.  A start serves the configuration with every command not refused;
+    one it cannot serve stops it, naming the query, the reason and the fix."""
+    import pytest
+
+    from processor.control import Command
+    from processor.job import served_at_start
+    from processor.recovery import RecoveryError
+
+    distinct = QueryConfig("distinct", "SELECT COUNT(DISTINCT S.C) FROM R JOIN S USING (B)")
+    commands = [
+        Command(0, 0, "add", "distinct", distinct, "applied"),
+        Command(0, 1, "add", "later", QueryConfig("later", TWO_PATH), None),  # pending: the start takes it
+        Command(0, 2, "add", "no", QueryConfig("no", TWO_PATH), "refused", "control command refused: why"),
+        Command(0, 3, "remove", "tri", None, "applied"),
+    ]
+    served = served_at_start(CONFIG, commands)
+    assert [q.name for q in served.queries] == ["distinct", "later"]
+    assert served_at_start(CONFIG, []) is CONFIG
+
+    two = PipelineConfig(relations=CONFIG.relations[:2], queries=(QueryConfig("path", TWO_PATH),), name="p")
+    over_t = QueryConfig("tri_again", TRIANGLE)  # added while T was configured; T is gone from the file now
+    with pytest.raises(RecoveryError, match=r"p\.control \(tri_again\).*remove them with `ivm query remove`"):
+        served_at_start(two, [Command(0, 0, "add", "tri_again", over_t, "applied")])
