@@ -166,8 +166,8 @@ def served_at_start(config: PipelineConfig, commands: list[Command]) -> Pipeline
         added = sorted(n for n, q in overrides.items() if q is not None)
         raise RecoveryError(
             f"pipeline {config.name!r}: the queries added through {control_topic(config)} ({', '.join(added)}) "
-            f'cannot be served with placement = "executors": {err}; remove them with `ivm query remove`, or run '
-            'with placement = "driver"'
+            f'cannot be served with placement = "executors": {err}; remove them with `ivm query remove NAME -c CONFIG` '
+            '(taken by the next start), or run with placement = "driver"'
         ) from err
     for name, q in overrides.items():
         what = "removed" if q is None else "added"

@@ -217,5 +217,5 @@ def test_an_executors_start_serves_the_unrefused_commands_or_refuses_by_name() -
 
     two = PipelineConfig(relations=CONFIG.relations[:2], queries=(QueryConfig("path", TWO_PATH),), name="p")
     over_t = QueryConfig("tri_again", TRIANGLE)  # added while T was configured; T is gone from the file now
-    with pytest.raises(RecoveryError, match=r"p\.control \(tri_again\).*remove them with `ivm query remove`"):
+    with pytest.raises(RecoveryError, match=r"p\.control \(tri_again\).*remove them with `ivm query remove NAME"):
         served_at_start(two, [Command(0, 0, "add", "tri_again", over_t, "applied")])
