@@ -81,7 +81,7 @@ class QueryConfig:
     patterns: tuple[str, ...] = ()  # declared update patterns, e.g. ("R=insert-only", "R+S=fifo")
     model: str | None = None  # "linear_regression" or "chow_liu": published to <query>.model
     label: str | None = None  # the regression's label variable
-    method: str = "gradient_descent"  # or "closed_form"
+    method: str = "closed_form"  # or "gradient_descent" (only when asked: it reports whether it converged)
 
     @property
     def model_topic(self) -> str:
@@ -960,7 +960,7 @@ def _build(
             tuple(q.patterns),
             q.model,
             q.label,
-            q.method or "gradient_descent",
+            q.method or "closed_form",
         )
         for q in (e.table for e in entries["queries"])
     )

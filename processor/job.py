@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 
 from processor.collector import CollectorWatch, freeze_state
 from processor.config import PipelineConfig, QueryConfig, TopicSettings, shown
-from processor.control import control_topic
+from processor.control import Command, control_topic, effective, fold, read_log, refusals
+from processor.deadletters import read_dead_letters
 from processor.heartbeat import Heartbeat
 from processor.local.spark import spark_session, stop_session, temporary_checkpoint
 from processor.metrics import LagMonitor, Metrics
@@ -119,25 +120,63 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     def on_new_query(q: QueryConfig, view) -> None:
         create_outputs(config.bootstrap, q, view, kinds.outputs)
 
+    commands = read_log(config.bootstrap, control_topic(config))
     if config.placement == "executors":
         from processor.placement.driver import PlacedPipeline, recover_positions
 
+        # the queries are fixed for the run: the configuration's with every command not refused (control.py)
+        config = served_at_start(config, commands)
         create_kind(config.bootstrap, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
         pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
         recover_positions(pipeline, config.bootstrap)
     elif not config.exactly_once:
         pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
+        pipeline.refused_commands = refusals(commands)
     else:
         create_kind(config.bootstrap, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
         pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+        pipeline.refused_commands = refusals(commands)  # a replay never applies what was refused
         report = recover(pipeline, StateStore(snapshot_location(config)), config.bootstrap)
         metrics.recovery_seconds.set(report.seconds)
         metrics.replayed_records.inc(report.replayed)
+    # the pipeline's dead letters the topic holds: the counter goes on from them, and a history that starts
+    # over does not write them again (processor.deadletters)
+    held = read_dead_letters(config.bootstrap, config.dead_letter_topic, pipeline.topics)
+    metrics.dead_letters.labels(config.dead_letter_topic).inc(held.total)
+    pipeline.dead_lettered = held.keys
     pipeline.on_new_query = on_new_query
     for name, q in pipeline.query_configs.items():  # the configured ones and those of the control topic
         on_new_query(q, pipeline.views[name])
     pipeline.load_published(config.bootstrap)
     return pipeline
+
+
+def served_at_start(config: PipelineConfig, commands: list[Command]) -> PipelineConfig:
+    """The queries a run of ``placement = "executors"`` serves: the configuration's, with every command of
+    the control topic that was not refused (``control.fold``), so a query added at run time under the
+    driver's placement is still maintained.  A query the executors cannot serve stops the start with its
+    name, the reason and the fix (``RecoveryError``: ``ivm run`` prints it and exits 2)."""
+    from processor.config import ConfigError
+    from processor.planning import plan_pipeline
+    from processor.recovery import RecoveryError
+
+    overrides = fold(commands)
+    if not overrides:
+        return config
+    served = effective(config, overrides)
+    try:
+        plan_pipeline(served)
+    except ConfigError as err:
+        added = sorted(n for n, q in overrides.items() if q is not None)
+        raise RecoveryError(
+            f"pipeline {config.name!r}: the queries added through {control_topic(config)} ({', '.join(added)}) "
+            f'cannot be served with placement = "executors": {err}; remove them with `ivm query remove NAME -c CONFIG` '
+            '(taken by the next start), or run with placement = "driver"'
+        ) from err
+    for name, q in overrides.items():
+        what = "removed" if q is None else "added"
+        log.info("query %s: %s through %s (served by this run)", name, what, control_topic(config))
+    return served
 
 
 def summary(config: PipelineConfig, pipeline: Pipeline, metrics_url: str | None) -> list[str]:
@@ -262,7 +301,7 @@ def run_job(
             metrics.snapshot_bytes.set(written.size)
             log.info("snapshot %s (%d bytes, %.2fs)", written.path.rsplit("/", 1)[-1], written.size, written.seconds)
 
-    executors = Executors(config, pipeline, metrics, heartbeat) if placed else None
+    executors = Executors(pipeline.config, pipeline, metrics, heartbeat) if placed else None
     if executors is not None:  # the hosts seal batch v while Spark routes v + 1
 
         def seal(sent) -> None:

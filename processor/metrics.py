@@ -164,6 +164,12 @@ class Metrics:
             ["query"],
             registry=r,
         )
+        self.model_not_converged = Counter(
+            "ivm_model_not_converged_total",
+            "Model records published whose gradient descent stopped at its iteration cap, unconverged",
+            ["query"],
+            registry=r,
+        )
         self.plan_changes = Counter(
             "ivm_plan_changes_total", "Maintenance plan changes (a new tree after a pattern change)", ["query"],
             registry=r,

@@ -40,7 +40,8 @@ from ivm.policy import Policy
 from ivm.updates import Row, Update
 from processor.codec import OutputCodec, RelationCodec, json_value, load_schema, result_to_json, schemas_dir
 from processor.config import ConfigError, PipelineConfig, QueryConfig
-from processor.control import control_topic
+from processor.control import ACKS as CONTROL_ACKS
+from processor.control import control_topic, encode_ack
 from processor.control import decode as decode_control
 from processor.metrics import Metrics
 from processor.planning import build_view
@@ -115,6 +116,8 @@ class Applied:
     oldest_ms: int  # the oldest Kafka timestamp among them (0: none)
     accepted: dict[str, int] = field(default_factory=dict)  # per relation: records applied to its contents
     refused: dict[str, int] = field(default_factory=dict)  # per relation: decoded updates the input policy refused
+    # the control commands taken: (record, query name, None if applied else why refused), acknowledged on publish
+    control: list[tuple[Record, str, str | None]] = field(default_factory=list)
 
     @property
     def records(self) -> int:
@@ -230,6 +233,12 @@ class Pipeline:
         self.control_topic = control_topic(config)
         self.on_new_query: Callable[[QueryConfig, Any], None] | None = None  # e.g. create its output topics
         self.keyed: dict[str, KeyedResult] = {}  # per query with free variables: what its result topic holds
+        # control commands refused earlier ((partition, offset) -> reason, ``control.refusals``): refused again
+        # when replayed, whatever this run could serve
+        self.refused_commands: dict[tuple[int, int], str] = {}
+        # dead letters the topic already holds (source topic, partition, offset, reason): not written again when
+        # a pipeline that started over meets the same records (processor.deadletters)
+        self.dead_lettered: set[tuple[str, int, int, str]] = set()
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
         self._schema_of = schema_of
         windows = _windows(config)
@@ -243,6 +252,7 @@ class Pipeline:
         self.metrics.observe_relations(self.relation_of_topic.values())
         for name in self.query_configs:
             self.metrics.rebuilds.labels(name)  # exported from 0
+            self.metrics.model_not_converged.labels(name)  # exported from 0 (only a regression's can grow)
         self._result = OutputCodec("result")
         self._delta = OutputCodec("delta")
         self._dead = OutputCodec("dead_letter")
@@ -313,13 +323,20 @@ class Pipeline:
         self.state.models.pop(name, None)
         self.state.fingerprints.pop(f"query:{name}", None)
 
-    def _control(self, batch: RecordBatch, tp: tuple[str, int], rows: list[int], dead: list) -> None:
+    def _control(self, batch: RecordBatch, tp: tuple[str, int], rows: list[int], dead: list, acks: list) -> None:
         """Apply the control records ``rows`` in offset order (before the batch's updates): add, replace or
-        remove a query; a command that cannot be served is dead-lettered with its reason."""
+        remove a query; a command that cannot be served is dead-lettered with its reason, and so is one
+        refused before (a replay).  Every command gets its answer in ``acks`` (``processor.control``)."""
         for i in rows:
             record = batch.record(i)
+            name = ""
             try:
                 op, name, q = decode_control(batch.value[i])
+                if op in CONTROL_ACKS:  # the job's own answers
+                    continue
+                earlier = self.refused_commands.get((record.partition, record.offset))
+                if earlier is not None:
+                    raise ValueError(earlier.removeprefix("control command refused: "))
                 if op == "remove":
                     if name not in self.query_configs:
                         raise ValueError(f"no query {name!r} to remove (queries: {sorted(self.query_configs)})")
@@ -339,9 +356,11 @@ class Pipeline:
                         self.store.count(view.query.relations),
                     )  # fmt: skip
                 self.state.control[name] = q
+                acks.append((record, name, None))
             except (ValueError, ConfigError) as err:
                 reason = str(err).replace("\n", "; ")
                 dead.append((record, f"control command refused: {reason}", "control", None, None))
+                acks.append((record, name, f"control command refused: {reason}"))
 
     def build_query(self, name: str) -> Any:
         """A fresh view of configured query ``name`` (and its model), loaded from the relations' current
@@ -391,6 +410,9 @@ class Pipeline:
         self.sink.begin()
         for record, reason, kind, query, relation in applied.dead:
             self._dead_letter(record, reason, kind, query, relation)
+        for record, name, refusal in applied.control:  # visible exactly when the command's effect is
+            ack = encode_ack(name, record.partition, record.offset, refusal)
+            self.sink.send(self.control_topic, name.encode(), ack)
         for name, outcome in applied.outcomes.items():
             report.applied[name] = outcome.applied
             view = self.views[name]
@@ -453,6 +475,7 @@ class Pipeline:
         updates: list[tuple[str, Row, int]] = []
         segments: list[tuple[str | None, int, int]] = []
         dead: list[tuple[Record, str, str, str | None, str | None]] = []
+        acks: list[tuple[Record, str, str | None]] = []
         per_topic: dict[str, int] = {}
         accepted: dict[str, int] = {}
         refusals: dict[str, int] = {}
@@ -472,7 +495,7 @@ class Pipeline:
             if stamp and (not oldest or stamp < oldest):
                 oldest = stamp
             if topic == self.control_topic:
-                self._control(batch, tp, rows, dead)
+                self._control(batch, tp, rows, dead, acks)
                 continue
             codec = self.codecs.get(topic)
             if codec is None:
@@ -522,7 +545,7 @@ class Pipeline:
             segments.append((relation, start, len(updates)))
         outcomes = {name: self._apply_view(name, view, updates, segments)
                     for name, view in self.views.items()}  # fmt: skip
-        return Applied(outcomes, dead, per_topic, oldest, accepted, refusals)
+        return Applied(outcomes, dead, per_topic, oldest, accepted, refusals, acks)
 
     def _apply_view(
         self,
@@ -575,6 +598,14 @@ class Pipeline:
             parameters = model.update()
         except Exception as err:  # e.g. a singular system before enough rows arrived
             parameters = {"type": q.model, "error": f"{type(err).__name__}: {err}"}
+        if parameters.get("converged") is False:
+            log.warning(
+                "query %s, batch %d: %s stopped at its cap of %d iterations, not converged (relative gradient "
+                "norm %.3g); the published parameters are not the least-squares fit (method = \"closed_form\" is)",
+                q.name, batch_id, parameters.get("method"), parameters.get("max_iterations", 0),
+                parameters.get("gradient_norm", float("nan")),
+            )  # fmt: skip
+            self.metrics.model_not_converged.labels(q.name).inc()
         record = {
             "query": q.name,
             "batch_id": batch_id,
@@ -667,6 +698,13 @@ class Pipeline:
     def _dead_letter(
         self, record: Record, reason: str, kind: str, query: str | None, relation: str | None = None
     ) -> None:
+        self.metrics.updates_rejected.labels(query or "", relation or record.topic, kind).inc()
+        if (record.topic, record.partition, record.offset, reason) in self.dead_lettered:
+            log.info(
+                "dead letter %s[%d]@%d: already in %s (an earlier history): %s",
+                record.topic, record.partition, record.offset, self.config.dead_letter_topic, reason,
+            )  # fmt: skip
+            return
         log.warning("dead letter %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
         self.sink.send(
             self.config.dead_letter_topic,
@@ -685,7 +723,6 @@ class Pipeline:
             ),
         )
         self.metrics.dead_letters.labels(self.config.dead_letter_topic).inc()
-        self.metrics.updates_rejected.labels(query or "", relation or record.topic, kind).inc()
 
 
 _POSITIVE = (0).__lt__  # t > 0: a Kafka timestamp (-1 or 0: none)

@@ -172,13 +172,17 @@ def snapshot_then_changes(
     current: dict[bytes, tuple[Any, Any]] = {}  # key -> (group, value)
     scalar: dict[str, Any] = {}
     last_batch = -1
+    newest: Any = None  # the newest record's time: its batch is the snapshot's (after `ivm reset` the batch
+    # ids start over while records of the earlier history stay in the compacted topic, with higher ids)
     with TopicReader(bootstrap, topic) as log:
         for key, value in log.to_end():
             if value is None:
                 current.pop(key, None)
                 continue
             record = codec.decode(value)
-            last_batch = max(last_batch, record["batch_id"])
+            stamp = record.get("timestamp_ms")
+            if newest is None or stamp is None or stamp >= newest:
+                newest, last_batch = stamp, record["batch_id"]
             scalar["query"] = record["query"]
             if record.get("group") is None:
                 scalar["value"] = json.loads(record["value"])

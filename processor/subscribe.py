@@ -136,6 +136,9 @@ def _plain_control(r: dict[str, Any]) -> str:
     when = _time(r["timestamp_ms"])
     if r["op"] == "remove":
         return f"remove {r['name']}  ({when})"
+    if r["op"] in ("applied", "refused"):
+        why = f": {r['reason']}" if r.get("reason") else ""
+        return f"{r['op']} {r['name']} (command [{r['command_partition']}]@{r['command_offset']}){why}  ({when})"
     options = [f"engine {r['engine']}"]
     options += [f"{k} {r[k]}" for k in ("eps", "shards", "model", "label") if r.get(k) is not None]
     if r.get("model") == "linear_regression":

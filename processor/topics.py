@@ -214,6 +214,11 @@ class TopicReader:
 
     def to_end(self, timeout: float = 60) -> Iterator[tuple[bytes, bytes | None]]:
         """The records up to the end offsets the topic had when the reader was made."""
+        for msg in self.messages(timeout):
+            yield msg.key(), msg.value()
+
+    def messages(self, timeout: float = 60) -> Iterator[Any]:
+        """:meth:`to_end`'s records as the client's messages (with their partitions and offsets)."""
         remaining = {tp: high for tp, (low, high) in self._marks.items() if high > low}
         deadline = time.monotonic() + timeout
         while remaining:
@@ -228,7 +233,7 @@ class TopicReader:
             tp = (msg.topic(), msg.partition())
             if msg.offset() >= remaining.get(tp, 0) - 1:
                 remaining.pop(tp, None)
-            yield msg.key(), msg.value()
+            yield msg
 
     def follow(
         self, poll_timeout: float, idle_timeout: float | None, stop: Any

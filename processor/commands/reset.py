@@ -10,7 +10,9 @@ The pipeline's state: every snapshot and the committed progress (the
 from the relation topics at ``starting_offsets``.  Tuples a bootstrap loaded
 are in no topic: bootstrap again after a reset.  Output topics are kept.
 
-Stop the pipeline first: a running one would write a new snapshot.
+Stop the pipeline first: a running one would write a new snapshot.  While
+its heartbeat (<state_dir>/running.json) says it runs, the reset is refused
+(exit 1) and nothing is changed.
 """
 
 from __future__ import annotations
@@ -58,7 +60,18 @@ def run(args: argparse.Namespace) -> int:
         for line in err.errors or str(err).splitlines():
             print(f"ivm reset: {line}", file=sys.stderr)
         return 2
+    from processor.heartbeat import liveness
+    from processor.job import state_dir
     from processor.placement.host import clear_slices, slice_stores
+
+    process = liveness(state_dir(config))
+    if process.running:  # it would write a new snapshot, or go on from the state being dropped
+        print(
+            f"ivm reset: pipeline {config.name} is {process.describe()}: stop it first (Ctrl-C or SIGTERM to its "
+            "`ivm run`), then reset",
+            file=sys.stderr,
+        )
+        return 1
 
     store = StateStore(snapshot_location(config))
     snapshots = store.snapshots() + [p for s in slice_stores(snapshot_location(config)) for p in s.snapshots()]

@@ -38,7 +38,9 @@ behind}), lag_by_topic ({topic: records behind}), total_lag, results ([{query,
 topic, keyed, value, batch_id, produced_at, groups, error}]: value, batch_id
 and produced_at for a scalar query, groups for a keyed one, null when nothing
 is published yet), snapshots (file names), state_dir, queries (the configured
-names).
+names), dead_letters ({topic, total, by_reason: {reason: count}, error}: the
+records of the pipeline's relation and control topics its dead-letter topic
+holds, per reason up to its first colon).
 
 A broker that cannot be reached ends the command within seconds with one line
 naming its address (exit 1).
@@ -197,6 +199,13 @@ def render_text(status: Mapping[str, Any], partitions: bool = False, now: float 
             for partition, n in status["lag"].items():
                 if partition.rpartition("[")[0] == topic:
                     lines.append(f"    {partition:<28} {n:>12,}")
+    if (dead := status.get("dead_letters")) is not None:
+        if dead["error"] is not None:
+            lines.append(f"dead letters: cannot read {dead['topic']}: {dead['error']}")
+        else:
+            lines.append(f"dead letters in {dead['topic']}: {dead['total']:,}")
+            for reason, n in dead["by_reason"].items():
+                lines.append(f"  {n:>10,}  {reason}")
     if status.get("results"):
         lines.append("results:")
     for r in status.get("results", []):
@@ -223,6 +232,25 @@ def render_text(status: Mapping[str, Any], partitions: bool = False, now: float 
             )
     lines.append(f"snapshots in {status['state_dir']}: {', '.join(status['snapshots']) or 'none'}")
     return lines
+
+
+def dead_letter_document(config: Any, timeout: float = RESULT_TIMEOUT) -> dict[str, Any]:
+    """The pipeline's dead letters in its dead-letter topic: ``{topic, total, by_reason, error}``
+    (``processor.deadletters``: the records of its relation and control topics)."""
+    from confluent_kafka import KafkaException
+
+    from processor.control import control_topic
+    from processor.deadletters import read_dead_letters
+    from processor.topics import kafka_reason
+
+    inputs = [r.topic for r in config.relations] + [control_topic(config)]
+    try:
+        held = read_dead_letters(config.bootstrap, config.dead_letter_topic, inputs, timeout)
+    except (KafkaException, RuntimeError, TimeoutError) as err:
+        reason = f"Kafka: {kafka_reason(err)}" if isinstance(err, KafkaException) else str(err)
+        return {"topic": config.dead_letter_topic, "total": None, "by_reason": {}, "error": reason}
+    by_reason = dict(sorted(held.by_reason.items(), key=lambda kv: (-kv[1], kv[0])))
+    return {"topic": held.topic, "total": held.total, "by_reason": by_reason, "error": None}
 
 
 def check_metrics(url: str, timeout: float = METRICS_TIMEOUT) -> MetricsCheck:
@@ -409,6 +437,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = check_metrics(url) if url is not None else None
     snapshots = [path.rsplit("/", 1)[-1] for path in StateStore(snapshot_location(config)).snapshots()]
     status = watch_document(status_document(config, committed, ends, snapshots), committed, process, metrics, results)
+    status["dead_letters"] = dead_letter_document(config)
     if args.json:
         print(json.dumps(status, indent=2, allow_nan=False))
     else:

@@ -93,13 +93,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = resolve_topic(args.topic, config)
     except UnknownTopicError as err:
-        if config is not None:
+        added = _with_control_queries(config, bootstrap) if config is not None else None
+        if added is not None:  # a query added at run time (`ivm query add`): its topics are the pipeline's too
+            try:
+                spec = resolve_topic(args.topic, added)
+            except UnknownTopicError as again:
+                return _error(str(again))
+        elif config is not None:
             return _error(str(err))  # the cause, then the pipeline's topics, one per line
-        try:
-            outputs = {t: resolve_topic(t) for t in broker_topics(bootstrap) if infer_kind(t)}
-        except RuntimeError as unreachable:  # the name is the first mistake: exit 2, the broker's state as a note
-            return _error(f"{err}\n({unreachable})")
-        return _error(f"{err}\nthe output topics on {bootstrap}:\n{describe_topics(outputs)}")
+        else:
+            try:
+                outputs = {t: resolve_topic(t) for t in broker_topics(bootstrap) if infer_kind(t)}
+            except RuntimeError as unreachable:  # the name is the first mistake: exit 2, the broker's state as a note
+                return _error(f"{err}\n({unreachable})")
+            return _error(f"{err}\nthe output topics on {bootstrap}:\n{describe_topics(outputs)}")
     existing = broker_topics(bootstrap)
     if spec.topic not in existing:
         if config is not None:
@@ -139,6 +146,25 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as err:  # the broker or the schema registry failed (not a message's fault)
         raise CommandError(str(err), 1) from err
     return 0
+
+
+def _with_control_queries(config, bootstrap: str):
+    """``config`` with the queries ``<pipeline>.control`` added at run time (none removed: a removed query's
+    output topics stay), or ``None`` when the control topic holds none or cannot be read."""
+    from dataclasses import replace
+
+    from processor.control import control_topic, read_overrides
+    from processor.subscribe import broker_topics
+
+    try:
+        if control_topic(config) not in broker_topics(bootstrap):
+            return None
+        overrides, _ = read_overrides(bootstrap, control_topic(config), timeout=30)
+    except Exception:  # an unreachable broker: the caller reports the topic it does not know
+        return None
+    known = {q.name for q in config.queries}
+    added = tuple(q for name, q in overrides.items() if q is not None and name not in known)
+    return replace(config, queries=(*config.queries, *added)) if added else None
 
 
 def _snapshot(bootstrap: str, topic: str, args: argparse.Namespace) -> int:

@@ -179,8 +179,10 @@ def assemble(
         if s.oldest_ms and (not oldest or s.oldest_ms < oldest):
             oldest = s.oldest_ms
     dead: list[tuple[Record, str, str, str | None, str | None]] = []
+    control: list[tuple[Record, str, str | None]] = []
     for response in sorted(responses, key=lambda r: r.index):
         dead += response.dead
+        control += response.control
         for name, view in pipeline.views.items():
             if name in response.parts:
                 view.absorb(name, response)
@@ -202,7 +204,8 @@ def assemble(
         for relation in view.query.relations:
             if accepted.get(relation):
                 pipeline.metrics.updates_applied.labels(name, relation).inc(accepted[relation])
-    return Applied(outcomes, dead, per_topic, oldest, accepted, refused)
+    control.sort(key=lambda c: (c[0].partition, c[0].offset))
+    return Applied(outcomes, dead, per_topic, oldest, accepted, refused, control)
 
 
 def recover_positions(pipeline: PlacedPipeline, bootstrap: str) -> None:

@@ -281,6 +281,7 @@ def serve(folder: Path) -> None:
     advertised = bind if bind != "0.0.0.0" else socket.gethostname()
     address = (advertised, listener.address[1])
     where = f"{address[0]}:{address[1]}"
+    executor = executor_name()  # the host runs in its executor's folder (started from its worker)
     last = [time.monotonic()]
     stopping = threading.Event()
 
@@ -305,7 +306,7 @@ def serve(folder: Path) -> None:
                                 log.exception("sealing batch %d of slice %d failed", seal.version, seal.index)
                                 reply.append(err)
                                 continue
-                            response.host, response.pid = where, os.getpid()
+                            response.host, response.pid, response.executor = where, os.getpid(), executor
                             reply.append(response)
                     elif kind == "drop":
                         table.drop(body)

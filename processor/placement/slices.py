@@ -25,6 +25,8 @@ from typing import Any
 from ivm.shards import ShardedView, ShardSlice
 from ivm.view import Outcome
 from processor.config import PipelineConfig, QueryConfig
+from processor.control import ACKS as CONTROL_ACKS
+from processor.control import decode as decode_control
 from processor.pipeline import ADMITTED, Applied, Pipeline, Positions, Record, RecordBatch
 from processor.placement.routing import Placement
 from processor.planning import build_view
@@ -71,13 +73,33 @@ class SlicePipeline(Pipeline):
             return Outcome()
         return super()._apply_view(name, view, updates, segments)
 
-    def _control(self, batch: RecordBatch, tp: tuple[str, int], rows: list[int], dead: list) -> None:
-        reason = (
-            "control command refused: queries cannot be added, replaced or removed at run time with "
-            '[processor] placement = "executors"; change the configuration and restart (a new query is '
-            'built from the relation topics\' history), or run with placement = "driver"'
-        )
-        dead += [(batch.record(i), reason, "control", None, None) for i in rows]
+    def _control(self, batch: RecordBatch, tp: tuple[str, int], rows: list[int], dead: list, acks: list) -> None:
+        """The executors' placement fixes a run's queries at its start (the configuration with the control
+        topic's commands, ``job.prepare``): a command asking for what the run already does is applied (it
+        was taken at the start), any other is refused with the reason and the fix."""
+        for i in rows:
+            record = batch.record(i)
+            try:
+                op, name, q = decode_control(batch.value[i])
+            except ValueError as err:
+                reason = f"control command refused: {err}"
+                dead.append((record, reason, "control", None, None))
+                acks.append((record, "", reason))
+                continue
+            if op in CONTROL_ACKS:
+                continue
+            current = self.query_configs.get(name)
+            if (op == "add" and current == q) or (op == "remove" and current is None):
+                acks.append((record, name, None))
+                continue
+            reason = (
+                f"control command refused: the running job (placement executors) cannot {op} query {name!r} at run "
+                "time: its queries are fixed when it starts; stop the pipeline, send the command again, then start "
+                "it (a start takes every command of the control topic that is not refused), or run with placement "
+                '"driver", which applies commands while it runs'
+            )
+            dead.append((record, reason, "control", None, None))
+            acks.append((record, name, reason))
 
     def _apply(self, records: Iterable[Record] | RecordBatch) -> Applied:
         applied = super()._apply(records)
@@ -179,6 +201,7 @@ class SliceResponse:
     stats: dict[str, dict[str, Any]]
     dead: list[tuple[Record, str, str, str | None, str | None]]
     full: bool
+    control: list[tuple[Record, str, str | None]] = field(default_factory=list)  # the commands' answers
     host: str = ""
     pid: int = 0
     executor: str = ""
@@ -213,6 +236,7 @@ class Slice:
             if request.full and not last.full:
                 again = self._respond(request, last.applied, full=True, seconds=last.seconds)
                 again.dead = last.dead
+                again.control = last.control
                 return again
             return last
         if self.version != request.version - 1:
@@ -229,6 +253,7 @@ class Slice:
         counts = {name: outcome.applied for name, outcome in applied.outcomes.items() if name in pipeline.held}
         response = self._respond(request, counts, full=request.full, seconds=time.perf_counter() - started)
         response.dead = applied.dead
+        response.control = applied.control
         self._last = response
         return response
 

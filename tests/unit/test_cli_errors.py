@@ -395,3 +395,28 @@ def test_user_errors_are_classified() -> None:
     )
     assert processor.cli.user_error(ValueError("a bug's")) is None
     assert processor.cli.user_error(KeyError("k")) is None
+
+
+@pytest.mark.parametrize("query", [[], ["q"]], ids=["whole pipeline", "one query"])
+def test_ivm_reset_while_the_pipeline_runs_is_refused(query: list[str], tmp_path: Path, capfd) -> None:
+    """Issue 36 point 5c: the README says to stop the pipeline before `ivm reset`; while its heartbeat says it
+    runs, the reset is refused (one line, exit 1) and the snapshot stays."""
+    from processor.heartbeat import Heartbeat
+
+    state = tmp_path / "state"
+    toml = tmp_path / "pipeline.toml"
+    toml.write_text(
+        f'[processor]\nname = "p"\nstate_dir = "{state}"\n[kafka]\nbootstrap = "127.0.0.1:{free_port()}"\n'
+        f'[[relations]]\nname = "R"\n[[queries]]\nname = "q"\nquery = "Q() :- R(a,b)"\n'
+    )
+    state.mkdir()
+    (state / "snapshot-000000000003.pkl").write_bytes(b"kept")
+    beat = Heartbeat(state, pipeline="p").start()
+    try:
+        code, lines, _out, _ = run_cli(capfd, "reset", *query, "-c", str(toml), "--yes")
+    finally:
+        beat.stop()
+    assert code == 1
+    assert len(lines) == 1 and lines[0].startswith("ivm reset: pipeline p is running (pid "), lines
+    assert "stop it first" in lines[0]
+    assert (state / "snapshot-000000000003.pkl").read_bytes() == b"kept"

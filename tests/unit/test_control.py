@@ -116,3 +116,106 @@ def test_control_queries_survive_a_restart(tmp_path: Path) -> None:
     assert report.kept == ["path"] and report.rebuilt == {} and set(again.views) == {"path"}
     assert again.views["path"].result() == count(parse(TWO_PATH), _database(stream))
     assert again.state.control == {"path": QueryConfig("path", TWO_PATH), "tri": None}
+
+
+def _acks(sink: MemorySink) -> list[tuple[str, str, int, str | None]]:
+    """The job's answers on the control topic: (op, name, command offset, reason)."""
+    from processor.control import _decode
+
+    out = []
+    for topic, _key, value in sink.sent:
+        if topic == "ivm.control":
+            op, name, _q, record = _decode(value)
+            out.append((op, name, record["command_offset"], record["reason"]))
+    return out
+
+
+def test_every_command_is_answered_in_its_batch_and_a_refused_one_stays_refused_in_a_replay() -> None:
+    """Issue 36 point 4: the job answers each command (applied, or refused with the reason) on the control
+    topic; a command refused once is refused again when replayed, even by a pipeline that could serve it
+    (the executors' placement refuses what the driver's would apply)."""
+    from processor.control import Command, fold, refusals
+
+    sink = MemorySink()
+    pipeline = Pipeline(CONFIG, sink)
+    control = Control()
+    add = control(encode_add(QueryConfig("path", TWO_PATH)))
+    bad = control(encode_add(QueryConfig("bad", "Q() :- R(a,b), X(b)")))
+    pipeline.process([add, bad])
+    acks = _acks(sink)
+    assert [(op, name, offset) for op, name, offset, _ in acks] == [("applied", "path", 0), ("refused", "bad", 1)]
+    assert acks[0][3] is None and "X" in acks[1][3]
+    answered = pipeline.process([control(_ack_of(acks[0]))])  # the job reads its own answers: no answer to them
+    assert answered.dead_letters == 0 and len(_acks(sink)) == 2
+
+    # the log as `ivm query list` and a start read it: the refused command is no override
+    commands = [
+        Command(0, 0, "add", "path", QueryConfig("path", TWO_PATH), "applied"),
+        Command(0, 1, "add", "bad", None, "refused", acks[1][3]),
+        Command(0, 2, "add", "later", QueryConfig("later", TWO_PATH), "refused", "placement executors"),
+    ]
+    assert fold(commands) == {"path": QueryConfig("path", TWO_PATH)}
+    again = Pipeline(CONFIG, MemorySink())
+    again.refused_commands = refusals(commands)
+    again.replay([add, bad, Record("ivm.control", 0, 2, b"k", encode_add(QueryConfig("later", TWO_PATH)))])
+    assert set(again.views) == {"tri", "path"}  # "later" would be served, but it was refused: it stays so
+
+
+def _ack_of(ack: tuple[str, str, int, str | None]) -> bytes:
+    from processor.control import encode_ack
+
+    return encode_ack(ack[1], 0, ack[2], ack[3])
+
+
+def test_a_command_written_before_the_answer_fields_still_decodes() -> None:
+    """Commands in existing control topics were written without ``command_partition``, ``command_offset``
+    and ``reason``: they must still count (a pipeline's added queries would vanish otherwise)."""
+    import io
+
+    import fastavro
+
+    from processor.codec import load_schema, schemas_dir
+
+    raw = load_schema(schemas_dir() / "control.avsc")
+    earlier = fastavro.parse_schema({**raw, "fields": raw["fields"][:-3]})
+    buf = io.BytesIO()
+    record = {"op": "add", "name": "path", "query": TWO_PATH, "engine": "auto", "eps": None, "shards": None,
+              "patterns": [], "model": None, "label": None, "method": "closed_form", "timestamp_ms": 1}  # fmt: skip
+    fastavro.schemaless_writer(buf, earlier, record)
+    assert decode(buf.getvalue()) == ("add", "path", QueryConfig("path", TWO_PATH))
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, earlier, {"op": "remove", "name": "tri", "timestamp_ms": 1})
+    assert decode(buf.getvalue()) == ("remove", "tri", None)
+    try:
+        decode(buf.getvalue() + b"\x00\x00\x00\x00\x00")
+    except ValueError as err:
+        assert "malformed control record" in str(err)
+    else:
+        raise AssertionError("trailing bytes must be refused")
+
+
+def test_an_executors_start_serves_the_unrefused_commands_or_refuses_by_name() -> None:
+    """Issue 36 point 3: the executors' placement built the file's queries only, so a query added at run time
+    stopped being maintained without a word.  A start serves the configuration with every command not refused;
+    one it cannot serve stops it, naming the query, the reason and the fix."""
+    import pytest
+
+    from processor.control import Command
+    from processor.job import served_at_start
+    from processor.recovery import RecoveryError
+
+    distinct = QueryConfig("distinct", "SELECT COUNT(DISTINCT S.C) FROM R JOIN S USING (B)")
+    commands = [
+        Command(0, 0, "add", "distinct", distinct, "applied"),
+        Command(0, 1, "add", "later", QueryConfig("later", TWO_PATH), None),  # pending: the start takes it
+        Command(0, 2, "add", "no", QueryConfig("no", TWO_PATH), "refused", "control command refused: why"),
+        Command(0, 3, "remove", "tri", None, "applied"),
+    ]
+    served = served_at_start(CONFIG, commands)
+    assert [q.name for q in served.queries] == ["distinct", "later"]
+    assert served_at_start(CONFIG, []) is CONFIG
+
+    two = PipelineConfig(relations=CONFIG.relations[:2], queries=(QueryConfig("path", TWO_PATH),), name="p")
+    over_t = QueryConfig("tri_again", TRIANGLE)  # added while T was configured; T is gone from the file now
+    with pytest.raises(RecoveryError, match=r"p\.control \(tri_again\).*remove them with `ivm query remove NAME"):
+        served_at_start(two, [Command(0, 0, "add", "tri_again", over_t, "applied")])

@@ -217,6 +217,11 @@ def without_kafka(monkeypatch: pytest.MonkeyPatch, committed: dict | None = None
     monkeypatch.setattr(processor.recovery, "read_committed_progress", lambda bootstrap, topic: committed)
     monkeypatch.setattr(processor.topics, "end_offsets", lambda bootstrap, topics: ends or {})
     monkeypatch.setattr(
+        status_command, "dead_letter_document",
+        lambda config: {"topic": config.dead_letter_topic, "total": 11, "by_reason": {"malformed Avro": 11},
+                        "error": None},
+    )  # fmt: skip
+    monkeypatch.setattr(
         status_command, "read_results",
         lambda bootstrap, config, timeout=30.0: [
             QueryResult("triangle", "triangle.result", False, value=42, batch_id=7, produced_at=time.time() - 2),

@@ -322,12 +322,23 @@ def test_ivm_query_list_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     from processor.config import QueryConfig
 
     added = QueryConfig("pairs", "Q(a) :- R(a, b)", patterns=("R=fifo",))
-    monkeypatch.setattr(processor.control, "read_overrides", lambda bootstrap, topic: ({"pairs": added}, 1))
+    log = [
+        processor.control.Command(0, 0, "add", "pairs", added, "applied"),
+        processor.control.Command(0, 1, "add", "late", added, None),
+        processor.control.Command(0, 2, "add", "no", added, "refused", "control command refused: why"),
+    ]
+    monkeypatch.setattr(processor.control, "read_log", lambda bootstrap, topic: log)
     monkeypatch.setattr("processor.topics.require_broker", lambda *_a, **_k: None)  # no broker here
     assert main(["query", "list", "-c", str(DEMO), "--json"]) == 0
     listing = strict_loads(capsys.readouterr().out)
     assert listing["pipeline"] == "demo"
-    assert {q["name"]: q["source"] for q in listing["queries"]}["pairs"] == "control"
+    queries = {q["name"]: q for q in listing["queries"]}
+    assert queries["pairs"]["source"] == "control"
+    assert [(queries[n]["state"], queries[n]["reason"]) for n in ("pairs", "late", "no")] == [
+        ("maintained", None),
+        ("pending", None),
+        ("refused", "control command refused: why"),
+    ]
 
 
 def test_a_control_record_renders_every_field() -> None:
@@ -340,8 +351,8 @@ def test_a_control_record_renders_every_field() -> None:
     added = strict_loads(render("control", decode(encode_add(q)), as_json=True))
     assert added | {"timestamp_ms": None} == {
         "op": "add", "name": "q", "query": "Q() :- R(a,b)", "engine": "ivm_eps", "eps": 0.25, "shards": 2,
-        "patterns": ["R=fifo"], "model": "linear_regression", "label": "a", "method": "gradient_descent",
-        "timestamp_ms": None,
+        "patterns": ["R=fifo"], "model": "linear_regression", "label": "a", "method": "closed_form",
+        "timestamp_ms": None, "command_partition": None, "command_offset": None, "reason": None,
     }  # fmt: skip
     assert added["timestamp_ms"].endswith("Z")
     assert render("control", decode(encode_add(q))).startswith("add q: Q() :- R(a,b)  (engine ivm_eps; eps 0.25")

@@ -10,6 +10,8 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
+
 from processor.codec import OutputCodec, load_relation_codecs
 from processor.config import load_config
 from processor.pipeline import Pipeline, Record
@@ -169,3 +171,58 @@ def test_linear_regression_model_is_published() -> None:
     theta = np.linalg.lstsq(X, y, rcond=None)[0]
     assert abs(model["intercept"] - theta[0]) < 1e-6
     assert [round(v, 6) for v in model["coefficients"].values()] == [round(t, 6) for t in theta[1:]]
+
+
+def _scaled_regression(method: str | None) -> tuple[Pipeline, MemorySink, list[Record], np.ndarray]:
+    """A COVAR regression whose features differ in scale by 10^5 (an ill-conditioned ``Σ_FF``, as with a
+    quantity beside a price): gradient descent needs far more steps than its cap there."""
+    import numpy as np
+
+    query = {"name": "reg", "query": "Q(COVAR(a, b, c)) :- R(a,b), S(b,c)", "engine": "fivm"}
+    query.update({"model": "linear_regression", "label": "c"})
+    if method is not None:
+        query["method"] = method
+    pipeline, sink = _pipeline({"relations": [{"name": "R"}, {"name": "S"}], "queries": [query]})
+    rng = random.Random(7)
+    rows_r = [(rng.randrange(100_000), b) for b in range(4) for _ in range(8)]
+    rows_s = [(b, rng.randrange(50)) for b in range(4) for _ in range(3)]
+    batch = [_record("R", i, r, 1) for i, r in enumerate(rows_r)]
+    batch += [_record("S", i, s, 1) for i, s in enumerate(rows_s)]
+    join = [(a, b, c) for a, b in rows_r for b2, c in rows_s if b == b2]
+    X = np.array([[1, a, b] for a, b, _ in join], dtype=float)
+    y = np.array([c for *_, c in join], dtype=float)
+    return pipeline, sink, batch, np.linalg.lstsq(X, y, rcond=None)[0]
+
+
+def _models(sink: MemorySink) -> list[dict]:
+    return [json.loads(OutputCodec("model").decode(v)["model"]) for t, _, v in sink.sent if t == "reg.model"]
+
+
+def test_linear_regression_without_a_method_is_the_closed_form_least_squares_fit() -> None:
+    """Issue 36 point 2: with ``method`` unset the model was gradient descent stopped at its cap,
+    0.000503 against the fit's 0.000488, and nothing said so."""
+    pipeline, sink, batch, theta = _scaled_regression(None)
+    assert pipeline.query_configs["reg"].method == "closed_form"
+    pipeline.process(batch, 0)
+    (model,) = _models(sink)
+    assert (model["method"], model["converged"]) == ("closed_form", True)
+    got = [model["intercept"], *model["coefficients"].values()]
+    assert np.allclose(got, theta, rtol=1e-9, atol=1e-12), (got, theta)
+    assert model["gradient_norm"] < 1e-9
+
+
+def test_unconverged_gradient_descent_says_so_in_the_record_the_log_and_a_metric(caplog) -> None:
+    pipeline, sink, batch, theta = _scaled_regression("gradient_descent")
+    pipeline.state.models["reg"].max_iter = 500  # the cap (100,000 in production) is reached either way here
+    with caplog.at_level("WARNING", logger="processor.pipeline"):
+        pipeline.process(batch, 0)
+    (model,) = _models(sink)
+    assert model["method"] == "gradient_descent"
+    assert model["converged"] is False
+    assert model["iterations"] == model["max_iterations"] == 500
+    assert model["gradient_norm"] > 1e-9
+    got = [model["intercept"], *model["coefficients"].values()]
+    assert not np.allclose(got, theta, rtol=1e-6)  # what the record warns about: not the fit
+    assert "not converged" in caplog.text and "reg" in caplog.text
+    sample = pipeline.metrics.registry.get_sample_value("ivm_model_not_converged_total", {"query": "reg"})
+    assert sample == 1.0

@@ -384,3 +384,42 @@ def test_cli_unknown_topic_exits_2_listing_the_pipeline_topics(tmp_path: Path, c
 def test_cli_bad_configuration_exits_2(tmp_path: Path, capsys) -> None:
     assert main(["subscribe", "q.result", "-c", str(tmp_path / "missing.toml")]) == 2
     assert "missing.toml" in capsys.readouterr().err
+
+
+def test_snapshot_after_a_reset_reports_the_newest_batch_not_the_highest_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36 point 5d: after `ivm reset` the batch ids start over while the compacted result topic still
+    holds groups of the earlier history with higher ids; ``--snapshot`` reported the highest of them."""
+    import processor.publish
+
+    codec = OutputCodec("result")
+
+    def result(group: int, value: int, batch: int, second: int) -> tuple[bytes, bytes]:
+        record = {
+            "query": "q", "batch_id": batch, "value": str(value), "offsets": [], "applied": 1, "rejected": 0,
+            "engine": "fivm", "timestamp_ms": datetime.datetime(2026, 1, 1, 0, 0, second, tzinfo=datetime.UTC),
+            "group": json.dumps([group]),
+        }  # fmt: skip
+        return f"[{group}]".encode(), codec.encode(record)
+
+    held = [result(1, 5, 900, 1), result(2, 7, 901, 2), result(3, 1, 4, 30)]  # group 3: the new history's batch 4
+
+    class Reader:
+        def __init__(self, *_args: Any) -> None:
+            pass
+
+        def __enter__(self) -> Reader:
+            return self
+
+        def __exit__(self, *_exc: object) -> None:
+            pass
+
+        def to_end(self, timeout: float = 60):
+            return iter(held)
+
+        def follow(self, *_args: Any):
+            return iter(())
+
+    monkeypatch.setattr(processor.publish, "TopicReader", Reader)
+    (snapshot,) = list(processor.publish.snapshot_then_changes("unused:9092", "q.result"))
+    assert snapshot["batch_id"] == 4
+    assert snapshot["result"] == {"[1]": 5, "[2]": 7, "[3]": 1}

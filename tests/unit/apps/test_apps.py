@@ -59,8 +59,8 @@ def fold(db: dict[str, Counter], batch: list[ivm.Update]) -> None:
 def test_regression_matches_numpy_least_squares_after_every_batch() -> None:
     rng = random.Random(4)
     engine = FIVM(ivm.parse(QUERY))
-    closed = LinearRegression(engine, VARIABLES, label="y2", method="closed_form")
-    bgd = LinearRegression(engine, VARIABLES, label="y2", tol=1e-12)
+    closed = LinearRegression(engine, VARIABLES, label="y2")
+    bgd = LinearRegression(engine, VARIABLES, label="y2", method="gradient_descent", tol=1e-12)
     db = {r: Counter() for r in "RST"}
     checked = 0
     updates = stream(rng, 400)
@@ -76,6 +76,9 @@ def test_regression_matches_numpy_least_squares_after_every_batch() -> None:
         if np.linalg.matrix_rank(X) < X.shape[1]:
             continue
         theta = np.linalg.lstsq(X, rows[:, 3], rcond=None)[0]
+        assert (a["method"], a["converged"]) == ("closed_form", True)
+        assert (b["method"], b["converged"]) == ("gradient_descent", True)
+        assert b["gradient_norm"] <= 1e-12
         for model in (a, b):
             got = [model["intercept"], *model["coefficients"].values()]
             assert np.allclose(got, theta, rtol=1e-6, atol=1e-6), (model, theta)
@@ -88,14 +91,25 @@ def test_gradient_descent_resumes_from_previous_parameters() -> None:
     engine = FIVM(ivm.parse(QUERY))
     updates = stream(rng, 600)
     engine.apply(updates[:500])
-    warm = LinearRegression(engine, VARIABLES, label="y2", tol=1e-10)
+    warm = LinearRegression(engine, VARIABLES, label="y2", method="gradient_descent", tol=1e-10)
     warm.update()
     engine.apply(updates[500:505])
     warm.update()
-    scratch = LinearRegression(engine, VARIABLES, label="y2", tol=1e-10)
+    scratch = LinearRegression(engine, VARIABLES, label="y2", method="gradient_descent", tol=1e-10)
     scratch.update()
     assert warm.iterations < scratch.iterations
     assert np.allclose(list(warm.model()["coefficients"].values()), list(scratch.model()["coefficients"].values()))
+
+
+def test_gradient_descent_at_its_cap_reports_it_is_not_converged() -> None:
+    rng = random.Random(5)
+    engine = FIVM(ivm.parse(QUERY))
+    engine.apply(stream(rng, 300))
+    capped = LinearRegression(engine, VARIABLES, label="y2", method="gradient_descent", tol=1e-14, max_iter=3)
+    model = capped.update()
+    assert (model["converged"], model["iterations"], model["max_iterations"]) == (False, 3, 3)
+    assert model["gradient_norm"] > 1e-14
+    assert LinearRegression(engine, VARIABLES, label="y2").update()["method"] == "closed_form"
 
 
 def mi_brute(rows: list[tuple], i: int, j: int) -> float:
