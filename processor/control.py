@@ -27,12 +27,15 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from processor.codec import load_schema, schemas_dir
 from processor.config import PipelineConfig, QueryConfig
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 Overrides = dict[str, QueryConfig | None]  # query name -> the query added last, or None: removed
 
@@ -112,7 +115,7 @@ def effective(config: PipelineConfig, overrides: Overrides) -> PipelineConfig:
     return replace(config, queries=tuple(queries.values()))
 
 
-def read_overrides(bootstrap: str, topic: str, timeout: float = 60) -> tuple[Overrides, int]:
+def read_overrides(bootstrap: Kafka, topic: str, timeout: float = 60) -> tuple[Overrides, int]:
     """Every command of ``topic`` folded into overrides (the last command per name wins), read with
     read_committed; also the number of commands read."""
     from processor.topics import TopicReader

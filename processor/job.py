@@ -40,6 +40,7 @@ from processor.collector import CollectorWatch, freeze_state
 from processor.config import PipelineConfig, QueryConfig
 from processor.control import control_topic
 from processor.heartbeat import Heartbeat
+from processor.kafka_clients import spark_kafka_options
 from processor.local.spark import spark_session, stop_session, temporary_checkpoint
 from processor.metrics import LagMonitor, Metrics
 from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
@@ -50,6 +51,8 @@ from processor.topics import create_topics, partitions_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from processor.kafka_clients import Kafka
 
 log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 5.0  # how long a stop waits for the batch in flight to commit before abandoning it
@@ -92,12 +95,12 @@ def starting_offsets(config: PipelineConfig, topics: list[str], positions: Posit
         return config.starting_offsets
     default = -2 if config.starting_offsets == "earliest" else -1
     spec: dict[str, dict[str, int]] = {}
-    for topic, partitions in partitions_of(config.bootstrap, topics).items():
+    for topic, partitions in partitions_of(config.kafka, topics).items():
         spec[topic] = {str(p): positions.get((topic, p), default) for p in partitions}
     return json.dumps(spec)
 
 
-def create_outputs(bootstrap: str, q: QueryConfig, view) -> None:
+def create_outputs(bootstrap: Kafka, q: QueryConfig, view) -> None:
     """The output topics of query ``q``: ``<q>.result`` compacted when the query has free variables (one
     record per group: the topic holds the current result), ``<q>.delta`` and ``<q>.model``."""
     keyed = bool(view.query.free)
@@ -108,31 +111,31 @@ def create_outputs(bootstrap: str, q: QueryConfig, view) -> None:
 def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     """Create the topics, build the pipeline, recover its state (exactly-once mode) and read what the
     keyed result topics hold."""
-    create_topics(config.bootstrap, [r.topic for r in config.relations] + [config.dead_letter_topic])
+    create_topics(config.kafka, [r.topic for r in config.relations] + [config.dead_letter_topic])
     # the control topic keeps every command: a rebuild from the topics replays them with the updates
-    create_topics(config.bootstrap, [control_topic(config)], config={"retention.ms": "-1"})
+    create_topics(config.kafka, [control_topic(config)], config={"retention.ms": "-1"})
 
     def on_new_query(q: QueryConfig, view) -> None:
-        create_outputs(config.bootstrap, q, view)
+        create_outputs(config.kafka, q, view)
 
     if config.placement == "executors":
         from processor.placement.driver import PlacedPipeline, recover_positions
 
-        create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
-        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
-        recover_positions(pipeline, config.bootstrap)
+        create_topics(config.kafka, [config.progress_topic], config={"cleanup.policy": "compact"})
+        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}"), metrics)
+        recover_positions(pipeline, config.kafka)
     elif not config.exactly_once:
-        pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
+        pipeline = Pipeline(config, KafkaSink(config.kafka), metrics)
     else:
-        create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
-        pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
-        report = recover(pipeline, StateStore(snapshot_location(config)), config.bootstrap)
+        create_topics(config.kafka, [config.progress_topic], config={"cleanup.policy": "compact"})
+        pipeline = Pipeline(config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}"), metrics)
+        report = recover(pipeline, StateStore(snapshot_location(config)), config.kafka)
         metrics.recovery_seconds.set(report.seconds)
         metrics.replayed_records.inc(report.replayed)
     pipeline.on_new_query = on_new_query
     for name, q in pipeline.query_configs.items():  # the configured ones and those of the control topic
         on_new_query(q, pipeline.views[name])
-    pipeline.load_published(config.bootstrap)
+    pipeline.load_published(config.kafka)
     return pipeline
 
 
@@ -210,7 +213,7 @@ def run_job(
             signal.signal(signal.SIGINT, lambda *_: stop.set())
     stream = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", config.bootstrap)
+        .options(**spark_kafka_options(config.kafka))  # the brokers and [kafka.properties], Java names
         .option("subscribe", ",".join(pipeline.topics))
         .option("startingOffsets", starting_offsets(config, pipeline.topics, pipeline.positions))
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
@@ -302,7 +305,7 @@ def run_job(
     )
     query = writer.start()
     lag = LagMonitor(
-        config.bootstrap, pipeline.topics, lambda: pipeline.positions, metrics,
+        config.kafka, pipeline.topics, lambda: pipeline.positions, metrics,
         from_earliest=config.starting_offsets == "earliest",
     ).start()  # fmt: skip
     try:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import compress, pairwise, repeat
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from processor.publish import GroupKeyCodec, KeyedResult, group_key_schema
 from processor.relations import Contents, RelationStore, fingerprint, load_view
 from processor.sink import Sink
 from processor.wire import RegistryClient, WireCodec
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 log = logging.getLogger(__name__)
 
@@ -641,7 +644,7 @@ class Pipeline:
         self.metrics.observe_view(q.name, view, value)
         return value
 
-    def load_published(self, bootstrap: str) -> None:
+    def load_published(self, bootstrap: Kafka) -> None:
         """Read what each group-by query's result topic holds (a compacted changelog), so that the next
         batches publish exactly the differences, including tombstones for groups of an earlier definition."""
         from processor.publish import materialize

@@ -56,6 +56,7 @@ def describe(plan: PipelinePlan) -> list[str]:
         + (f", a snapshot every {c.snapshot_every} batches" if c.exactly_once and c.snapshot_every else "")
         + f", {c.shards} shard{'s' if c.shards != 1 else ''} per query by default",
         f"kafka: {c.bootstrap}" + (f", schema registry {c.schema_registry}" if c.schema_registry else ""),
+        *_properties(c),
         f"spark: {c.spark_master}, at most {c.max_offsets_per_trigger} records per batch every {c.trigger_ms} ms, "
         f"from the {c.starting_offsets} offsets when nothing is committed",
         f"policy: negative={c.policy.negative}, duplicate={c.policy.duplicate}",
@@ -88,6 +89,14 @@ def describe(plan: PipelinePlan) -> list[str]:
         outputs.append(c.progress_topic)
     lines += ["", "output topics: " + ", ".join(outputs)]
     return lines
+
+
+def _properties(c: PipelineConfig) -> list[str]:
+    """``[kafka.properties]`` as every client gets them, secret values masked (``********``)."""
+    from processor.kafka_clients import masked
+
+    shown = masked(dict(c.kafka_properties))
+    return [f"  {key} = {value!r}" for key, value in shown.items()]
 
 
 def _patterns(described: dict[str, str]) -> str:

@@ -192,7 +192,7 @@ def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[st
             raise CommandError(f"relation {r} is encoded 'confluent': it needs [kafka] schema_registry in "
                                f"{args.config} or --schema-registry")  # fmt: skip
         codecs[r] = relation_codec(config, topics[r], load_schema(rel.schema_file()), rel.encoding, rel.name)
-    return codecs, topics, args.bootstrap or config.bootstrap
+    return codecs, topics, config.kafka.with_bootstrap(args.bootstrap)
 
 
 def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[str, Any], dict[str, str], str]:

@@ -63,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
     topic = control_topic(config)
     from processor.topics import require_broker
 
-    require_broker(config.bootstrap)  # one line at once, not 30 s of client timeouts
+    require_broker(config.kafka)  # one line at once, not 30 s of client timeouts
     try:
-        overrides, _ = read_overrides(config.bootstrap, topic)
+        overrides, _ = read_overrides(config.kafka, topic)
     except (KafkaException, TimeoutError, RuntimeError) as err:
         print(f"{where}: cannot read {topic} at {config.bootstrap}: {err}", file=sys.stderr)
         return 1
@@ -105,14 +105,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _send(config, topic: str, name: str, q, where: str) -> int:
-    from confluent_kafka import Producer
-
     from processor.control import encode_add, encode_remove
-    from processor.topics import CLIENT_DEFAULTS, create_topics
+    from processor.kafka_clients import producer as new_producer
+    from processor.topics import create_topics
 
     try:
-        create_topics(config.bootstrap, [topic], config={"retention.ms": "-1"})
-        producer = Producer({"bootstrap.servers": config.bootstrap, "enable.idempotence": True, **CLIENT_DEFAULTS})
+        create_topics(config.kafka, [topic], config={"retention.ms": "-1"})
+        producer = new_producer(config.kafka, {"enable.idempotence": True})
         delivered: list = []
         producer.produce(
             topic,

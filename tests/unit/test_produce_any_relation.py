@@ -243,7 +243,7 @@ def test_each_update_round_trips_through_the_pipelines_decoder(
     code, lines, out = produce(capfd, "-c", str(config), "events", str(path))
     assert code == 0, lines
     (sink,) = kafka_stub.instances
-    assert sink.bootstrap == "127.0.0.1:39092" and sink.commits == 1  # the configuration's broker, flushed
+    assert str(sink.bootstrap) == "127.0.0.1:39092" and sink.commits == 1  # the configuration's broker, flushed
     assert decoded(config, sink.sent) == [(row, 1) for row in ROWS]
     assert out.startswith(f"produced 3 updates (3 inserts, 0 deletes) to {TOPIC} from {path} ({form}) in ")
 
@@ -271,13 +271,13 @@ def test_standard_input_topic_and_bootstrap_server_overrides(
     )
     assert code == 0, lines
     (sink,) = kafka_stub.instances
-    assert sink.bootstrap == "127.0.0.1:1234"
+    assert str(sink.bootstrap) == "127.0.0.1:1234"
     assert {topic for topic, _, _ in sink.sent} == {"elsewhere"}
     assert "from <stdin> (jsonl)" in out
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(CSV.encode())))
     code, lines, out = produce(capfd, "-c", str(config), "events", "-", "--bootstrap", "127.0.0.1:4321")
     assert code == 0, lines
-    assert kafka_stub.instances[-1].bootstrap == "127.0.0.1:4321"  # --bootstrap: the old name, an alias
+    assert str(kafka_stub.instances[-1].bootstrap) == "127.0.0.1:4321"  # --bootstrap: the old name, an alias
     assert decoded(config, kafka_stub.instances[-1].sent) == [(row, 1) for row in ROWS]
 
 
