@@ -122,7 +122,10 @@ class PipelineConfig:
     shards: int = 1
     placement: str = "driver"  # where the state lives: "driver" or "executors" (processor.placement)
     # [kafka.properties]: client properties for every Kafka client (processor.kafka_clients), ${NAME} expanded
-    kafka_properties: tuple[tuple[str, str], ...] = ()
+    # (repr=False: they hold secrets; processor.kafka_clients.masked shows them)
+    kafka_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # [kafka.schema_registry] besides its url: basic.auth.user.info, ssl.* (processor.wire.RegistryClient)
+    schema_registry_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         # a relation some query declares delete-only has its inserts refused by the input policy (003 App. C)
@@ -408,6 +411,7 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
             errors.append(f"unknown key {key!r} at the top level{_suggest(key, known)}")
     tables: dict[str, _Part] = {}
     properties: dict[str, str] = {}
+    registry: dict[str, str] = {}
     for key, model in _SECTIONS.items():
         value = raw.get(key, {})
         if not isinstance(value, dict):
@@ -417,6 +421,9 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
         if key == "kafka" and "properties" in value:
             value = dict(value)
             properties = _kafka_properties(value.pop("properties"), errors)
+        if key == "kafka" and isinstance(value.get("schema_registry"), dict):
+            value = dict(value)
+            value["schema_registry"], registry = _registry_table(value["schema_registry"], errors)
         tables[key] = _validate(model, value, f"[{key}]", errors)
     entries: dict[str, list[_Part]] = {}
     for key, model in _ARRAYS.items():
@@ -437,6 +444,7 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
     return replace(
         _build(tables, entries, base),
         kafka_properties=tuple(properties.items()),
+        schema_registry_properties=tuple(registry.items()),
     )
 
 
@@ -490,6 +498,49 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+#: ``[kafka.schema_registry]``'s keys besides ``url``: confluent_kafka.schema_registry's client settings.
+REGISTRY_KEYS = (
+    "basic.auth.user.info",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+)
+
+
+def _registry_table(value: Mapping[str, Any], errors: list[str]) -> tuple[Any, dict[str, str]]:
+    """``[kafka.schema_registry]``: ``(url, the client's other settings)``, ``${NAME}`` expanded; the url is
+    validated as ``[kafka] schema_registry`` is."""
+    where = "[kafka.schema_registry]"
+    flat = _flatten(value)
+    out: dict[str, str] = {}
+    url: Any = flat.pop("url", None)
+    if url is None:
+        errors.append(f"{where} url: required key missing (the registry's URL)")
+        url = ""
+    for key, item in flat.items():
+        if key not in REGISTRY_KEYS:
+            errors.append(f"unknown key {key!r} in {where}{_suggest(key, ['url', *REGISTRY_KEYS])}")
+        elif not isinstance(item, str):
+            errors.append(f"{where} {key}: expected a string, got {_describe(item)}")
+        else:
+            before = len(errors)
+            expanded = expand_env(item, f"{where} {key}", errors)
+            if len(errors) == before:  # an unset variable is the finding; its value is not checked further
+                out[key] = expanded
+    if isinstance(url, str):
+        url = expand_env(url, f"{where} url", errors)
+    info = out.get("basic.auth.user.info")
+    if info is not None and ":" not in info:
+        errors.append(f"{where} basic.auth.user.info: expected user:password (the value is not shown)")
+    for key in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
+        if key in out and not Path(out[key]).is_file():
+            errors.append(f"{where} {key}: {out[key]} is not a file (a PEM file is expected)")
+    if "ssl.key.location" in out and "ssl.certificate.location" not in out:
+        errors.append(f"{where} ssl.certificate.location: required with ssl.key.location")
+    return url, out
 
 
 def _kafka_properties(value: Any, errors: list[str]) -> dict[str, str]:
@@ -898,6 +949,10 @@ def dump_config(config: PipelineConfig) -> str:
     # written as given (secrets too: keep such a file as a secret, or write ${NAME} in it by hand)
     if config.kafka_properties:
         out += ["[kafka.properties]", *(f"{value(k)} = {value(v)}" for k, v in config.kafka_properties), ""]
+    if config.schema_registry_properties:
+        out = [line for line in out if not line.startswith("schema_registry = ")]
+        out += ["[kafka.schema_registry]", f"url = {value(config.schema_registry)}"]
+        out += [*(f"{value(k)} = {value(v)}" for k, v in config.schema_registry_properties), ""]
     for rel in config.relations:
         out += ["[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
         out.append(f"schema = {value(rel.schema_file())}")

@@ -802,14 +802,21 @@ def relation_codecs(config: PipelineConfig) -> tuple[dict[str, RelationCodec | W
 
 
 def relation_codec(
-    config: PipelineConfig, topic: str, schema: dict[str, Any], encoding: str, relation: str | None = None
+    config: PipelineConfig,
+    topic: str,
+    schema: dict[str, Any],
+    encoding: str,
+    relation: str | None = None,
+    register: bool = True,
 ) -> Any:
     """The codec of a relation topic: plain Avro, or the Confluent wire format with the registry.
 
     ``relation`` is the configured relation's name (its updates go to it whatever the Avro
-    record is called).  A registry that cannot be reached raises (the batch fails and is
+    record is called); ``register=False``: encode with the latest registered schemas, registering
+    none (``ivm produce --no-register``).  A registry that cannot be reached raises (the batch fails and is
     retried after recovery); only messages that are themselves bad go to the dead-letter topic.
     """
     if encoding == "confluent":
-        return WireCodec(schema, RegistryClient(config.schema_registry), topic, relation)
+        registry = RegistryClient(config.schema_registry, properties=dict(config.schema_registry_properties))
+        return WireCodec(schema, registry, topic, relation, register=register)
     return RelationCodec.from_schema(schema, relation)

@@ -262,12 +262,12 @@ def relation_decoder(spec: TopicSpec, config: Any = None) -> Decoder:
     encoding = getattr(rel, "encoding", "avro")
     codec: Any
     if encoding == "confluent":
-        from processor.wire import RegistryClient, WireCodec
+        from processor.wire import WireCodec, registry_client
 
         registry = getattr(config, "schema_registry", "") if config is not None else ""
         if not registry:
             raise ValueError(f"relation {rel.name} uses encoding 'confluent' but [kafka].schema_registry is not set")
-        codec = WireCodec(schema, RegistryClient(registry), spec.topic)
+        codec = WireCodec(schema, registry_client(config), spec.topic)
     else:
         codec = RelationCodec.from_schema(schema)
     attributes = codec.attributes

@@ -92,11 +92,14 @@ def describe(plan: PipelinePlan) -> list[str]:
 
 
 def _properties(c: PipelineConfig) -> list[str]:
-    """``[kafka.properties]`` as every client gets them, secret values masked (``********``)."""
+    """``[kafka.properties]`` as every client gets them and ``[kafka.schema_registry]``'s settings, secret
+    values masked (``********``)."""
     from processor.kafka_clients import masked
 
     shown = masked(dict(c.kafka_properties))
-    return [f"  {key} = {value!r}" for key, value in shown.items()]
+    lines = [f"  {key} = {value!r}" for key, value in shown.items()]
+    registry = masked(dict(c.schema_registry_properties))
+    return lines + [f"  schema registry {key} = {value!r}" for key, value in registry.items()]
 
 
 def _patterns(described: dict[str, str]) -> str:

@@ -24,31 +24,12 @@ from processor.kafka_clients import KafkaConnection
 from processor.local.kafka import BrokerSecurity, KafkaBroker
 from processor.local.stack import ProcessorProcess, project_root
 from tests.conftest import LOGS
+from tests.integration.pki import make_pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PASSWORD = "alice-" + uuid.uuid4().hex[:12]  # never printed by any command (checked)
 FAIL_FAST = 20.0  # seconds: a wrong password or an untrusted certificate is reported by then (measured: ~1-5 s)
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-
-
-def make_pki(folder: Path) -> dict[str, Path]:
-    """A CA, a broker key and certificate it signs (for 127.0.0.1 and localhost), and a second CA that signs
-    nothing (a client trusting only it cannot verify the broker)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for ca in ("ca", "other-ca"):
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out", f"{ca}.pem",
-                "-days", "2", "-subj", f"/CN=ivm test {ca}", cwd=folder)  # fmt: skip
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr",
-            "-subj", "/CN=localhost", cwd=folder)  # fmt: skip
-    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "broker.pem", "-days", "2", "-extfile", "san.ext", cwd=folder)  # fmt: skip
-    return {name: folder / f"{name}.pem" for name in ("ca", "other-ca", "broker")} | {"key": folder / "broker.key"}
 
 
 @pytest.fixture(scope="module")

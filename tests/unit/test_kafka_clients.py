@@ -258,6 +258,7 @@ def test_secrets_masked_in_repr_str_and_pickled_form_is_usable(monkeypatch, ca: 
     monkeypatch.setenv("IVM_TEST_KAFKA_PASSWORD", "s3cr3t-value")
     config = parse_config(raw(scram(ca)))
     assert "s3cr3t-value" not in repr(config.kafka) and "s3cr3t-value" not in str(config.kafka)
+    assert "s3cr3t-value" not in repr(config) and "s3cr3t-value" not in str(config)  # a logged configuration
     assert str(config.kafka) == "broker:9093"
     assert "********" in repr(config.kafka)
     assert pickle.loads(pickle.dumps(config)).kafka == config.kafka  # shipped to Spark's executors
@@ -328,3 +329,52 @@ def test_spark_source_takes_the_options() -> None:
     job = (ROOT / "processor" / "job.py").read_text()
     assert ".options(**spark_kafka_options(config.kafka))" in job
     assert '"kafka.bootstrap.servers"' not in job
+
+
+# --- the schema registry's settings -----------------------------------------------------------------
+
+
+def test_registry_table_with_basic_auth_and_tls(monkeypatch, ca: Path) -> None:
+    monkeypatch.setenv("IVM_TEST_REGISTRY_AUTH", "reg-user:reg-secret")
+    document = raw(
+        schema_registry={
+            "url": "https://registry.example:8081",
+            "basic.auth.user.info": "${IVM_TEST_REGISTRY_AUTH}",
+            "ssl": {"ca": {"location": str(ca)}},  # TOML's reading of a bare ssl.ca.location
+        }
+    )
+    config = parse_config(document)
+    assert config.schema_registry == "https://registry.example:8081"
+    assert dict(config.schema_registry_properties) == {
+        "basic.auth.user.info": "reg-user:reg-secret",
+        "ssl.ca.location": str(ca),
+    }
+    from processor.wire import registry_client
+
+    client = registry_client(config)
+    assert client.properties == dict(config.schema_registry_properties)
+    assert "reg-secret" not in repr(client) and "********" in repr(client)
+    again = parse_config(tomllib.loads(dump_config(config)))
+    assert (again.schema_registry, again.schema_registry_properties) == (
+        config.schema_registry,
+        config.schema_registry_properties,
+    )
+    # the plain form still works
+    assert parse_config(raw(schema_registry="http://127.0.0.1:8081")).schema_registry_properties == ()
+
+
+def test_registry_table_findings(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("IVM_TEST_REGISTRY_AUTH", raising=False)
+    found = errors_of(raw(schema_registry={"basic.auth.user.info": "${IVM_TEST_REGISTRY_AUTH}", "ssl.ca": "x"}))
+    assert found == [
+        "[kafka.schema_registry] url: required key missing (the registry's URL)",
+        "[kafka.schema_registry] basic.auth.user.info: environment variable ${IVM_TEST_REGISTRY_AUTH} is not set",
+        "unknown key 'ssl.ca' in [kafka.schema_registry]",
+    ]
+    found = errors_of(raw(schema_registry={"url": "http://r:1", "basic.auth.user.info": "no-colon"}))
+    assert found == ["[kafka.schema_registry] basic.auth.user.info: expected user:password (the value is not shown)"]
+    found = errors_of(raw(schema_registry={"url": "ftp://x", "ssl.ca.location": str(tmp_path / "no.pem")}))
+    assert found == [
+        f"[kafka.schema_registry] ssl.ca.location: {tmp_path / 'no.pem'} is not a file (a PEM file is expected)",
+        '[kafka] schema_registry: "ftp://x" is not an http:// or https:// URL',
+    ]
