@@ -77,8 +77,9 @@ def require_broker(bootstrap: Kafka, timeout: float = PROBE_TIMEOUT) -> None:
 
 def security_failure(errors: Sequence[Any], bootstrap: str) -> str | None:
     """One line naming why the client could not authenticate or complete the TLS handshake (librdkafka's
-    ``_AUTHENTICATION`` / ``_SSL`` errors, as ``error_cb`` got them), and the properties to check; ``None``
-    if none of ``errors`` is one of those."""
+    ``_AUTHENTICATION`` / ``_SSL`` errors, and the ``_TRANSPORT`` error of a client certificate the broker
+    refused, as ``error_cb`` got them), and the properties to check; ``None`` if none of ``errors`` is one
+    of those."""
     from confluent_kafka import KafkaError
 
     for error in errors:
@@ -88,6 +89,12 @@ def security_failure(errors: Sequence[Any], bootstrap: str) -> str | None:
             return (
                 f"authentication to the Kafka broker at {bootstrap} failed: {text} "
                 "(check [kafka.properties] sasl.mechanism, sasl.username and sasl.password)"
+            )
+        refused = "alert bad certificate" in text or "alert certificate required" in text
+        if code == KafkaError._TRANSPORT and refused:  # TLS 1.3: the broker's refusal arrives at the first read
+            return (
+                f"TLS handshake with the Kafka broker at {bootstrap} failed: {text} (the broker requires a client "
+                "certificate its CA signed: check [kafka.properties] ssl.certificate.location and ssl.key.location)"
             )
         if code == KafkaError._SSL:
             return (

@@ -64,7 +64,8 @@ _JVM_OPTIONS = os.environ.get("IVM_KAFKA_JAVA_OPTIONS", "-XX:+UseParallelGC -XX:
 @dataclass(frozen=True)
 class BrokerSecurity:
     """A ``SASL_SSL`` listener: the broker's TLS key and certificate chain (PEM files; the key PKCS#8,
-    unencrypted), the CA that signed them, the SCRAM mechanism and its users (name -> password).
+    unencrypted), the CA that signed them, the SCRAM mechanism and its users (name -> password), and
+    whether clients must present a certificate of that CA too (``client_auth``).
 
     The first user is the broker's own (its connections to itself: transaction markers).
     """
@@ -74,17 +75,22 @@ class BrokerSecurity:
     ca: Path
     users: dict[str, str] = field(default_factory=dict)
     mechanism: str = "SCRAM-SHA-512"
+    client_auth: bool = False  # mutual TLS: clients must show a certificate the CA signed (ssl.client.auth)
 
     def client_properties(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
-        """``[kafka.properties]`` for a client of this listener as ``user`` (default: the first user)."""
+        """``[kafka.properties]`` for a client of this listener as ``user`` (default: the first user); with
+        ``client_auth`` the broker's own certificate and key serve as the client's (the CA signed them)."""
         user = user or next(iter(self.users))
-        return {
+        out = {
             "security.protocol": "SASL_SSL",
             "sasl.mechanism": self.mechanism,
             "sasl.username": user,
             "sasl.password": self.users.get(user, "") if password is None else password,
             "ssl.ca.location": str(self.ca),
         }
+        if self.client_auth:
+            out |= {"ssl.certificate.location": str(self.certificate), "ssl.key.location": str(self.key)}
+        return out
 
 
 class KafkaBroker:
@@ -236,7 +242,8 @@ def _listener(port: int, controller_port: int, security: BrokerSecurity | None) 
         f"ssl.keystore.location={keystore}",
         "ssl.truststore.type=PEM",
         f"ssl.truststore.location={security.ca}",
-        "ssl.client.auth=none",
+        # on a SASL_SSL listener Kafka applies ssl.client.auth only with the listener's prefix (KIP-684)
+        f"listener.name.sasl_ssl.ssl.client.auth={'required' if security.client_auth else 'none'}",
     ]
 
 

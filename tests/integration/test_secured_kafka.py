@@ -220,3 +220,41 @@ def test_spark_source_fails_on_a_wrong_password(secured, spark) -> None:
     with pytest.raises(Exception, match=r"(?i)authentication failed"):
         spark.read.format("kafka").options(**spark_kafka_options(bad)).option("subscribe", topic).load().collect()
     print(f"Spark's source reported the wrong password after {time.monotonic() - started:.1f} s")
+
+
+def test_mutual_tls_client_certificate_for_librdkafka_and_spark(spark, tmp_path_factory) -> None:
+    """A broker that requires a client certificate: librdkafka takes the PEM files as given, Spark's source
+    the translated Java PEM key store (ssl.keystore.certificate.chain / ssl.keystore.key); without the
+    certificate the handshake fails, in one line naming the cause."""
+    from processor.kafka_clients import producer, spark_kafka_options
+    from processor.topics import BrokerUnreachable, require_broker
+
+    pki = make_pki(tmp_path_factory.mktemp("mtls-pki"))
+    security = BrokerSecurity(
+        key=pki["key"], certificate=pki["broker"], ca=pki["ca"], client_auth=True,
+        users={"broker": "broker-" + uuid.uuid4().hex[:8], "alice": PASSWORD},
+    )  # fmt: skip
+    # the broker's own connections need a client certificate too: its own serves
+    broker = KafkaBroker.start(LOGS / f"kafka-mtls-{uuid.uuid4().hex[:6]}", security=security)
+    try:
+        cert = {"ssl.certificate.location": str(pki["client"]), "ssl.key.location": str(pki["client-key"])}
+        good = KafkaConnection(broker.bootstrap, tuple({**broker.client_properties, **cert}.items()))
+        require_broker(good)
+        topic = f"mtls-{uuid.uuid4().hex[:6]}"
+        p = producer(good)
+        for i in range(3):
+            p.produce(topic, value=str(i).encode())
+        assert p.flush(30) == 0
+        rows = (
+            spark.read.format("kafka").options(**spark_kafka_options(good)).option("subscribe", topic).load().collect()
+        )
+        assert sorted(bytes(r.value) for r in rows) == [b"0", b"1", b"2"]
+        plain = {k: v for k, v in broker.client_properties.items() if k not in cert}  # no client certificate
+        without = KafkaConnection(broker.bootstrap, tuple(plain.items()))
+        with pytest.raises(BrokerUnreachable) as err:
+            require_broker(without)
+        assert len(str(err.value).splitlines()) == 1
+        assert str(err.value).startswith(f"TLS handshake with the Kafka broker at {broker.bootstrap} failed")
+        assert str(err.value).endswith("check [kafka.properties] ssl.certificate.location and ssl.key.location)")
+    finally:
+        broker.stop()

@@ -378,3 +378,18 @@ def test_registry_table_findings(monkeypatch, tmp_path: Path) -> None:
         f"[kafka.schema_registry] ssl.ca.location: {tmp_path / 'no.pem'} is not a file (a PEM file is expected)",
         '[kafka] schema_registry: "ftp://x" is not an http:// or https:// URL',
     ]
+
+
+def test_a_plaintext_pipeline_configures_its_clients_as_before() -> None:
+    """No [kafka.properties]: Spark's source gets only the brokers and librdkafka the defaults and the role's
+    settings, exactly what the processor set before (the hot path's clients are unchanged)."""
+    config = parse_config(raw())
+    assert spark_kafka_options(config.kafka) == {"kafka.bootstrap.servers": "broker:9093"}
+    rd = librdkafka_config(config.kafka, {"enable.idempotence": True, "linger.ms": 5})
+    assert {k: v for k, v in rd.items() if k != "logger"} == {
+        "bootstrap.servers": "broker:9093",
+        "log_level": 3,
+        "log.connection.close": False,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+    }
