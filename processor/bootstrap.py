@@ -82,11 +82,11 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     if not config.exactly_once:
         raise BootstrapError("bootstrap commits batch 0 with the topics' offsets: it needs exactly_once = true")
     relation_topics = [r.topic for r in config.relations]
-    create_kind(config.bootstrap, relation_topics, config.topics.relations)  # [topics.KIND], as ivm run does
-    create_kind(config.bootstrap, [config.progress_topic], config.topics.progress, **{"cleanup.policy": "compact"})
-    if read_committed_progress(config.bootstrap, config.progress_topic) is not None:
+    create_kind(config.kafka, relation_topics, config.topics.relations)  # [topics.KIND], as ivm run does
+    create_kind(config.kafka, [config.progress_topic], config.topics.progress, **{"cleanup.policy": "compact"})
+    if read_committed_progress(config.kafka, config.progress_topic) is not None:
         raise BootstrapError(f"pipeline {config.name!r} has committed batches already: bootstrap starts a new one")
-    pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), Metrics())
+    pipeline = Pipeline(config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}"), Metrics())
     codecs = {codec.relation: codec for codec in pipeline.codecs.values()}
     own = spark is None
     spark = spark or spark_session("ivm-bootstrap", config.spark_master, conf=config.spark_conf)
@@ -115,7 +115,7 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
         if own:
             stop_session(spark)
     # the stream continues from the topics' current ends; the loaded tuples are in no topic
-    positions = end_offsets(config.bootstrap, relation_topics)
+    positions = end_offsets(config.kafka, relation_topics)
     store = pipeline.store
     for relation in codecs:
         mine = [u for u in updates if u.relation == relation]

@@ -27,11 +27,14 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ivm.policy import Policy
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import KafkaConnection
 
 
 class ConfigError(ValueError):
@@ -185,6 +188,11 @@ class PipelineConfig:
     placement: str = "driver"  # where the state lives: "driver" or "executors" (processor.placement)
     topics: TopicsConfig = TopicsConfig()  # how the processor creates the topics it creates
     spark_conf: tuple[tuple[str, str], ...] = ()  # [spark.conf]: spark.* settings for the session
+    # [kafka.properties]: client properties for every Kafka client (processor.kafka_clients), ${NAME} expanded
+    # (repr=False: they hold secrets; processor.kafka_clients.masked shows them)
+    kafka_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # [kafka.schema_registry] besides its url: basic.auth.user.info, ssl.* (processor.wire.RegistryClient)
+    schema_registry_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         # a relation some query declares delete-only has its inserts refused by the input policy (003 App. C)
@@ -193,6 +201,13 @@ class PipelineConfig:
     @property
     def progress_topic(self) -> str:
         return f"{self.name}.progress"
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """The brokers with ``[kafka.properties]``: what every Kafka client of the pipeline connects with."""
+        from processor.kafka_clients import KafkaConnection
+
+        return KafkaConnection(self.bootstrap, self.kafka_properties)
 
     def relation(self, name: str) -> RelationConfig:
         for rel in self.relations:
@@ -509,12 +524,20 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
         if key not in known:
             errors.append(f"unknown key {key!r} at the top level{_suggest(key, known)}")
     tables: dict[str, _Part] = {}
+    properties: dict[str, str] = {}
+    registry: dict[str, str] = {}
     for key, model in _SECTIONS.items():
         value = raw.get(key, {})
         if not isinstance(value, dict):
             errors.append(f"[{key}]: expected a table, got {_describe(value)}")
             tables[key] = _Part(f"[{key}]", {}, None, set())
             continue
+        if key == "kafka" and "properties" in value:
+            value = dict(value)
+            properties = _kafka_properties(value.pop("properties"), errors)
+        if key == "kafka" and isinstance(value.get("schema_registry"), dict):
+            value = dict(value)
+            value["schema_registry"], registry = _registry_table(value["schema_registry"], errors)
         tables[key] = _validate(model, value, f"[{key}]", errors)
     entries: dict[str, list[_Part]] = {}
     for key, model in _ARRAYS.items():
@@ -534,7 +557,11 @@ def parse_config(raw: Mapping[str, Any], base: Path = Path(".")) -> PipelineConf
     errors += _check_spark_conf(tables["spark"])
     if errors:
         raise ConfigError(errors)
-    return _build(tables, entries, base, kinds)
+    return replace(
+        _build(tables, entries, base, kinds),
+        kafka_properties=tuple(properties.items()),
+        schema_registry_properties=tuple(registry.items()),
+    )
 
 
 def _validate_topics(value: Any, errors: list[str]) -> dict[str, _Part]:
@@ -627,6 +654,118 @@ def _config_value(value: Any) -> str | None:
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
     return None
+
+
+_ENV = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(value: str, where: str, errors: list[str], environ: Mapping[str, str] | None = None) -> str:
+    """``value`` with each ``${NAME}`` replaced by the environment variable ``NAME`` (``$${`` is a literal ``${``).
+
+    An unset variable, or a ``${`` that starts no ``${NAME}``, is a finding naming ``where`` (the key) and the
+    variable, never the values: they are secrets.
+
+    >>> expand_env("${USER_X}:$${USER_X}", "[kafka.properties] x", [], {"USER_X": "me"})
+    'me:${USER_X}'
+    >>> errors = []; _ = expand_env("${NOPE_X}", "[kafka.properties] sasl.password", errors, {}); errors
+    ['[kafka.properties] sasl.password: environment variable ${NOPE_X} is not set']
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    missing: list[str] = []
+
+    def one(match: re.Match[str]) -> str:
+        if match[0] == "$${":
+            return "\0{"  # a placeholder that no ${ can make: restored below
+        name = match[1]
+        if name not in env:
+            missing.append(name)
+            return ""
+        return env[name].replace("${", "\0{")
+
+    out = _ENV.sub(one, value)
+    for name in dict.fromkeys(missing):
+        errors.append(f"{where}: environment variable ${{{name}}} is not set")
+    if "${" in out:
+        errors.append(f"{where}: '${{' starts no ${{NAME}} (a variable's name: letters, digits, '_'; write $${{ for a "
+                      "literal ${)")  # fmt: skip
+    return out.replace("\0{", "${")
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A table's keys as dotted names: TOML reads ``sasl.password = "x"`` as ``{"sasl": {"password": "x"}}``.
+
+    >>> _flatten({"sasl": {"password": "x", "mechanism": "PLAIN"}, "client.id": "c"})
+    {'sasl.password': 'x', 'sasl.mechanism': 'PLAIN', 'client.id': 'c'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+#: ``[kafka.schema_registry]``'s keys besides ``url``: confluent_kafka.schema_registry's client settings.
+REGISTRY_KEYS = (
+    "basic.auth.user.info",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+)
+
+
+def _registry_table(value: Mapping[str, Any], errors: list[str]) -> tuple[Any, dict[str, str]]:
+    """``[kafka.schema_registry]``: ``(url, the client's other settings)``, ``${NAME}`` expanded; the url is
+    validated as ``[kafka] schema_registry`` is."""
+    where = "[kafka.schema_registry]"
+    flat = _flatten(value)
+    out: dict[str, str] = {}
+    url: Any = flat.pop("url", None)
+    if url is None:
+        errors.append(f"{where} url: required key missing (the registry's URL)")
+        url = ""
+    for key, item in flat.items():
+        if key not in REGISTRY_KEYS:
+            errors.append(f"unknown key {key!r} in {where}{_suggest(key, ['url', *REGISTRY_KEYS])}")
+        elif not isinstance(item, str):
+            errors.append(f"{where} {key}: expected a string, got {_describe(item)}")
+        else:
+            before = len(errors)
+            expanded = expand_env(item, f"{where} {key}", errors)
+            if len(errors) == before:  # an unset variable is the finding; its value is not checked further
+                out[key] = expanded
+    if isinstance(url, str):
+        url = expand_env(url, f"{where} url", errors)
+    info = out.get("basic.auth.user.info")
+    if info is not None and ":" not in info:
+        errors.append(f"{where} basic.auth.user.info: expected user:password (the value is not shown)")
+    for key in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
+        if key in out and not Path(out[key]).is_file():
+            errors.append(f"{where} {key}: {out[key]} is not a file (a PEM file is expected)")
+    if "ssl.key.location" in out and "ssl.certificate.location" not in out:
+        errors.append(f"{where} ssl.certificate.location: required with ssl.key.location")
+    return url, out
+
+
+def _kafka_properties(value: Any, errors: list[str]) -> dict[str, str]:
+    """``[kafka.properties]`` with ``${NAME}`` expanded and checked
+    (:func:`processor.kafka_clients.check_properties`)."""
+    from processor.kafka_clients import check_properties
+
+    where = "[kafka.properties]"
+    if not isinstance(value, dict):
+        errors.append(f"{where}: expected a table, got {_describe(value)}")
+        return {}
+    expanded: dict[str, Any] = {}
+    for key, item in _flatten(value).items():
+        expanded[key] = expand_env(item, f"{where} {key}", errors) if isinstance(item, str) else item
+    found = check_properties(expanded, where)
+    errors += found
+    return {} if found else expanded
 
 
 @dataclass(frozen=True)
@@ -1039,6 +1178,13 @@ def dump_config(config: PipelineConfig) -> str:
         out += [f"replication_factor = {settings.replication_factor}", ""]
         if settings.config:
             out += [f"[topics.{kind}.config]", *(f"{json.dumps(k)} = {value(v)}" for k, v in settings.config), ""]
+    # written as given (secrets too: keep such a file as a secret, or write ${NAME} in it by hand)
+    if config.kafka_properties:
+        out += ["[kafka.properties]", *(f"{value(k)} = {value(v)}" for k, v in config.kafka_properties), ""]
+    if config.schema_registry_properties:
+        out = [line for line in out if not line.startswith("schema_registry = ")]
+        out += ["[kafka.schema_registry]", f"url = {value(config.schema_registry)}"]
+        out += [*(f"{value(k)} = {value(v)}" for k, v in config.schema_registry_properties), ""]
     for rel in config.relations:
         out += ["[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
         out.append(f"schema = {value(rel.schema_file())}")

@@ -40,12 +40,15 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from processor.codec import OutputCodec, load_schema, schemas_dir
 from processor.config import PipelineConfig, QueryConfig
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 Overrides = dict[str, QueryConfig | None]  # query name -> the query added last, or None: removed
 ACKS = ("applied", "refused")
@@ -169,7 +172,7 @@ class Command:
         return self.answer == "refused"
 
 
-def read_log(bootstrap: str, topic: str, timeout: float = 60) -> list[Command]:
+def read_log(bootstrap: Kafka, topic: str, timeout: float = 60) -> list[Command]:
     """Every command of ``topic`` in offset order (per partition), each with the job's answer if it has
     one, read with read_committed.  Undecodable records are left out (the job dead-letters them)."""
     from processor.topics import TopicReader
@@ -206,7 +209,7 @@ def refusals(commands: list[Command]) -> dict[tuple[int, int], str]:
     return {(c.partition, c.offset): c.reason or "refused" for c in commands if c.refused}
 
 
-def read_overrides(bootstrap: str, topic: str, timeout: float = 60) -> tuple[Overrides, int]:
+def read_overrides(bootstrap: Kafka, topic: str, timeout: float = 60) -> tuple[Overrides, int]:
     """Every command of ``topic`` that the job did not refuse, folded into overrides (the last command
     per name wins), read with read_committed; also the number of commands read."""
     commands = read_log(bootstrap, topic, timeout)

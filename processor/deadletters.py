@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 DeadLetterKey = tuple[str, int, int, str]  # source topic, partition, offset, reason
 
@@ -44,7 +48,7 @@ def reason_kind(reason: str) -> str:
     return reason.split(":", 1)[0].strip()[:80]
 
 
-def read_dead_letters(bootstrap: str, topic: str, inputs: Iterable[str], timeout: float = 60) -> DeadLetters:
+def read_dead_letters(bootstrap: Kafka, topic: str, inputs: Iterable[str], timeout: float = 60) -> DeadLetters:
     """The dead letters of the records of ``inputs`` (topic names) that ``topic`` holds (module docstring)."""
     from processor.codec import OutputCodec
     from processor.topics import TopicReader

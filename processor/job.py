@@ -41,6 +41,7 @@ from processor.config import PipelineConfig, QueryConfig, TopicSettings, shown
 from processor.control import Command, control_topic, effective, fold, read_log, refusals
 from processor.deadletters import read_dead_letters
 from processor.heartbeat import Heartbeat
+from processor.kafka_clients import spark_kafka_options
 from processor.local.spark import spark_session, stop_session, temporary_checkpoint
 from processor.metrics import LagMonitor, Metrics
 from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
@@ -51,6 +52,8 @@ from processor.topics import create_kind, partitions_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from processor.kafka_clients import Kafka
 
 log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 5.0  # how long a stop waits for the batch in flight to commit before abandoning it
@@ -93,12 +96,12 @@ def starting_offsets(config: PipelineConfig, topics: list[str], positions: Posit
         return config.starting_offsets
     default = -2 if config.starting_offsets == "earliest" else -1
     spec: dict[str, dict[str, int]] = {}
-    for topic, partitions in partitions_of(config.bootstrap, topics).items():
+    for topic, partitions in partitions_of(config.kafka, topics).items():
         spec[topic] = {str(p): positions.get((topic, p), default) for p in partitions}
     return json.dumps(spec)
 
 
-def create_outputs(bootstrap: str, q: QueryConfig, view, settings: TopicSettings | None = None) -> None:
+def create_outputs(bootstrap: Kafka, q: QueryConfig, view, settings: TopicSettings | None = None) -> None:
     """The output topics of query ``q`` (``[topics.outputs]``): ``<q>.result`` compacted when the query has
     free variables (one record per group: the topic holds the current result), ``<q>.delta`` and
     ``<q>.model``."""
@@ -112,42 +115,42 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
     """Create the topics, build the pipeline, recover its state (exactly-once mode) and read what the
     keyed result topics hold."""
     kinds = config.topics  # [topics.KIND]: the cluster's defaults unless configured
-    create_kind(config.bootstrap, [r.topic for r in config.relations], kinds.relations)
-    create_kind(config.bootstrap, [config.dead_letter_topic], kinds.dead_letters)
+    create_kind(config.kafka, [r.topic for r in config.relations], kinds.relations)
+    create_kind(config.kafka, [config.dead_letter_topic], kinds.dead_letters)
     # the control topic keeps every command: a rebuild from the topics replays them with the updates
-    create_kind(config.bootstrap, [control_topic(config)], kinds.control, **{"retention.ms": "-1"})
+    create_kind(config.kafka, [control_topic(config)], kinds.control, **{"retention.ms": "-1"})
 
     def on_new_query(q: QueryConfig, view) -> None:
-        create_outputs(config.bootstrap, q, view, kinds.outputs)
+        create_outputs(config.kafka, q, view, kinds.outputs)
 
-    commands = read_log(config.bootstrap, control_topic(config))
+    commands = read_log(config.kafka, control_topic(config))
     if config.placement == "executors":
         from processor.placement.driver import PlacedPipeline, recover_positions
 
         # the queries are fixed for the run: the configuration's with every command not refused (control.py)
         config = served_at_start(config, commands)
-        create_kind(config.bootstrap, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
-        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
-        recover_positions(pipeline, config.bootstrap)
+        create_kind(config.kafka, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
+        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}"), metrics)
+        recover_positions(pipeline, config.kafka)
     elif not config.exactly_once:
-        pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
+        pipeline = Pipeline(config, KafkaSink(config.kafka), metrics)
         pipeline.refused_commands = refusals(commands)
     else:
-        create_kind(config.bootstrap, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
-        pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+        create_kind(config.kafka, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
+        pipeline = Pipeline(config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}"), metrics)
         pipeline.refused_commands = refusals(commands)  # a replay never applies what was refused
-        report = recover(pipeline, StateStore(snapshot_location(config)), config.bootstrap)
+        report = recover(pipeline, StateStore(snapshot_location(config)), config.kafka)
         metrics.recovery_seconds.set(report.seconds)
         metrics.replayed_records.inc(report.replayed)
     # the pipeline's dead letters the topic holds: the counter goes on from them, and a history that starts
     # over does not write them again (processor.deadletters)
-    held = read_dead_letters(config.bootstrap, config.dead_letter_topic, pipeline.topics)
+    held = read_dead_letters(config.kafka, config.dead_letter_topic, pipeline.topics)
     metrics.dead_letters.labels(config.dead_letter_topic).inc(held.total)
     pipeline.dead_lettered = held.keys
     pipeline.on_new_query = on_new_query
     for name, q in pipeline.query_configs.items():  # the configured ones and those of the control topic
         on_new_query(q, pipeline.views[name])
-    pipeline.load_published(config.bootstrap)
+    pipeline.load_published(config.kafka)
     return pipeline
 
 
@@ -256,7 +259,7 @@ def run_job(
         log.info("spark.conf: %s", effective)
     stream = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", config.bootstrap)
+        .options(**spark_kafka_options(config.kafka))  # the brokers and [kafka.properties], Java names
         .option("subscribe", ",".join(pipeline.topics))
         .option("startingOffsets", starting_offsets(config, pipeline.topics, pipeline.positions))
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
@@ -348,7 +351,7 @@ def run_job(
     )
     query = writer.start()
     lag = LagMonitor(
-        config.bootstrap, pipeline.topics, lambda: pipeline.positions, metrics,
+        config.kafka, pipeline.topics, lambda: pipeline.positions, metrics,
         from_earliest=config.starting_offsets == "earliest",
     ).start()  # fmt: skip
     try:

@@ -21,9 +21,12 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 log = logging.getLogger(__name__)
 
@@ -481,7 +484,7 @@ class LagMonitor:
 
     def __init__(
         self,
-        bootstrap: str,
+        bootstrap: Kafka,
         topics: Sequence[str],
         positions: Callable[[], Mapping[tuple[str, int], int]],
         metrics: Metrics,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import compress, pairwise, repeat
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from processor.publish import GroupKeyCodec, KeyedResult, group_key_schema
 from processor.relations import Contents, RelationStore, fingerprint, load_view
 from processor.sink import Sink
 from processor.wire import RegistryClient, WireCodec
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 log = logging.getLogger(__name__)
 
@@ -672,7 +675,7 @@ class Pipeline:
         self.metrics.observe_view(q.name, view, value)
         return value
 
-    def load_published(self, bootstrap: str) -> None:
+    def load_published(self, bootstrap: Kafka) -> None:
         """Read what each group-by query's result topic holds (a compacted changelog), so that the next
         batches publish exactly the differences, including tombstones for groups of an earlier definition."""
         from processor.publish import materialize
@@ -836,14 +839,21 @@ def relation_codecs(config: PipelineConfig) -> tuple[dict[str, RelationCodec | W
 
 
 def relation_codec(
-    config: PipelineConfig, topic: str, schema: dict[str, Any], encoding: str, relation: str | None = None
+    config: PipelineConfig,
+    topic: str,
+    schema: dict[str, Any],
+    encoding: str,
+    relation: str | None = None,
+    register: bool = True,
 ) -> Any:
     """The codec of a relation topic: plain Avro, or the Confluent wire format with the registry.
 
     ``relation`` is the configured relation's name (its updates go to it whatever the Avro
-    record is called).  A registry that cannot be reached raises (the batch fails and is
+    record is called); ``register=False``: encode with the latest registered schemas, registering
+    none (``ivm produce --no-register``).  A registry that cannot be reached raises (the batch fails and is
     retried after recovery); only messages that are themselves bad go to the dead-letter topic.
     """
     if encoding == "confluent":
-        return WireCodec(schema, RegistryClient(config.schema_registry), topic, relation)
+        registry = RegistryClient(config.schema_registry, properties=dict(config.schema_registry_properties))
+        return WireCodec(schema, registry, topic, relation, register=register)
     return RelationCodec.from_schema(schema, relation)

@@ -56,11 +56,14 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ivm.updates import Row, Update
 from processor.codec import RelationCodec
 from processor.sink import KafkaSink, Sink
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 Header = Literal["auto", "names", "skip", "none"]
 Separator = Literal["auto", "comma", "tab", "whitespace"]
@@ -1022,7 +1025,7 @@ class UpdateProducer:
 
     def __init__(
         self,
-        bootstrap: str,
+        bootstrap: Kafka,
         codecs: Mapping[str, Any],
         topics: dict[str, str] | None = None,
         *,

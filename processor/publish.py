@@ -23,12 +23,15 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from ivm.updates import Row
 from processor.topics import TopicReader
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 
 def group_key_schema(query: Any, relation_schemas: Mapping[str, Mapping[str, Any]], name: str) -> dict[str, Any]:
@@ -134,7 +137,7 @@ class KeyedResult:
         return out
 
 
-def materialize(bootstrap: str, topic: str, decode_value: Any = None, timeout: float = 60) -> dict[bytes, Any]:
+def materialize(bootstrap: Kafka, topic: str, decode_value: Any = None, timeout: float = 60) -> dict[bytes, Any]:
     """The current contents of a compacted changelog topic, read as a Kafka consumer would: the last value
     per key, tombstones delete (``read_committed``).  ``decode_value`` maps a value's bytes (default:
     kept as bytes)."""
@@ -149,7 +152,7 @@ def materialize(bootstrap: str, topic: str, decode_value: Any = None, timeout: f
 
 
 def snapshot_then_changes(
-    bootstrap: str,
+    bootstrap: Kafka,
     topic: str,
     *,
     poll_timeout: float = 1.0,

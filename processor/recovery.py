@@ -25,9 +25,10 @@ from typing import Any
 
 from processor.codec import OutputCodec
 from processor.config import ConfigError
+from processor.kafka_clients import Kafka
+from processor.kafka_clients import consumer as new_consumer
 from processor.pipeline import Pipeline, PipelineState, Positions, Record
 from processor.snapshots import RESET, StateStore
-from processor.topics import CLIENT_DEFAULTS
 
 log = logging.getLogger(__name__)
 FIX = "ivm reset -c CONFIG --yes"
@@ -132,19 +133,18 @@ def adopt(pipeline: Pipeline, snapshot: PipelineState) -> Adoption:
     return report
 
 
-def read_committed_progress(bootstrap: str, topic: str) -> dict[str, Any] | None:
+def read_committed_progress(bootstrap: Kafka, topic: str) -> dict[str, Any] | None:
     """The last progress record of ``topic`` visible to read_committed readers."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    consumer = Consumer(
+    consumer = new_consumer(
+        bootstrap,
         {
-            "bootstrap.servers": bootstrap,
             "group.id": "ivm-recovery",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
-            **CLIENT_DEFAULTS,
-        }
+        },
     )
     codec = OutputCodec("progress")
     try:
@@ -182,7 +182,7 @@ def decode_progress(codec: OutputCodec, value: bytes) -> dict[str, Any]:
     return {**record, "legacy": True} if missing else record
 
 
-def missing_history(bootstrap: str, start: Positions, topics: list[str]) -> list[str]:
+def missing_history(bootstrap: Kafka, start: Positions, topics: list[str]) -> list[str]:
     """The input partitions of ``topics`` that no longer hold every record from ``start`` (absent: 0)
     on: retention or a deletion moved their first offset past it."""
     from processor.topics import watermarks
@@ -195,7 +195,7 @@ def missing_history(bootstrap: str, start: Positions, topics: list[str]) -> list
     return out
 
 
-def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_000) -> int:
+def replay(pipeline: Pipeline, bootstrap: Kafka, end: Positions, chunk: int = 100_000) -> int:
     """Apply the input records from the pipeline's positions up to ``end`` (exclusive).
 
     :class:`RecoveryError` if a partition no longer holds the records between them (retention):
@@ -212,14 +212,14 @@ def replay(pipeline: Pipeline, bootstrap: str, end: Positions, chunk: int = 100_
     return replayed
 
 
-def read_range(bootstrap: str, start: Positions, end: Positions, chunk: int = 100_000) -> Iterator[list[Record]]:
+def read_range(bootstrap: Kafka, start: Positions, end: Positions, chunk: int = 100_000) -> Iterator[list[Record]]:
     """The input records from ``start`` (absent: 0) up to ``end`` (exclusive) of each partition in ``end``,
     in chunks, each partition's in offset order.
 
     :class:`RecoveryError` if a partition no longer holds them (retention deleted some): never a
     silent jump over the gap (Spark's ``failOnDataLoss``).
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     todo = {tp: stop for tp, stop in end.items() if stop > start.get(tp, 0)}
     if not todo:
@@ -230,15 +230,14 @@ def read_range(bootstrap: str, start: Positions, end: Positions, chunk: int = 10
             f"the committed inputs after the state's snapshot are no longer in Kafka: {'; '.join(gone)}. "
             f"Restore a newer snapshot, or start the pipeline over with `{FIX}`"
         )
-    consumer = Consumer(
+    consumer = new_consumer(
+        bootstrap,
         {
-            "bootstrap.servers": bootstrap,
             "group.id": "ivm-replay",
             "enable.auto.commit": False,
             # an offset retention deleted after the check above is an error, never a silent jump to the end
             "auto.offset.reset": "error",
-            **CLIENT_DEFAULTS,
-        }
+        },
     )
     consumer.assign([TopicPartition(t, p, start.get((t, p), 0)) for (t, p) in todo])
     pending: list[Record] = []
@@ -302,7 +301,7 @@ class RecoveryReport:
     adoption: Adoption = field(default_factory=Adoption)
 
 
-def recover(pipeline: Pipeline, store: StateStore | None, bootstrap: str) -> RecoveryReport:
+def recover(pipeline: Pipeline, store: StateStore | None, bootstrap: Kafka) -> RecoveryReport:
     """Bring ``pipeline`` to the state of its last committed batch, for the queries as now configured.
 
     With a snapshot: :func:`adopt` it (queries new, changed or reset are built from the relations'
@@ -364,7 +363,7 @@ def recover(pipeline: Pipeline, store: StateStore | None, bootstrap: str) -> Rec
     return report
 
 
-def _rebuild_from_topics(pipeline: Pipeline, bootstrap: str, committed: dict[str, Any], where: Any) -> None:
+def _rebuild_from_topics(pipeline: Pipeline, bootstrap: Kafka, committed: dict[str, Any], where: Any) -> None:
     """No usable snapshot but committed batches: the state from the relation topics' whole history."""
     name = pipeline.config.name
     reasons = []
@@ -391,7 +390,7 @@ def _rebuild_from_topics(pipeline: Pipeline, bootstrap: str, committed: dict[str
     pipeline.state.origin = dict(origin)
 
 
-def _fix_origins(pipeline: Pipeline, bootstrap: str) -> None:
+def _fix_origins(pipeline: Pipeline, bootstrap: Kafka) -> None:
     """Give every input partition the pipeline has never read its origin: where the stream will start."""
     from processor.topics import watermarks
 

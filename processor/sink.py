@@ -7,7 +7,10 @@ reading with ``isolation.level=read_committed`` see all of a batch or none.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 
 class Sink(Protocol):
@@ -23,23 +26,14 @@ class Sink(Protocol):
 class KafkaSink:
     """An idempotent producer; ``commit`` flushes and raises on any delivery failure (at least once)."""
 
-    def __init__(self, bootstrap: str, flush_timeout: float = 60, **conf: Any) -> None:
-        from confluent_kafka import Producer
-
-        from processor.topics import CLIENT_DEFAULTS
+    def __init__(self, bootstrap: Kafka, flush_timeout: float = 60, **conf: Any) -> None:
+        from processor.kafka_clients import producer
 
         self.flush_timeout = flush_timeout
         self._queued = 0
         self._errors: list[str] = []
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "compression.type": "lz4",
-                **CLIENT_DEFAULTS,
-                **conf,
-            }
+        self._producer = producer(
+            bootstrap, {"enable.idempotence": True, "linger.ms": 5, "compression.type": "lz4", **conf}
         )
 
     def _on_delivery(self, err: object, msg: object) -> None:
@@ -77,7 +71,7 @@ class TransactionalKafkaSink(KafkaSink):
     transaction, so a batch cut short by a crash is never visible.
     """
 
-    def __init__(self, bootstrap: str, transactional_id: str, **conf: Any) -> None:
+    def __init__(self, bootstrap: Kafka, transactional_id: str, **conf: Any) -> None:
         super().__init__(bootstrap, **{"transactional.id": transactional_id, "transaction.timeout.ms": 60000, **conf})
         self._producer.init_transactions(60)
 

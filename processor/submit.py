@@ -182,7 +182,7 @@ def _run(config, spark) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        require_broker(config.bootstrap)  # one line at once, not 30 s of client timeouts
+        require_broker(config.kafka)  # one line at once, not 30 s of client timeouts
         report = run_job(config, stop=stop, spark=spark)
     except BrokerUnreachable as err:
         print(f"processor/submit.py: {err}", file=sys.stderr)

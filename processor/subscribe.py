@@ -37,7 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from processor.codec import DecodeError, OutputCodec, RelationCodec, json_value, load_schema, schemas_dir
-from processor.topics import CLIENT_DEFAULTS, PROBE_TIMEOUT
+from processor.kafka_clients import Kafka
+from processor.kafka_clients import admin as new_admin
+from processor.kafka_clients import consumer as new_consumer
+from processor.topics import PROBE_TIMEOUT
 
 DEFAULT_DEAD_LETTER_TOPIC = "ivm.dead-letter"
 
@@ -262,12 +265,12 @@ def relation_decoder(spec: TopicSpec, config: Any = None) -> Decoder:
     encoding = getattr(rel, "encoding", "avro")
     codec: Any
     if encoding == "confluent":
-        from processor.wire import RegistryClient, WireCodec
+        from processor.wire import WireCodec, registry_client
 
         registry = getattr(config, "schema_registry", "") if config is not None else ""
         if not registry:
             raise ValueError(f"relation {rel.name} uses encoding 'confluent' but [kafka].schema_registry is not set")
-        codec = WireCodec(schema, RegistryClient(registry), spec.topic)
+        codec = WireCodec(schema, registry_client(config), spec.topic)
     else:
         codec = RelationCodec.from_schema(schema)
     attributes = codec.attributes
@@ -331,16 +334,15 @@ def render(kind: str, record: Mapping[str, Any], as_json: bool = False) -> str:
     return KINDS[kind].plain(dict(record))
 
 
-def broker_topics(bootstrap: str, timeout: float = 10.0) -> set[str]:
+def broker_topics(bootstrap: Kafka, timeout: float = 10.0) -> set[str]:
     """The topics on the broker (internal ``__`` ones left out); :class:`~processor.topics.BrokerUnreachable`
     (a ``RuntimeError``) naming the address if it cannot be reached."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     from processor.topics import BrokerUnreachable, kafka_reason, require_broker
 
     require_broker(bootstrap, timeout=min(timeout, PROBE_TIMEOUT))
-    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
+    admin = new_admin(bootstrap)
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as err:
@@ -351,7 +353,7 @@ def broker_topics(bootstrap: str, timeout: float = 10.0) -> set[str]:
 
 
 def follow(
-    bootstrap: str,
+    bootstrap: Kafka,
     topic: str,
     *,
     from_beginning: bool = True,
@@ -370,19 +372,17 @@ def follow(
     offset, error)`` and is skipped.  Stops after ``idle_timeout`` seconds without a
     record (never, if ``None``), or once ``stop`` is set.
     """
-    from confluent_kafka import Consumer
 
     if decoder is None:
         decoder = decoder_for(resolve_topic(topic))
-    consumer = Consumer(
+    consumer = new_consumer(
+        bootstrap,
         {
-            "bootstrap.servers": bootstrap,
             "group.id": f"ivm-subscribe-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest" if from_beginning else "latest",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
-            **CLIENT_DEFAULTS,
-        }
+        },
     )
     consumer.subscribe([topic])
     last = time.monotonic()

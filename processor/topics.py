@@ -1,25 +1,22 @@
 """Kafka topic helpers: creating topics, reading their end offsets, and checking that a broker answers.
 
-Every Kafka client of the project is configured with :data:`CLIENT_DEFAULTS`,
-which routes librdkafka's own log lines (``FAIL ... Connection refused`` every
-50 ms while a broker is down) to the Python logger ``librdkafka`` instead of
-stderr: ``ivm`` silences it unless ``-v`` (``processor/cli.py``), and reports a
-broker it cannot reach once, in one line (:func:`require_broker`).
+Every Kafka client of the project is made by :mod:`processor.kafka_clients`
+(with the pipeline's ``[kafka.properties]``) and :data:`CLIENT_DEFAULTS`, which
+routes librdkafka's own log lines (``FAIL ... Connection refused`` every 50 ms
+while a broker is down) to the Python logger ``librdkafka`` instead of stderr:
+``ivm`` silences it unless ``-v`` (``processor/cli.py``), and reports a broker it
+cannot reach, or cannot authenticate to, once, in one line (:func:`require_broker`).
 """
 
 from __future__ import annotations
 
-import logging
 import socket
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-#: The logger librdkafka's log lines go to (served when a client polls); silenced by ``ivm`` unless ``-v``.
-KAFKA_LOGGER = logging.getLogger("librdkafka")
-
-# librdkafka logs connection churn at info level; errors only, and to a Python logger rather than stderr.
-CLIENT_DEFAULTS: dict[str, Any] = {"log_level": 3, "log.connection.close": False, "logger": KAFKA_LOGGER}
+# CLIENT_DEFAULTS and KAFKA_LOGGER are re-exported: older imports take them from here
+from processor.kafka_clients import CLIENT_DEFAULTS, KAFKA_LOGGER, Kafka, admin, connection, consumer  # noqa: F401
 
 #: Seconds :func:`require_broker` waits for a TCP connection and then for the broker's metadata.
 PROBE_TIMEOUT = 5.0
@@ -29,7 +26,7 @@ class BrokerUnreachable(RuntimeError):
     """No Kafka broker answers at a bootstrap address; the message names the addresses and why."""
 
 
-def require_broker(bootstrap: str, timeout: float = PROBE_TIMEOUT) -> None:
+def require_broker(bootstrap: Kafka, timeout: float = PROBE_TIMEOUT) -> None:
     """Return if a Kafka broker answers a metadata request at ``bootstrap``; :class:`BrokerUnreachable` otherwise.
 
     A quick check before the long operations (whose Kafka timeouts are 30 s and
@@ -44,8 +41,8 @@ def require_broker(bootstrap: str, timeout: float = PROBE_TIMEOUT) -> None:
     processor.topics.BrokerUnreachable: cannot reach the Kafka broker at 127.0.0.1:...: connection refused (...)
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
+    kafka, bootstrap = bootstrap, connection(bootstrap).bootstrap
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     if not addresses:
         raise BrokerUnreachable("no Kafka bootstrap address given")
@@ -58,15 +55,54 @@ def require_broker(bootstrap: str, timeout: float = PROBE_TIMEOUT) -> None:
             raise BrokerUnreachable(f"cannot reach the Kafka broker at {addresses[0]}: {failed[addresses[0]]}{hint}")
         each = "; ".join(f"{address}: {reason}" for address, reason in failed.items())
         raise BrokerUnreachable(f"cannot reach any Kafka broker of {bootstrap} ({each}){hint}")
-    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
-    try:
-        admin.list_topics(timeout=timeout)
-    except KafkaException as err:
-        admin.poll(0)  # hand librdkafka's log lines to the logger (shown with -v)
-        raise BrokerUnreachable(
-            f"{bootstrap} accepts connections but no Kafka broker there answered within {timeout:.0f} s "
-            f"({kafka_reason(err)}): is it a Kafka listener?"
-        ) from None
+    errors: list[Any] = []
+    client = admin(kafka, {"error_cb": errors.append})
+    deadline = time.monotonic() + timeout
+    while True:  # short rounds: a failed authentication or TLS handshake is reported as soon as it happens
+        try:
+            client.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            return
+        except KafkaException as err:
+            last = err
+        client.poll(0)  # serve error_cb, and hand librdkafka's log lines to the logger (shown with -v)
+        cause = security_failure(errors, bootstrap)
+        if cause is not None:
+            raise BrokerUnreachable(cause) from None
+        if time.monotonic() >= deadline:
+            raise BrokerUnreachable(
+                f"{bootstrap} accepts connections but no Kafka broker there answered within {timeout:.0f} s "
+                f"({kafka_reason(last)}): is it a Kafka listener?"
+            ) from None
+
+
+def security_failure(errors: Sequence[Any], bootstrap: str) -> str | None:
+    """One line naming why the client could not authenticate or complete the TLS handshake (librdkafka's
+    ``_AUTHENTICATION`` / ``_SSL`` errors, and the ``_TRANSPORT`` error of a client certificate the broker
+    refused, as ``error_cb`` got them), and the properties to check; ``None`` if none of ``errors`` is one
+    of those."""
+    from confluent_kafka import KafkaError
+
+    for error in errors:
+        code = error.code() if hasattr(error, "code") else None
+        text = " ".join(str(error.str() if hasattr(error, "str") else error).split())
+        if code == KafkaError._AUTHENTICATION:
+            return (
+                f"authentication to the Kafka broker at {bootstrap} failed: {text} "
+                "(check [kafka.properties] sasl.mechanism, sasl.username and sasl.password)"
+            )
+        refused = "alert bad certificate" in text or "alert certificate required" in text
+        if code == KafkaError._TRANSPORT and refused:  # TLS 1.3: the broker's refusal arrives at the first read
+            return (
+                f"TLS handshake with the Kafka broker at {bootstrap} failed: {text} (the broker requires a client "
+                "certificate its CA signed: check [kafka.properties] ssl.certificate.location and ssl.key.location)"
+            )
+        if code == KafkaError._SSL:
+            return (
+                f"TLS handshake with the Kafka broker at {bootstrap} failed: {text} (check [kafka.properties] "
+                "ssl.ca.location: the CA that signed the broker's certificate, and ssl.endpoint.identification."
+                "algorithm)"
+            )
+    return None
 
 
 def _tcp_reason(address: str, timeout: float) -> str | None:
@@ -110,7 +146,7 @@ def kafka_reason(err: BaseException) -> str:
 
 
 def create_topics(
-    bootstrap: str,
+    bootstrap: Kafka,
     topics: Sequence[str],
     partitions: int = -1,
     config: dict[str, str] | None = None,
@@ -123,10 +159,10 @@ def create_topics(
     would.  A creation the cluster refuses (a replication factor above its brokers, an unknown topic config)
     raises ``RuntimeError`` naming the topic and the broker's reason.
     """
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
-    existing = set(admin.list_topics(timeout=30).topics)
+    client = admin(bootstrap)
+    existing = set(client.list_topics(timeout=30).topics)
     new = [
         NewTopic(t, num_partitions=partitions, replication_factor=replication_factor, config=config or {})
         for t in topics
@@ -134,7 +170,7 @@ def create_topics(
     ]
     if not new:
         return
-    for topic, future in admin.create_topics(new, operation_timeout=30).items():
+    for topic, future in client.create_topics(new, operation_timeout=30).items():
         try:
             future.result()
         except Exception as err:  # a concurrent creation is fine
@@ -142,44 +178,40 @@ def create_topics(
                 raise RuntimeError(f"creating topic {topic} failed: {kafka_reason(err)}") from err
 
 
-def create_kind(bootstrap: str, topics: Sequence[str], settings: Any, **own: str) -> None:
+def create_kind(bootstrap: Kafka, topics: Sequence[str], settings: Any, **own: str) -> None:
     """Create ``topics`` of one kind with its :class:`processor.config.TopicSettings` (``[topics.KIND]``)
     and the topic configs the processor sets itself, ``own`` (``cleanup.policy`` for compacted topics)."""
     create_topics(bootstrap, topics, settings.partitions, settings.config_dict(**own), settings.replication_factor)
 
 
-def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+def end_offsets(bootstrap: Kafka, topics: Sequence[str]) -> dict[tuple[str, int], int]:
     """The end offset (high watermark) of every partition of ``topics``."""
     return {tp: high for tp, (_low, high) in watermarks(bootstrap, topics).items()}
 
 
-def watermarks(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
+def watermarks(bootstrap: Kafka, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
     """``(low, high)`` offsets of every partition of ``topics``: the first record still held (retention
     moves it up) and the end."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "ivm-end-offsets", "enable.auto.commit": False, **CLIENT_DEFAULTS}
-    )
+    client = consumer(bootstrap, {"group.id": "ivm-end-offsets", "enable.auto.commit": False})
     try:
-        metadata = consumer.list_topics(timeout=30)
+        metadata = client.list_topics(timeout=30)
         out: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in topics:
             if topic not in metadata.topics:
                 continue
             for partition in metadata.topics[topic].partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+                low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
                 out[(topic, partition)] = (low, high)
         return out
     finally:
-        consumer.close()
+        client.close()
 
 
-def partitions_of(bootstrap: str, topics: Sequence[str]) -> dict[str, list[int]]:
+def partitions_of(bootstrap: Kafka, topics: Sequence[str]) -> dict[str, list[int]]:
     """The partition ids of each existing topic."""
-    from confluent_kafka.admin import AdminClient
-
-    metadata = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS}).list_topics(timeout=30)
+    metadata = admin(bootstrap).list_topics(timeout=30)
     return {t: sorted(metadata.topics[t].partitions) for t in topics if t in metadata.topics}
 
 
@@ -188,20 +220,19 @@ class TopicReader:
     up to the ends the topic had when the reader was made (:meth:`to_end`), then the ones committed later
     (:meth:`follow`)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from confluent_kafka import Consumer, TopicPartition
+    def __init__(self, bootstrap: Kafka, topic: str) -> None:
+        from confluent_kafka import TopicPartition
 
         self.topic = topic
         self._marks = watermarks(bootstrap, [topic])
-        self._consumer = Consumer(
+        self._consumer = consumer(
+            bootstrap,
             {
-                "bootstrap.servers": bootstrap,
                 "group.id": "ivm-topic-reader",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",  # from the first record held if retention moves it meanwhile
-                **CLIENT_DEFAULTS,
-            }
+            },
         )
         self._consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in self._marks.items()])
         self._tp = TopicPartition

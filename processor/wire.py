@@ -16,8 +16,9 @@ dead-letter topic); a registry that cannot be reached or answers with an
 error other than "not found" raises :class:`RegistryError` instead, since the
 message itself may be fine.
 
-The registry client speaks the Confluent-compatible REST API (as served by
-Apicurio Registry at ``/apis/ccompat/v7``) with the standard library only.
+The registry client is ``confluent_kafka.schema_registry``'s (:class:`RegistryClient`
+wraps it): the Confluent-compatible REST API (as served by Apicurio Registry at
+``/apis/ccompat/v7``), with basic authentication and TLS settings.
 
 >>> frame(7, b"\\x02")
 b'\\x00\\x00\\x00\\x00\\x07\\x02'
@@ -31,9 +32,7 @@ import io
 import json
 import struct
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,26 +125,58 @@ class RegisteredSchema:
 
 
 class RegistryClient:
-    """A small client for the Confluent-compatible Schema Registry API.
+    """The Confluent-compatible Schema Registry API through ``confluent_kafka.schema_registry``'s client.
 
-    ``url`` is the API root, e.g. ``http://127.0.0.1:8080/apis/ccompat/v7``.
-    Schemas fetched by id are cached (an id never changes its schema).
+    ``url`` is the API root, e.g. ``http://127.0.0.1:8080/apis/ccompat/v7``; ``properties`` are that
+    client's settings besides ``url`` (``[kafka.schema_registry]``: ``basic.auth.user.info`` as
+    ``user:password``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``,
+    ``ssl.key.password``).  Schemas fetched by id are cached (an id never changes its schema).  Every
+    failure is a :class:`RegistryError` (:class:`SchemaNotFoundError` for HTTP 404) naming the request,
+    never the credentials.
     """
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0, properties: Mapping[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.properties = dict(properties or {})
+        self._client: Any = None
         self._by_id: dict[int, RegisteredSchema] = {}
         self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        from processor.kafka_clients import masked
+
+        return f"RegistryClient({self.url!r}, {masked(self.properties)!r})"
+
+    def __getstate__(self) -> dict[str, Any]:  # shipped to Spark's executors: the client is made again there
+        return {**self.__dict__, "_client": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _sr(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+
+                try:
+                    self._client = SchemaRegistryClient(
+                        {"url": self.url, "timeout": self.timeout, "max.retries": 0, **self.properties}
+                    )
+                except (ValueError, TypeError, OSError) as err:  # a bad setting or an unreadable PEM file
+                    raise RegistryError(f"the schema registry client for {self.url} cannot be made: {err}") from None
+            return self._client
+
     def register(self, subject: str, schema: Mapping[str, Any] | str, schema_type: str = "AVRO") -> int:
         """Register ``schema`` under ``subject`` (or find it there); its id."""
+        from confluent_kafka.schema_registry import Schema
+
         text = schema if isinstance(schema, str) else json.dumps(schema)
-        body: dict[str, Any] = {"schema": text}
-        if schema_type != "AVRO":
-            body["schemaType"] = schema_type
-        answer = self._request("POST", f"/subjects/{_quote(subject)}/versions", body)
-        schema_id = int(answer["id"])
+        schema_id = int(
+            self._call("POST", f"/subjects/{_quote(subject)}/versions", lambda sr: sr.register_schema(
+                subject, Schema(text, schema_type)))
+        )  # fmt: skip
         with self._lock:
             self._by_id.setdefault(schema_id, RegisteredSchema(schema_id, schema_type, text))
         return schema_id
@@ -156,45 +187,51 @@ class RegistryClient:
             cached = self._by_id.get(schema_id)
         if cached is not None:
             return cached
-        answer = self._request("GET", f"/schemas/ids/{int(schema_id)}")
-        found = RegisteredSchema(schema_id, answer.get("schemaType") or "AVRO", answer["schema"])
+        got = self._call("GET", f"/schemas/ids/{int(schema_id)}", lambda sr: sr.get_schema(int(schema_id)))
+        found = RegisteredSchema(schema_id, got.schema_type or "AVRO", got.schema_str)
         with self._lock:
             self._by_id[schema_id] = found
         return found
 
     def subjects(self) -> list[str]:
         """The registered subjects."""
-        return list(self._request("GET", "/subjects"))
+        return list(self._call("GET", "/subjects", lambda sr: sr.get_subjects()))
 
     def latest(self, subject: str) -> tuple[int, int, str]:
         """The latest version of ``subject``: (schema id, version, schema text)."""
-        answer = self._request("GET", f"/subjects/{_quote(subject)}/versions/latest")
-        return int(answer["id"]), int(answer["version"]), answer["schema"]
-
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data, method=method, headers={"Accept": CONTENT_TYPE, "Content-Type": CONTENT_TYPE}
+        got = self._call(
+            "GET", f"/subjects/{_quote(subject)}/versions/latest", lambda sr: sr.get_latest_version(subject)
         )
+        return int(got.schema_id), int(got.version), got.schema.schema_str
+
+    def _call(self, method: str, path: str, request: Any) -> Any:
+        """``request(client)``, its failures as :class:`RegistryError` naming ``method`` and ``path``."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        client = self._sr()
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as err:
-            text = err.read().decode(errors="replace")
-            try:
-                detail = json.loads(text)
-            except json.JSONDecodeError:
-                detail = {"message": text}
-            if not isinstance(detail, dict):
-                detail = {"message": text}
-            error = SchemaNotFoundError if err.code == 404 else RegistryError
+            return request(client)
+        except SchemaRegistryError as err:
+            status = err.http_status_code
+            error = SchemaNotFoundError if status == 404 else RegistryError
+            hint = ""
+            if status in (401, 403):
+                hint = " (check [kafka.schema_registry] basic.auth.user.info)"
             raise error(
-                f"{method} {self.url}{path}: HTTP {err.code}: {detail.get('message', text)}",
-                status=err.code,
-                error_code=detail.get("error_code"),
+                f"{method} {self.url}{path}: HTTP {status}: {err.error_message}{hint}",
+                status=status,
+                error_code=err.error_code,
             ) from None
-        except (urllib.error.URLError, OSError) as err:
-            raise RegistryError(f"{method} {self.url}{path}: the registry cannot be reached: {err}") from None
+        except Exception as err:  # httpx's transport errors (refused, TLS, timeout), an unreadable answer
+            reason = " ".join(str(err).split()) or type(err).__name__
+            if "CERTIFICATE_VERIFY_FAILED" in reason or "certificate verify failed" in reason:
+                reason += " (check [kafka.schema_registry] ssl.ca.location)"
+            raise RegistryError(f"{method} {self.url}{path}: the registry cannot be reached: {reason}") from None
+
+
+def registry_client(config: Any) -> RegistryClient:
+    """The registry client of a pipeline: ``[kafka] schema_registry`` and ``[kafka.schema_registry]``."""
+    return RegistryClient(config.schema_registry, properties=dict(getattr(config, "schema_registry_properties", ())))
 
 
 def _quote(subject: str) -> str:
@@ -261,7 +298,10 @@ class WireCodec:
     ``schema`` is the relation's Avro schema (JSON), the reader schema for
     decoding and the writer schema for encoding; ``topic`` defaults to the
     relation's name.  Encoding registers the key and value schemas under
-    ``<topic>-key`` and ``<topic>-value`` on first use.  Thread-safe.
+    ``<topic>-key`` and ``<topic>-value`` on first use; with ``register=False``
+    it uses the latest schema registered under each subject instead, which must
+    be the relation's (the same Avro parsing canonical form): an absent or a
+    different one is a :class:`RegistryError` naming the subject.  Thread-safe.
     """
 
     def __init__(
@@ -270,22 +310,29 @@ class WireCodec:
         registry: RegistryClient,
         topic: str | None = None,
         relation: str | None = None,
+        register: bool = True,
     ) -> None:
         self.schema = dict(schema)
         self.codec = RelationCodec.from_schema(self.schema, relation)
         self.registry = registry
         self.topic = topic or self.codec.relation
+        self.registers = register
         self._ids: tuple[int, int] | None = None
         self._writers: dict[int, Any] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def for_relation(
-        cls, relation: str, registry: RegistryClient, topic: str | None = None, directory: Path | None = None
+        cls,
+        relation: str,
+        registry: RegistryClient,
+        topic: str | None = None,
+        directory: Path | None = None,
+        register: bool = True,
     ) -> WireCodec:
         """The codec of ``relation`` with its schema from ``schemas/relations/<relation>.avsc``."""
         directory = Path(directory or schemas_dir() / "relations")
-        return cls(load_schema(directory / f"{relation}.avsc"), registry, topic)
+        return cls(load_schema(directory / f"{relation}.avsc"), registry, topic, register=register)
 
     @property
     def relation(self) -> str:
@@ -296,13 +343,40 @@ class WireCodec:
         return self.codec.attributes
 
     def register(self) -> tuple[int, int]:
-        """Register the relation's key and value schemas for the topic; their ids (key, value)."""
+        """The ids (key, value) of the relation's key and value schemas for the topic: registered, or with
+        ``register=False`` the latest ones registered (checked to be the relation's)."""
         with self._lock:
             if self._ids is None:
-                key_id = self.registry.register(key_subject(self.topic), key_schema_of(self.schema))
-                value_id = self.registry.register(value_subject(self.topic), self.schema)
+                if self.registers:
+                    key_id = self.registry.register(key_subject(self.topic), key_schema_of(self.schema))
+                    value_id = self.registry.register(value_subject(self.topic), self.schema)
+                else:
+                    key_id = self._latest(key_subject(self.topic), key_schema_of(self.schema))
+                    value_id = self._latest(value_subject(self.topic), self.schema)
                 self._ids = (key_id, value_id)
             return self._ids
+
+    def _latest(self, subject: str, schema: Mapping[str, Any]) -> int:
+        """The id of the latest schema of ``subject`` if it is ``schema``; :class:`RegistryError` otherwise."""
+        try:
+            schema_id, version, text = self.registry.latest(subject)
+        except SchemaNotFoundError:
+            raise RegistryError(
+                f"subject {subject} has no registered schema: register relation {self.relation}'s schema "
+                "(produce without --no-register) or ask the registry's owner to"
+            ) from None
+        canonical = fastavro.schema.to_parsing_canonical_form
+        try:
+            same = canonical(fastavro.parse_schema(json.loads(text))) == canonical(fastavro.parse_schema(dict(schema)))
+        except (ValueError, TypeError, fastavro.schema.SchemaParseException):
+            same = False
+        if not same:
+            raise RegistryError(
+                f"subject {subject}: its latest schema (id {schema_id}, version {version}) is not relation "
+                f"{self.relation}'s schema: records written with it would not be what the relation reads; "
+                "register the relation's schema (produce without --no-register) or fix the relation's .avsc"
+            )
+        return schema_id
 
     def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:
         """The Kafka key and value of the update ``{row ↦ mult}`` in the wire format."""

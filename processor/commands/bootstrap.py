@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise CommandError(f"--load {item}: {path} does not exist")
         files[relation] = Path(path)
-    require_broker(config.bootstrap)
+    require_broker(config.kafka)
     try:
         results = bootstrap(config, files)
     except BootstrapError as err:

@@ -56,6 +56,7 @@ def describe(plan: PipelinePlan) -> list[str]:
         + (f", a snapshot every {c.snapshot_every} batches" if c.exactly_once and c.snapshot_every else "")
         + f", {c.shards} shard{'s' if c.shards != 1 else ''} per query by default",
         f"kafka: {c.bootstrap}" + (f", schema registry {c.schema_registry}" if c.schema_registry else ""),
+        *_properties(c),
         f"spark: {c.spark_master}, at most {c.max_offsets_per_trigger} records per batch every {c.trigger_ms} ms, "
         f"from the {c.starting_offsets} offsets when nothing is committed",
         f"policy: negative={c.policy.negative}, duplicate={c.policy.duplicate}",
@@ -97,6 +98,17 @@ def _settings(t: TopicSettings) -> str:
     """``partitions 3, replication factor 3, min.insync.replicas=2``."""
     configs = "".join(f", {shown(k, v)}" for k, v in t.config)
     return f"partitions {t.partitions}, replication factor {t.replication_factor}{configs}"
+
+
+def _properties(c: PipelineConfig) -> list[str]:
+    """``[kafka.properties]`` as every client gets them and ``[kafka.schema_registry]``'s settings, secret
+    values masked (``********``)."""
+    from processor.kafka_clients import masked
+
+    properties = masked(dict(c.kafka_properties))
+    lines = [f"  {key} = {value!r}" for key, value in properties.items()]
+    registry = masked(dict(c.schema_registry_properties))
+    return lines + [f"  schema registry {key} = {value!r}" for key, value in registry.items()]
 
 
 def _patterns(described: dict[str, str]) -> str:

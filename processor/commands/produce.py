@@ -119,6 +119,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="without -c: plain Avro (default) or the Confluent wire format with --schema-registry",
     )  # fmt: skip
     p.add_argument("--schema-registry", help="URL of the Confluent-compatible registry API (overrides -c's)")
+    p.add_argument(
+        "--no-register", dest="register", action="store_false",
+        help="confluent encoding: register no schema; write with the latest one registered under <topic>-key and "
+        "<topic>-value, which must be the relation's schema (refused by name otherwise)",
+    )  # fmt: skip
     return p
 
 
@@ -191,8 +196,9 @@ def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[st
         if rel.encoding == "confluent" and not config.schema_registry:
             raise CommandError(f"relation {r} is encoded 'confluent': it needs [kafka] schema_registry in "
                                f"{args.config} or --schema-registry")  # fmt: skip
-        codecs[r] = relation_codec(config, topics[r], load_schema(rel.schema_file()), rel.encoding, rel.name)
-    return codecs, topics, args.bootstrap or config.bootstrap
+        schema = load_schema(rel.schema_file())
+        codecs[r] = relation_codec(config, topics[r], schema, rel.encoding, rel.name, register=args.register)
+    return codecs, topics, config.kafka.with_bootstrap(args.bootstrap)
 
 
 def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[str, Any], dict[str, str], str]:
@@ -212,7 +218,7 @@ def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[
 
         registry = RegistryClient(args.schema_registry)
         return (
-            {r: WireCodec.for_relation(r, registry, topics[r]) for r in relations},
+            {r: WireCodec.for_relation(r, registry, topics[r], register=args.register) for r in relations},
             topics,
             args.bootstrap or DEFAULT_BOOTSTRAP,
         )
@@ -242,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--topic names one topic; {len(relations)} relations given ({', '.join(relations)})")
     configure = _configured if args.config else _unconfigured
     codecs, topics, bootstrap = configure(args, relations)
+    plain = [r for r in relations if not isinstance(codecs[r], WireCodec)]
+    if not args.register and plain:
+        raise CommandError(f"--no-register: only for the confluent encoding; relation {plain[0]} is plain Avro "
+                           "(no registry involved)")  # fmt: skip
     try:
         targets = [Target.of(codecs[r]) for r in relations]
     except ValueError as err:  # an attribute type files cannot give

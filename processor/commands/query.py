@@ -82,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
     topic = control_topic(config)
     from processor.topics import require_broker
 
-    require_broker(config.bootstrap)  # one line at once, not 30 s of client timeouts
+    require_broker(config.kafka)  # one line at once, not 30 s of client timeouts
     try:
-        commands = read_log(config.bootstrap, topic)
+        commands = read_log(config.kafka, topic)
     except (KafkaException, TimeoutError, RuntimeError) as err:
         print(f"{where}: cannot read {topic} at {config.bootstrap}: {err}", file=sys.stderr)
         return 1
@@ -125,14 +125,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _send(config, topic: str, name: str, q, where: str, wait: float) -> int:
-    from confluent_kafka import Producer
-
     from processor.control import encode_add, encode_remove
-    from processor.topics import CLIENT_DEFAULTS, create_kind
+    from processor.kafka_clients import producer as new_producer
+    from processor.topics import create_kind
 
     try:  # as the job creates it: one partition, every command kept ([topics.control])
-        create_kind(config.bootstrap, [topic], config.topics.control, **{"retention.ms": "-1"})
-        producer = Producer({"bootstrap.servers": config.bootstrap, "enable.idempotence": True, **CLIENT_DEFAULTS})
+        create_kind(config.kafka, [topic], config.topics.control, **{"retention.ms": "-1"})
+        producer = new_producer(config.kafka, {"enable.idempotence": True})
         delivered: list = []
         producer.produce(
             topic,
@@ -190,7 +189,7 @@ def _await_answer(config, topic: str, partition: int, offset: int, wait: float):
 
     deadline = time.monotonic() + wait
     while True:
-        for command in read_log(config.bootstrap, topic):
+        for command in read_log(config.kafka, topic):
             if (command.partition, command.offset) == (partition, offset) and command.answer is not None:
                 return command
         if time.monotonic() > deadline:

@@ -20,6 +20,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from processor.topics import require_broker
 
-    require_broker(config.bootstrap)  # one line at once, before asking
+    require_broker(config.kafka)  # one line at once, before asking
     question = (
         f"Drop ALL state of pipeline {config.name!r}: {len(snapshots)} snapshot(s) in {store.directory} and the "
         f"committed progress (topic {config.progress_topic})? The next `ivm run` starts over from the relation "
@@ -108,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if not _confirm(question, args.yes):
         return 1
     try:
-        deleted = delete_topic(config.bootstrap, config.progress_topic)
+        deleted = delete_topic(config.kafka, config.progress_topic)
     except Exception as err:
         print(f"ivm reset: cannot delete {config.progress_topic} at {config.bootstrap}: {err}", file=sys.stderr)
         return 1
@@ -121,13 +125,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def delete_topic(bootstrap: str, topic: str, timeout: float = 60) -> bool:
+def delete_topic(bootstrap: Kafka, topic: str, timeout: float = 60) -> bool:
     """Delete ``topic`` and wait until the broker no longer lists it; False if it did not exist."""
-    from confluent_kafka.admin import AdminClient
 
-    from processor.topics import CLIENT_DEFAULTS
+    from processor.kafka_clients import admin as new_admin
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
+    admin = new_admin(bootstrap)
     if topic not in admin.list_topics(timeout=30).topics:
         return False
     for future in admin.delete_topics([topic], operation_timeout=30).values():

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     from processor.topics import kafka_reason, require_broker
 
-    require_broker(config.bootstrap)  # one line at once, not 30 s of client timeouts
+    require_broker(config.kafka)  # one line at once, not 30 s of client timeouts
     try:
         report = run_job(config, stop=stop)
     except RecoveryError as err:  # the stored state cannot serve this configuration: the reason and the fix

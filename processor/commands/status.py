@@ -9,7 +9,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 DESCRIPTION = """\
 Whether the pipeline's `ivm run` is running (its heartbeat file,
@@ -245,7 +248,7 @@ def dead_letter_document(config: Any, timeout: float = RESULT_TIMEOUT) -> dict[s
 
     inputs = [r.topic for r in config.relations] + [control_topic(config)]
     try:
-        held = read_dead_letters(config.bootstrap, config.dead_letter_topic, inputs, timeout)
+        held = read_dead_letters(config.kafka, config.dead_letter_topic, inputs, timeout)
     except (KafkaException, RuntimeError, TimeoutError) as err:
         reason = f"Kafka: {kafka_reason(err)}" if isinstance(err, KafkaException) else str(err)
         return {"topic": config.dead_letter_topic, "total": None, "by_reason": {}, "error": reason}
@@ -295,7 +298,7 @@ def relation_attributes(config: Any) -> dict[str, list[str]]:
     return out
 
 
-def read_results(bootstrap: str, config: Any, timeout: float = RESULT_TIMEOUT) -> list[QueryResult]:
+def read_results(bootstrap: Kafka, config: Any, timeout: float = RESULT_TIMEOUT) -> list[QueryResult]:
     """The current result of each query of the pipeline (the configured ones as ``<pipeline>.control``
     leaves them), read_committed from its result topic: the last record of a scalar query's topic, the
     number of groups of a keyed one's (:func:`processor.publish.materialize`).
@@ -304,20 +307,18 @@ def read_results(bootstrap: str, config: Any, timeout: float = RESULT_TIMEOUT) -
     still tells where the pipeline stands.
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     import ivm
     from processor.codec import OutputCodec
     from processor.control import control_topic, effective, read_overrides
+    from processor.kafka_clients import admin as new_admin
     from processor.publish import materialize
-    from processor.topics import CLIENT_DEFAULTS, kafka_reason, watermarks
+    from processor.topics import kafka_reason, watermarks
 
     queries = list(config.queries)
     failure = None
     try:  # one short metadata request first: which of the pipeline's topics exist
-        metadata = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS}).list_topics(
-            timeout=METADATA_TIMEOUT
-        )
+        metadata = new_admin(bootstrap).list_topics(timeout=METADATA_TIMEOUT)
         existing = set(metadata.topics)
         if control_topic(config) in existing:
             queries = list(effective(config, read_overrides(bootstrap, control_topic(config), timeout)[0]).queries)
@@ -356,7 +357,7 @@ def read_results(bootstrap: str, config: Any, timeout: float = RESULT_TIMEOUT) -
     return out
 
 
-def last_record(bootstrap: str, topic: str, timeout: float = RESULT_TIMEOUT) -> bytes | None:
+def last_record(bootstrap: Kafka, topic: str, timeout: float = RESULT_TIMEOUT) -> bytes | None:
     """The value of the last record of ``topic`` a read_committed consumer sees (the highest offset over
     its partitions' last records), or ``None``.
 
@@ -364,19 +365,19 @@ def last_record(bootstrap: str, topic: str, timeout: float = RESULT_TIMEOUT) -> 
     every committed batch adds one record and one transaction marker, so the first window usually does.
     A transaction still open is not waited for: a read_committed reader sees up to its start.
     """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
-    from processor.topics import CLIENT_DEFAULTS, watermarks
+    from processor.kafka_clients import consumer as new_consumer
+    from processor.topics import watermarks
 
-    consumer = Consumer(
+    consumer = new_consumer(
+        bootstrap,
         {
-            "bootstrap.servers": bootstrap,
             "group.id": "ivm-status",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
-            **CLIENT_DEFAULTS,
-        }
+        },
     )
     deadline = time.monotonic() + timeout
     best: tuple[int, int, bytes] | None = None  # (timestamp, offset, value)
@@ -425,14 +426,14 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config).with_overrides(bootstrap=args.bootstrap)
     folder = state_dir(config)
     process = liveness(folder)
-    require_broker(config.bootstrap)
+    require_broker(config.kafka)
     try:
-        committed = read_committed_progress(config.bootstrap, config.progress_topic)
-        ends = end_offsets(config.bootstrap, [r.topic for r in config.relations])
+        committed = read_committed_progress(config.kafka, config.progress_topic)
+        ends = end_offsets(config.kafka, [r.topic for r in config.relations])
     except (KafkaException, RuntimeError) as err:  # read_committed_progress wraps Kafka's in RuntimeError
         reason = kafka_reason(err) if isinstance(err, KafkaException) else str(err)
         raise CommandError(f"cannot read from Kafka at {config.bootstrap}: {reason}", 1) from err
-    results = read_results(config.bootstrap, config)
+    results = read_results(config.kafka, config)
     url = metrics_url(config, process)
     metrics = check_metrics(url) if url is not None else None
     snapshots = [path.rsplit("/", 1)[-1] for path in StateStore(snapshot_location(config)).snapshots()]

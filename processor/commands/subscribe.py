@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -89,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
         from processor.config import load_config
 
         config = load_config(args.config)  # a ConfigError: one line per finding, exit 2 (processor/cli.py)
-    bootstrap = args.bootstrap or (config.bootstrap if config is not None else DEFAULT_BOOTSTRAP)
+    bootstrap = (
+        config.kafka.with_bootstrap(args.bootstrap) if config is not None else (args.bootstrap or DEFAULT_BOOTSTRAP)
+    )
     try:
         spec = resolve_topic(args.topic, config)
     except UnknownTopicError as err:
@@ -148,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_control_queries(config, bootstrap: str):
+def _with_control_queries(config, bootstrap: Kafka):
     """``config`` with the queries ``<pipeline>.control`` added at run time (none removed: a removed query's
     output topics stay), or ``None`` when the control topic holds none or cannot be read."""
     from dataclasses import replace
@@ -167,7 +173,7 @@ def _with_control_queries(config, bootstrap: str):
     return replace(config, queries=(*config.queries, *added)) if added else None
 
 
-def _snapshot(bootstrap: str, topic: str, args: argparse.Namespace) -> int:
+def _snapshot(bootstrap: Kafka, topic: str, args: argparse.Namespace) -> int:
     """The current result, then its changes (``processor.publish.snapshot_then_changes``)."""
     import json
 

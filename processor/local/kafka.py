@@ -6,6 +6,13 @@ to 127.0.0.1 on free ports, keeps its data in a folder of its own and its log
 beside it.  It is configured for transactions on one node (replication 1), as
 the exactly-once outputs need.
 
+With a :class:`BrokerSecurity` its one listener is ``SASL_SSL``: TLS with a
+PEM key and certificate (signed by a CA the caller made, e.g. with openssl),
+SCRAM users created when the storage is formatted (``kafka-storage format
+--add-scram``), the broker's own connections as one of them.
+:attr:`KafkaBroker.client_properties` are then the ``[kafka.properties]`` a
+client needs (librdkafka's names, :mod:`processor.kafka_clients`).
+
 >>> # with KafkaBroker.start() as broker: broker.bootstrap -> '127.0.0.1:PORT'
 """
 
@@ -17,6 +24,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from processor.local.artifacts import kafka_jars
@@ -54,14 +62,59 @@ def _java() -> str:
 _JVM_OPTIONS = os.environ.get("IVM_KAFKA_JAVA_OPTIONS", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1").split()
 
 
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """A ``SASL_SSL`` listener: the broker's TLS key and certificate chain (PEM files; the key PKCS#8,
+    unencrypted), the CA that signed them, the SCRAM mechanism and its users (name -> password), and
+    whether clients must present a certificate of that CA too (``client_auth``).
+
+    The first user is the broker's own (its connections to itself: transaction markers).
+    """
+
+    key: Path
+    certificate: Path
+    ca: Path
+    users: dict[str, str] = field(default_factory=dict)
+    mechanism: str = "SCRAM-SHA-512"
+    client_auth: bool = False  # mutual TLS: clients must show a certificate the CA signed (ssl.client.auth)
+
+    def client_properties(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
+        """``[kafka.properties]`` for a client of this listener as ``user`` (default: the first user); with
+        ``client_auth`` the broker's own certificate and key serve as the client's (the CA signed them)."""
+        user = user or next(iter(self.users))
+        out = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": self.mechanism,
+            "sasl.username": user,
+            "sasl.password": self.users.get(user, "") if password is None else password,
+            "ssl.ca.location": str(self.ca),
+        }
+        if self.client_auth:
+            out |= {"ssl.certificate.location": str(self.certificate), "ssl.key.location": str(self.key)}
+        return out
+
+
 class KafkaBroker:
     """A running broker; stop it with :meth:`stop` (or use it as a context manager)."""
 
-    def __init__(self, workdir: Path, port: int, controller_port: int, proc: subprocess.Popen) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int,
+        controller_port: int,
+        proc: subprocess.Popen,
+        security: BrokerSecurity | None = None,
+    ) -> None:
         self.workdir = workdir
         self.port = port
         self.controller_port = controller_port
         self.proc = proc
+        self.security = security
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """What a client needs besides the bootstrap servers (none for a plaintext broker)."""
+        return self.security.client_properties() if self.security is not None else {}
 
     @property
     def bootstrap(self) -> str:
@@ -78,8 +131,9 @@ class KafkaBroker:
         port: int | None = None,
         heap: str = "512m",
         timeout: float = 90.0,
+        security: BrokerSecurity | None = None,
     ) -> KafkaBroker:
-        """Format the storage (first start only) and start the broker."""
+        """Format the storage (first start only) and start the broker (``security``: a SASL_SSL listener)."""
         workdir = Path(workdir or tempfile.mkdtemp(prefix="ivm-kafka-"))
         workdir.mkdir(parents=True, exist_ok=True)
         data = workdir / "data"
@@ -91,9 +145,9 @@ class KafkaBroker:
         else:
             port = port or free_port()
             controller_port = free_port()
-            props.write_text(_server_properties(data, port, controller_port))
-        proc = _launch(workdir, props, heap, standalone=True)
-        broker = cls(workdir, port, controller_port, proc)
+            props.write_text(_server_properties(data, port, controller_port, security=security))
+        proc = _launch(workdir, props, heap, standalone=True, scram=_scram_users(security))
+        broker = cls(workdir, port, controller_port, proc, security)
         try:
             wait_for_port(port, timeout, alive=lambda: proc.poll() is None)
             broker.wait_ready(timeout)
@@ -104,9 +158,10 @@ class KafkaBroker:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until the broker answers metadata requests."""
-        from confluent_kafka.admin import AdminClient
+        from processor.kafka_clients import KafkaConnection
+        from processor.kafka_clients import admin as new_admin
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        admin = new_admin(KafkaConnection(self.bootstrap, tuple(self.client_properties.items())))
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -124,7 +179,7 @@ class KafkaBroker:
     def restart(self, timeout: float = 90.0) -> KafkaBroker:
         """Stop and start again on the same ports with the same data."""
         self.stop()
-        started = KafkaBroker.start(self.workdir, timeout=timeout)
+        started = KafkaBroker.start(self.workdir, timeout=timeout, security=self.security)
         self.proc = started.proc
         return self
 
@@ -182,10 +237,10 @@ class KafkaCluster:
 
     def wait_ready(self, timeout: float = 120.0, brokers: int | None = None) -> None:
         """Wait until the metadata lists ``brokers`` brokers (default: every node)."""
-        from confluent_kafka.admin import AdminClient
+        from processor.kafka_clients import admin as new_admin
 
         want = brokers or len(self.nodes)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        admin = new_admin(self.bootstrap)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -199,9 +254,9 @@ class KafkaCluster:
 
     def leader(self, topic: str, partition: int = 0) -> int:
         """The node id that leads ``topic``'s ``partition`` now."""
-        from confluent_kafka.admin import AdminClient
+        from processor.kafka_clients import admin as new_admin
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        admin = new_admin(self.bootstrap)
         return admin.list_topics(topic, timeout=30).topics[topic].partitions[partition].leader
 
     def node(self, node_id: int) -> KafkaBroker:
@@ -219,10 +274,17 @@ class KafkaCluster:
         self.stop()
 
 
-def _launch(workdir: Path, props: Path, heap: str, standalone: bool, cluster_id: str | None = None) -> subprocess.Popen:
+def _launch(
+    workdir: Path,
+    props: Path,
+    heap: str,
+    standalone: bool,
+    cluster_id: str | None = None,
+    scram: list[str] | None = None,
+) -> subprocess.Popen:
     """Format the node's storage (first start only; ``standalone``: a quorum of this node alone, else the
-    static voters of its ``controller.quorum.voters``; every node of a cluster gets the same ``cluster_id``)
-    and start its JVM."""
+    static voters of its ``controller.quorum.voters``; every node of a cluster gets the same ``cluster_id``;
+    ``scram``: the ``--add-scram`` arguments of the users a secured broker knows) and start its JVM."""
     data = workdir / "data"
     (workdir / "log4j2.properties").write_text(_LOG4J2.format(log=workdir / "broker.log"))
     classpath = f"{kafka_jars()}/*"
@@ -232,7 +294,7 @@ def _launch(workdir: Path, props: Path, heap: str, standalone: bool, cluster_id:
         cluster_id = cluster_id or uuid.uuid4().hex[:22]
         fmt = subprocess.run(
             [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props),
-             *(["--standalone"] if standalone else [])],
+             *(["--standalone"] if standalone else []), *(scram or [])],
             capture_output=True, text=True,
         )  # fmt: skip
         if fmt.returncode != 0:
@@ -244,21 +306,66 @@ def _launch(workdir: Path, props: Path, heap: str, standalone: bool, cluster_id:
     )  # fmt: skip
 
 
+def _scram_users(security: BrokerSecurity | None) -> list[str]:
+    """``--add-scram`` arguments of ``kafka-storage format``: the users exist before the broker starts."""
+    if security is None:
+        return []
+    out = []
+    for name, password in security.users.items():
+        out += ["--add-scram", f"{security.mechanism}=[name={name},password={password}]"]
+    return out
+
+
+def _listener(port: int, controller_port: int, security: BrokerSecurity | None) -> list[str]:
+    """The listener lines: plaintext, or SASL_SSL with the users' SCRAM and the PEM key and certificate."""
+    if security is None:
+        return [
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        ]
+    user, password = next(iter(security.users.items()))
+    mechanism = security.mechanism.lower()
+    keystore = security.key.with_name("broker-keystore.pem")
+    keystore.write_text(security.key.read_text() + security.certificate.read_text())
+    return [
+        f"listeners=SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=SASL_SSL://127.0.0.1:{port}",
+        "inter.broker.listener.name=SASL_SSL",
+        "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        f"sasl.enabled.mechanisms={security.mechanism}",
+        f"sasl.mechanism.inter.broker.protocol={security.mechanism}",
+        f"listener.name.sasl_ssl.{mechanism}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+        f'required username="{user}" password="{password}";',
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={keystore}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={security.ca}",
+        # on a SASL_SSL listener Kafka applies ssl.client.auth only with the listener's prefix (KIP-684)
+        f"listener.name.sasl_ssl.ssl.client.auth={'required' if security.client_auth else 'none'}",
+    ]
+
+
 def _server_properties(
-    data: Path, port: int, controller_port: int, node_id: int = 1, voters: str | None = None, replicas: int = 1
+    data: Path,
+    port: int,
+    controller_port: int,
+    node_id: int = 1,
+    voters: str | None = None,
+    replicas: int = 1,
+    security: BrokerSecurity | None = None,
 ) -> str:
     """A combined broker and controller node; ``voters`` the quorum (default: this node alone), ``replicas``
-    the replication of the internal topics (offsets, transactions) and the topics' default."""
+    the replication of the internal topics (offsets, transactions) and the topics' default, ``security`` a
+    SASL_SSL listener instead of the plaintext one."""
     return "\n".join(
         [
             "process.roles=broker,controller",
             f"node.id={node_id}",
             f"controller.quorum.voters={voters or f'{node_id}@127.0.0.1:{controller_port}'}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            *_listener(port, controller_port, security),
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             f"log.dirs={data}",
             "num.partitions=1",
             "auto.create.topics.enable=true",

@@ -22,7 +22,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ivm.view import Outcome
 from processor.config import PipelineConfig, QueryConfig
@@ -31,6 +31,9 @@ from processor.placement.routing import slice_count
 from processor.placement.slices import SliceResponse
 from processor.planning import build_view, engine_of
 from processor.sink import Sink
+
+if TYPE_CHECKING:
+    from processor.kafka_clients import Kafka
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +211,7 @@ def assemble(
     return Applied(outcomes, dead, per_topic, oldest, accepted, refused, control)
 
 
-def recover_positions(pipeline: PlacedPipeline, bootstrap: str) -> None:
+def recover_positions(pipeline: PlacedPipeline, bootstrap: Kafka) -> None:
     """Where the driver resumes: the last committed batch and its positions (``<pipeline>.progress``).
 
     The driver has no state to recover: each slice rebuilds itself in its shard host when the first

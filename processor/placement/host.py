@@ -194,7 +194,7 @@ class SliceTable:
         if missing:  # pieces lost with a host, or sent to another one: read the partitions' part of the batch
             pipeline = current.pipeline
             log.warning("slice %d, batch %d: reading %s from Kafka", seal.index, seal.version, sorted(missing))
-            for chunk in read_range(self.config.bootstrap, {tp: seal.before.get(tp, 0) for tp in missing}, missing):
+            for chunk in read_range(self.config.kafka, {tp: seal.before.get(tp, 0) for tp in missing}, missing):
                 for record in chunk:
                     where = pipeline.slices_of(record)
                     if seal.index in where:
@@ -219,7 +219,7 @@ class SliceTable:
         else:
             pipeline.state.positions = dict(seal.origin)
             pipeline.state.origin = dict(seal.origin)
-        replayed = replay(pipeline, self.config.bootstrap, seal.before)
+        replayed = replay(pipeline, self.config.kafka, seal.before)
         pipeline.state.positions.update(seal.before)
         pipeline.state.last_batch_id = seal.version - 1
         rebuilt = Slice(pipeline)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import io
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import fastavro
 import pytest
 
-from processor.codec import DecodeError, load_schema, schemas_dir
+from processor.codec import DecodeError, key_schema_of, load_schema, schemas_dir
 from processor.local.registry import SchemaRegistry
 from processor.wire import (
     RegistryClient,
@@ -222,3 +223,167 @@ def test_wire_format_through_a_kafka_topic(kafka, client: RegistryClient, topic_
     assert len(set(partition_of.values())) > 1  # the keys spread over the partitions
     for key in partition_of:  # every tuple's updates arrive in the order they were produced
         assert [m for _p, k, _r, m in got if k == key] == [m for row, m in updates if row == key]
+
+
+# --- registration optional: ivm produce --no-register --------------------------------------------------
+
+
+def test_no_register_uses_the_latest_registered_schema(client: RegistryClient, topic: str) -> None:
+    from processor.wire import RegistryError
+
+    unregistered = WireCodec.for_relation("R", client, topic, register=False)
+    with pytest.raises(RegistryError, match=f"subject {topic}-key has no registered schema"):
+        unregistered.encode((1, 2), 1)
+    assert client.subjects().count(value_subject(topic)) == 0  # nothing was registered by trying
+    key_id = client.register(key_subject(topic), key_schema_of(r_schema()))  # as another producer would
+    value_id = client.register(value_subject(topic), r_schema())
+    codec = WireCodec.for_relation("R", RegistryClient(client.url), topic, register=False)
+    key, value = codec.encode((1, 2), 1)
+    assert unframe(value)[0] == value_id and unframe(key)[0] == key_id
+    assert WireCodec.for_relation("R", client, topic).decode(value) == ((1, 2), 1)
+    # a newer, different latest schema: refused by name (records written with it are not what R reads)
+    evolved = copy.deepcopy(r_schema())
+    evolved["fields"].insert(0, {"name": "note", "type": "string", "default": ""})
+    client.register(value_subject(topic), evolved)
+    with pytest.raises(RegistryError, match=rf"subject {topic}-value: its latest schema \(id \d+, version 2\) is not "):
+        WireCodec.for_relation("R", RegistryClient(client.url), topic, register=False).register()
+
+
+# --- basic authentication and TLS -----------------------------------------------------------------------
+# Apicurio's own authentication needs an OpenID Connect server (Keycloak); as deployments often do, a
+# reverse proxy in front of it asks for the password and speaks TLS (a certificate of a CA made here).
+
+
+@pytest.fixture(scope="module")
+def guarded(schema_registry: SchemaRegistry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The registry behind HTTPS with basic authentication: its url, user info, the CA and another CA."""
+    import base64
+    import ssl
+    import threading
+    import urllib.error
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.integration.pki import make_pki
+
+    pki = make_pki(tmp_path_factory.mktemp("registry-pki"))
+    user_info = f"registry-user:pw-{uuid.uuid4().hex[:10]}"
+    expected = "Basic " + base64.b64encode(user_info.encode()).decode()
+    upstream = schema_registry.url.split("/apis/", 1)[0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def forward(self) -> None:
+            if self.headers.get("Authorization") != expected:
+                self.reply(401, b'{"error_code": 401, "message": "Unauthorized"}', "application/json")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            data = self.rfile.read(length) if length else None
+            headers = {k: v for k, v in self.headers.items() if k in ("Content-Type", "Accept")}
+            request = urllib.request.Request(upstream + self.path, data=data, method=self.command, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    self.reply(response.status, response.read(), response.headers.get("Content-Type"))
+            except urllib.error.HTTPError as err:
+                self.reply(err.code, err.read(), err.headers.get("Content-Type"))
+
+        def reply(self, status: int, body: bytes, content_type: str | None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type or "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = forward
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki["broker"], pki["key"])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{server.server_address[1]}/apis/ccompat/v7"
+    yield {"url": url, "user_info": user_info, "ca": pki["ca"], "other_ca": pki["other-ca"]}
+    server.shutdown()
+
+
+def test_registry_behind_basic_auth_and_tls(guarded: dict[str, Any], topic: str) -> None:
+    from processor.wire import RegistryError
+
+    good = RegistryClient(guarded["url"], properties={"basic.auth.user.info": guarded["user_info"],
+                                                     "ssl.ca.location": str(guarded["ca"])})  # fmt: skip
+    writer = WireCodec.for_relation("R", good, topic)
+    _key, value = writer.encode((3, 4), 2)
+    reader = WireCodec.for_relation("R", RegistryClient(guarded["url"], properties=good.properties), topic)
+    assert reader.decode(value) == ((3, 4), 2)
+    assert value_subject(topic) in good.subjects()
+    password = guarded["user_info"].split(":", 1)[1]
+    wrong = RegistryClient(guarded["url"], properties={"basic.auth.user.info": "registry-user:wrong",
+                                                      "ssl.ca.location": str(guarded["ca"])})  # fmt: skip
+    with pytest.raises(RegistryError, match=r"HTTP 401: Unauthorized \(check \[kafka.schema_registry\] basic") as err:
+        wrong.subjects()
+    assert err.value.status == 401 and "wrong" not in str(err.value) and password not in str(err.value)
+    untrusted = RegistryClient(guarded["url"], properties={"basic.auth.user.info": guarded["user_info"],
+                                                          "ssl.ca.location": str(guarded["other_ca"])})  # fmt: skip
+    with pytest.raises(RegistryError, match=r"cannot be reached: .*certificate verify failed.*ssl\.ca\.location"):
+        untrusted.subjects()
+    anonymous = RegistryClient(guarded["url"], properties={"ssl.ca.location": str(guarded["ca"])})
+    with pytest.raises(RegistryError, match="HTTP 401"):
+        anonymous.schema(1)
+
+
+def test_ivm_produce_through_the_guarded_registry_and_no_register(
+    kafka, guarded: dict[str, Any], tmp_path, topic_prefix: str
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from processor.local.stack import project_root
+
+    config = tmp_path / "pipeline.toml"
+    config.write_text(f"""
+[kafka]
+bootstrap = "{kafka.bootstrap}"
+
+[kafka.schema_registry]
+url = "{guarded["url"]}"
+basic.auth.user.info = "${{IVM_TEST_REGISTRY_AUTH}}"
+ssl.ca.location = "{guarded["ca"]}"
+
+[[relations]]
+name = "R"
+topic = "{topic_prefix}R"
+encoding = "confluent"
+
+[[queries]]
+name = "{topic_prefix}q"
+query = "Q() :- R(a,b)"
+""")
+    edges = tmp_path / "edges.txt"
+    edges.write_text("1 2\n2 3\n")
+    env = {**os.environ, "IVM_TEST_REGISTRY_AUTH": guarded["user_info"]}
+
+    def produce(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "processor.cli", "produce", str(edges), "-r", "R", "-c",
+                               str(config), *extra], capture_output=True, text=True, env=env, timeout=300,
+                              cwd=project_root())  # fmt: skip
+
+    refused = produce("--no-register")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"ivm produce: subject {topic_prefix}R-key has no registered schema: register relation R's schema "
+        "(produce without --no-register) or ask the registry's owner to"
+    ]
+    first = produce()
+    assert first.returncode == 0, first.stderr
+    again = produce("--no-register")
+    assert again.returncode == 0, again.stderr
+    assert "produced 2 updates" in again.stdout
+    check = subprocess.run([sys.executable, "-m", "processor.cli", "check", "-c", str(config)], capture_output=True,
+                           text=True, env=env, timeout=300, cwd=project_root())  # fmt: skip
+    assert check.returncode == 0, check.stderr
+    assert "  schema registry basic.auth.user.info = '********'" in check.stdout
+    assert guarded["user_info"] not in check.stdout

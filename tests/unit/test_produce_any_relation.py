@@ -41,7 +41,7 @@ from processor.produce import (
     read_updates,
     send_updates,
 )
-from processor.wire import RegistryClient
+from processor.wire import RegisteredSchema, RegistryClient
 
 UTC = datetime.UTC
 TOPIC = "ev.updates"
@@ -141,15 +141,17 @@ class FakeRegistry(RegistryClient):
 
     schemas: ClassVar[dict[int, str]] = {}
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
-        if method == "POST":
-            for schema_id, text in self.schemas.items():
-                if text == body["schema"]:
-                    return {"id": schema_id}
-            schema_id = len(self.schemas) + 1
-            self.schemas[schema_id] = body["schema"]
-            return {"id": schema_id}
-        return {"schema": self.schemas[int(path.rsplit("/", 1)[1])]}
+    def register(self, subject: str, schema: Any, schema_type: str = "AVRO") -> int:
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        for schema_id, known in self.schemas.items():
+            if known == text:
+                return schema_id
+        schema_id = len(self.schemas) + 1
+        self.schemas[schema_id] = text
+        return schema_id
+
+    def schema(self, schema_id: int) -> RegisteredSchema:
+        return RegisteredSchema(schema_id, "AVRO", self.schemas[schema_id])
 
 
 @pytest.fixture
@@ -243,7 +245,7 @@ def test_each_update_round_trips_through_the_pipelines_decoder(
     code, lines, out = produce(capfd, "-c", str(config), "events", str(path))
     assert code == 0, lines
     (sink,) = kafka_stub.instances
-    assert sink.bootstrap == "127.0.0.1:39092" and sink.commits == 1  # the configuration's broker, flushed
+    assert str(sink.bootstrap) == "127.0.0.1:39092" and sink.commits == 1  # the configuration's broker, flushed
     assert decoded(config, sink.sent) == [(row, 1) for row in ROWS]
     assert out.startswith(f"produced 3 updates (3 inserts, 0 deletes) to {TOPIC} from {path} ({form}) in ")
 
@@ -271,13 +273,13 @@ def test_standard_input_topic_and_bootstrap_server_overrides(
     )
     assert code == 0, lines
     (sink,) = kafka_stub.instances
-    assert sink.bootstrap == "127.0.0.1:1234"
+    assert str(sink.bootstrap) == "127.0.0.1:1234"
     assert {topic for topic, _, _ in sink.sent} == {"elsewhere"}
     assert "from <stdin> (jsonl)" in out
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(CSV.encode())))
     code, lines, out = produce(capfd, "-c", str(config), "events", "-", "--bootstrap", "127.0.0.1:4321")
     assert code == 0, lines
-    assert kafka_stub.instances[-1].bootstrap == "127.0.0.1:4321"  # --bootstrap: the old name, an alias
+    assert str(kafka_stub.instances[-1].bootstrap) == "127.0.0.1:4321"  # --bootstrap: the old name, an alias
     assert decoded(config, kafka_stub.instances[-1].sent) == [(row, 1) for row in ROWS]
 
 
@@ -547,3 +549,11 @@ def test_edges_format_of_a_typed_relation_is_unchanged_for_plain_types(config: P
     assert update.row[0] == 1 and update.row[7] is None
     assert update.row[8] == datetime.datetime(2024, 5, 1, 12, tzinfo=UTC)
     assert base64.b64encode(update.row[5]) == b"AP8="
+
+
+def test_no_register_is_only_for_the_confluent_encoding(config: Path, tmp_path: Path, kafka_stub, capfd) -> None:
+    code, lines, _ = produce(capfd, "-c", str(config), "events", str(inputs(tmp_path)["csv"]), "--no-register")
+    assert code == 2
+    assert lines == ["ivm produce: --no-register: only for the confluent encoding; relation events is plain Avro "
+                     "(no registry involved)"]  # fmt: skip
+    assert kafka_stub.instances == []

@@ -39,7 +39,7 @@ from processor.subscribe import (
     resolve_topic,
     to_json,
 )
-from processor.wire import RegistryClient, WireCodec
+from processor.wire import RegisteredSchema, RegistryClient, WireCodec
 
 ROOT = Path(__file__).resolve().parents[2]
 R_SCHEMA = ROOT / "schemas" / "relations" / "R.avsc"
@@ -180,12 +180,13 @@ class FakeRegistry(RegistryClient):
 
     schemas: ClassVar[dict[int, str]] = {}
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
-        if method == "POST":
-            schema_id = len(self.schemas) + 1
-            self.schemas[schema_id] = body["schema"]
-            return {"id": schema_id}
-        return {"schema": self.schemas[int(path.rsplit("/", 1)[1])]}
+    def register(self, subject: str, schema: Any, schema_type: str = "AVRO") -> int:
+        schema_id = len(self.schemas) + 1
+        self.schemas[schema_id] = schema if isinstance(schema, str) else json.dumps(schema)
+        return schema_id
+
+    def schema(self, schema_id: int) -> RegisteredSchema:
+        return RegisteredSchema(schema_id, "AVRO", self.schemas[schema_id])
 
 
 def test_relation_record_confluent_wire_format(monkeypatch: pytest.MonkeyPatch) -> None:
