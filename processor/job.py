@@ -119,13 +119,13 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
         from processor.placement.driver import PlacedPipeline, recover_positions
 
         create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
-        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}", config.group_id), metrics)
         recover_positions(pipeline, config.bootstrap)
     elif not config.exactly_once:
-        pipeline = Pipeline(config, KafkaSink(config.bootstrap), metrics)
+        pipeline = Pipeline(config, KafkaSink(config.bootstrap, consumer_group=config.group_id), metrics)
     else:
         create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
-        pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}"), metrics)
+        pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}", config.group_id), metrics)
         report = recover(pipeline, StateStore(snapshot_location(config)), config.bootstrap)
         metrics.recovery_seconds.set(report.seconds)
         metrics.replayed_records.inc(report.replayed)
@@ -216,6 +216,7 @@ def run_job(
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
         .option("kafka.max.partition.fetch.bytes", str(config.fetch_bytes))
         .option("kafka.fetch.max.bytes", str(max(config.fetch_bytes, 64 << 20)))
+        .option("kafka.isolation.level", config.isolation_level)
         .option("failOnDataLoss", "true")
         .load()
         .selectExpr(
@@ -303,7 +304,7 @@ def run_job(
     query = writer.start()
     lag = LagMonitor(
         config.bootstrap, pipeline.topics, lambda: pipeline.positions, metrics,
-        from_earliest=config.starting_offsets == "earliest",
+        from_earliest=config.starting_offsets == "earliest", isolation=config.isolation_level,
     ).start()  # fmt: skip
     try:
         while query.isActive:

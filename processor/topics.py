@@ -132,18 +132,30 @@ def create_topics(
                 raise RuntimeError(f"creating topic {topic} failed: {err}") from err
 
 
-def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
-    """The end offset (high watermark) of every partition of ``topics``."""
-    return {tp: high for tp, (_low, high) in watermarks(bootstrap, topics).items()}
+def end_offsets(
+    bootstrap: str, topics: Sequence[str], isolation: str = "read_committed"
+) -> dict[tuple[str, int], int]:
+    """The end offset of every partition of ``topics`` as a reader with ``isolation`` sees it (the last
+    stable offset with ``read_committed``: before the first transaction still open; else the high
+    watermark)."""
+    return {tp: high for tp, (_low, high) in watermarks(bootstrap, topics, isolation).items()}
 
 
-def watermarks(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
+def watermarks(
+    bootstrap: str, topics: Sequence[str], isolation: str = "read_committed"
+) -> dict[tuple[str, int], tuple[int, int]]:
     """``(low, high)`` offsets of every partition of ``topics``: the first record still held (retention
-    moves it up) and the end."""
+    moves it up) and the end a reader with ``isolation`` sees (:func:`end_offsets`)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "ivm-end-offsets", "enable.auto.commit": False, **CLIENT_DEFAULTS}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "ivm-end-offsets",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            **CLIENT_DEFAULTS,
+        }
     )
     try:
         metadata = consumer.list_topics(timeout=30)

@@ -108,11 +108,14 @@ def _send(config, topic: str, name: str, q, where: str) -> int:
     from confluent_kafka import Producer
 
     from processor.control import encode_add, encode_remove
+    from processor.sink import PARTITIONER
     from processor.topics import CLIENT_DEFAULTS, create_topics
 
     try:
         create_topics(config.bootstrap, [topic], config={"retention.ms": "-1"})
-        producer = Producer({"bootstrap.servers": config.bootstrap, "enable.idempotence": True, **CLIENT_DEFAULTS})
+        producer = Producer(
+            {"bootstrap.servers": config.bootstrap, "enable.idempotence": True, **PARTITIONER, **CLIENT_DEFAULTS}
+        )
         delivered: list = []
         producer.produce(
             topic,
