@@ -119,13 +119,17 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
         from processor.placement.driver import PlacedPipeline, recover_positions
 
         create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
-        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}", config.group_id), metrics)
+        pipeline = PlacedPipeline(
+            config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}", config.group_id), metrics
+        )
         recover_positions(pipeline, config.bootstrap)
     elif not config.exactly_once:
         pipeline = Pipeline(config, KafkaSink(config.bootstrap, consumer_group=config.group_id), metrics)
     else:
         create_topics(config.bootstrap, [config.progress_topic], config={"cleanup.policy": "compact"})
-        pipeline = Pipeline(config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}", config.group_id), metrics)
+        pipeline = Pipeline(
+            config, TransactionalKafkaSink(config.bootstrap, f"ivm-{config.name}", config.group_id), metrics
+        )
         report = recover(pipeline, StateStore(snapshot_location(config)), config.bootstrap)
         metrics.recovery_seconds.set(report.seconds)
         metrics.replayed_records.inc(report.replayed)

@@ -50,7 +50,9 @@ class KafkaSink:
     never ahead of the outputs).
     """
 
-    def __init__(self, bootstrap: str, flush_timeout: float = 60, consumer_group: str | None = None, **conf: Any) -> None:
+    def __init__(
+        self, bootstrap: str, flush_timeout: float = 60, consumer_group: str | None = None, **conf: Any
+    ) -> None:
         from confluent_kafka import Producer
 
         from processor.topics import CLIENT_DEFAULTS

@@ -50,9 +50,7 @@ def produce_transactions(
     from confluent_kafka import Producer
 
     rng = random.Random(seed)
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5, **CLIENT_DEFAULTS}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5, **CLIENT_DEFAULTS})
     producer.init_transactions(60)
     out: list[Sent] = []
     for i in range(transactions):
@@ -63,7 +61,7 @@ def produce_transactions(
             row = (rng.randrange(DOMAIN), rng.randrange(DOMAIN))
             key, value = CODECS[rel].encode(row, 1)
 
-            def report(err, msg, rel=rel, row=row) -> None:
+            def report(err, msg, rel=rel, row=row, delivered=delivered) -> None:
                 assert err is None, err
                 delivered.append((msg.topic(), msg.offset(), rel, row))
 
