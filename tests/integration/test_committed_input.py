@@ -8,7 +8,8 @@ recovers and finishes.  Every published batch, before and after the kill, must e
 recomputed (``trace(R·S·T)``, dense numpy) over the *committed* records before the offsets that batch
 names; batch ids run 0, 1, 2, ... once each.  A processor that reads ``read_uncommitted`` live (Spark's
 default, the code before ``[kafka] isolation_level``) counts aborted records and fails at the first batch
-that holds one; the test also checks that the aborted records change the count, so it can fail.
+that holds one; the test also checks that the aborted records change the count, so it can fail.  The
+pipeline's consumer group must hold the last batch's positions (read with ``kafka-consumer-groups``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 from processor.codec import load_relation_codecs
 from processor.topics import CLIENT_DEFAULTS, create_topics
 from tests.integration.helpers import pipeline_config, read_until
+from tests.integration.test_consumer_group_lag import describe_group
 from tests.integration.test_placement_cluster import _hosts
 from tests.integration.test_stops import _start, _wait_for
 
@@ -140,5 +142,8 @@ def test_aborted_transactions_never_count_across_kill_dash_nine(
         assert int(r["value"]) == triangles(sent, positions), f"batch {r['batch_id']} counts aborted records"
     positions = {o["topic"]: o["offset"] for o in results[-1]["offsets"]}
     assert triangles(sent, positions, committed_only=False) != triangles(sent, positions), "aborts changed nothing"
+    # the pipeline's consumer group holds the last batch's positions, committed with it (both placements)
+    group = describe_group(kafka.bootstrap, config.group_id)
+    assert {t: group[(t, 0)][0] for t in topics.values()} == {t: positions[t] for t in topics.values()}
     if placement == "driver":
         assert "recovered in" in (tmp_path / "run1.log").read_text()
