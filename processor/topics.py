@@ -132,9 +132,7 @@ def create_topics(
                 raise RuntimeError(f"creating topic {topic} failed: {err}") from err
 
 
-def end_offsets(
-    bootstrap: str, topics: Sequence[str], isolation: str = "read_committed"
-) -> dict[tuple[str, int], int]:
+def end_offsets(bootstrap: str, topics: Sequence[str], isolation: str = "read_committed") -> dict[tuple[str, int], int]:
     """The end offset of every partition of ``topics`` as a reader with ``isolation`` sees it (the last
     stable offset with ``read_committed``: before the first transaction still open; else the high
     watermark)."""
