@@ -33,7 +33,11 @@ Offsets = Mapping[tuple[str, int], int]
 
 
 class Sink(Protocol):
-    """Output topics: one batch's records between ``begin`` and ``commit``."""
+    """Output topics: one batch's records between ``begin`` and ``commit``.
+
+    A sink may also have ``send_offsets(offsets)`` (the Kafka sinks): the pipeline calls it with the
+    batch's input positions before ``commit``, which commits them to the sink's consumer group.
+    """
 
     def begin(self) -> None: ...
 
