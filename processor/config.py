@@ -163,12 +163,19 @@ class TopicsConfig:
     control: TopicSettings = TopicSettings(partitions=1)
     dead_letters: TopicSettings = TopicSettings()
 
+#: ``[kafka] isolation_level``: how the input's readers treat records of upstream transactions
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
 
 @dataclass(frozen=True)
 class PipelineConfig:
     bootstrap: str = "127.0.0.1:9092"
     dead_letter_topic: str = "ivm.dead-letter"
     schema_registry: str = ""  # the Confluent-compatible registry URL, for "confluent" encodings
+    # how every reader of the input (Spark's source, recovery's replay, slice rebuilds, ivm subscribe) treats
+    # records of upstream transactions: "read_committed" never applies an aborted or still open one
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    consumer_group: str = ""  # the group the input positions are committed to with each batch; empty: the name
     relations: tuple[RelationConfig, ...] = ()
     queries: tuple[QueryConfig, ...] = ()
     policy: Policy = field(default_factory=Policy)
@@ -195,6 +202,10 @@ class PipelineConfig:
     schema_registry_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError(
+                f"[kafka] isolation_level: expected one of {', '.join(ISOLATION_LEVELS)}, got {self.isolation_level!r}"
+            )
         # a relation some query declares delete-only has its inserts refused by the input policy (003 App. C)
         object.__setattr__(self, "policy", self.policy.with_delete_only(_delete_only(self.queries)))
 
@@ -208,6 +219,12 @@ class PipelineConfig:
         from processor.kafka_clients import KafkaConnection
 
         return KafkaConnection(self.bootstrap, self.kafka_properties)
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group each batch commits its input positions to (``[kafka] consumer_group``, default
+        the pipeline's name): the lag that ``kafka-consumer-groups`` and lag exporters show."""
+        return self.consumer_group or self.name
 
     def relation(self, name: str) -> RelationConfig:
         for rel in self.relations:
@@ -320,6 +337,13 @@ def _registry(value: str) -> str:
     return value
 
 
+def _group(value: str) -> str:
+    """A consumer group id: empty (the pipeline's name) or printable text without surrounding blanks."""
+    if value != value.strip() or not value.isprintable():
+        raise ValueError(f"{json.dumps(value)} is not a consumer group name (printable, no surrounding blanks)")
+    return value
+
+
 def _engine(value: str) -> str:
     """``auto`` or a registered engine (:data:`ivm.engines.ENGINES`)."""
     from ivm.engines import ENGINES
@@ -383,11 +407,24 @@ class ProcessorTable(_Table):
 
 
 class KafkaTable(_Table):
-    """``[kafka]``: the broker, the dead-letter topic and the schema registry."""
+    """``[kafka]``: the broker, the dead-letter topic, the schema registry, how the input is read and the
+    consumer group its positions are committed to.
+
+    ``isolation_level`` is the one isolation level of every reader of the input: Spark's source
+    (``kafka.isolation.level``), the replays of recovery and of slice rebuilds, ``ivm subscribe`` of a
+    relation topic and ``ivm status``'s lag.  ``read_committed`` (the default) applies a record of an
+    upstream transaction only once that transaction commits, never one it aborts: the live stream and
+    every replay see the same input, so a restart gives the result an uninterrupted run gives.
+    ``read_uncommitted`` applies whatever is written, aborted transactions included (for producers that
+    use no transactions it is the same).  ``consumer_group`` (default: ``[processor] name``) is the group
+    each batch's input positions are committed to, in the batch's own transaction.
+    """
 
     bootstrap: Annotated[str, AfterValidator(_bootstrap)] = "127.0.0.1:9092"
     dead_letter_topic: Topic = "ivm.dead-letter"
     schema_registry: Annotated[str, AfterValidator(_registry)] = ""
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    consumer_group: Annotated[str, AfterValidator(_group)] = ""
 
 
 class SparkTable(_Table):
@@ -471,6 +508,8 @@ _FIELD_KEYS: dict[str, tuple[str, str]] = {
     "bootstrap": ("kafka", "bootstrap"),
     "dead_letter_topic": ("kafka", "dead_letter_topic"),
     "schema_registry": ("kafka", "schema_registry"),
+    "isolation_level": ("kafka", "isolation_level"),
+    "consumer_group": ("kafka", "consumer_group"),
     "spark_master": ("spark", "master"),
     "max_offsets_per_trigger": ("spark", "max_offsets_per_trigger"),
     "trigger_ms": ("spark", "trigger_ms"),
@@ -1107,6 +1146,8 @@ def _build(
         bootstrap=kafka.bootstrap,
         dead_letter_topic=kafka.dead_letter_topic,
         schema_registry=kafka.schema_registry,
+        isolation_level=kafka.isolation_level,
+        consumer_group=kafka.consumer_group,
         relations=relations,
         queries=queries,
         policy=Policy(policy.negative, policy.duplicate),

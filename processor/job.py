@@ -130,14 +130,18 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
         # the queries are fixed for the run: the configuration's with every command not refused (control.py)
         config = served_at_start(config, commands)
         create_kind(config.kafka, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
-        pipeline = PlacedPipeline(config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}"), metrics)
+        pipeline = PlacedPipeline(
+            config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}", config.group_id), metrics
+        )
         recover_positions(pipeline, config.kafka)
     elif not config.exactly_once:
-        pipeline = Pipeline(config, KafkaSink(config.kafka), metrics)
+        pipeline = Pipeline(config, KafkaSink(config.kafka, consumer_group=config.group_id), metrics)
         pipeline.refused_commands = refusals(commands)
     else:
         create_kind(config.kafka, [config.progress_topic], kinds.progress, **{"cleanup.policy": "compact"})
-        pipeline = Pipeline(config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}"), metrics)
+        pipeline = Pipeline(
+            config, TransactionalKafkaSink(config.kafka, f"ivm-{config.name}", config.group_id), metrics
+        )
         pipeline.refused_commands = refusals(commands)  # a replay never applies what was refused
         report = recover(pipeline, StateStore(snapshot_location(config)), config.kafka)
         metrics.recovery_seconds.set(report.seconds)
@@ -265,6 +269,7 @@ def run_job(
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
         .option("kafka.max.partition.fetch.bytes", str(config.fetch_bytes))
         .option("kafka.fetch.max.bytes", str(max(config.fetch_bytes, 64 << 20)))
+        .option("kafka.isolation.level", config.isolation_level)
         .option("failOnDataLoss", "true")
         .load()
         .selectExpr(
@@ -352,7 +357,7 @@ def run_job(
     query = writer.start()
     lag = LagMonitor(
         config.kafka, pipeline.topics, lambda: pipeline.positions, metrics,
-        from_earliest=config.starting_offsets == "earliest",
+        from_earliest=config.starting_offsets == "earliest", isolation=config.isolation_level,
     ).start()  # fmt: skip
     try:
         while query.isActive:

@@ -490,8 +490,10 @@ class LagMonitor:
         metrics: Metrics,
         interval: float = LAG_INTERVAL_SECONDS,
         from_earliest: bool = True,
+        isolation: str = "read_committed",
     ) -> None:
         self.bootstrap = bootstrap
+        self.isolation = isolation
         self.from_earliest = from_earliest
         self.topics = list(topics)
         self.positions = positions
@@ -514,7 +516,7 @@ class LagMonitor:
         """Read the end offsets once and update the lag gauges."""
         from processor.topics import end_offsets
 
-        ends = end_offsets(self.bootstrap, self.topics)
+        ends = end_offsets(self.bootstrap, self.topics, self.isolation)
         for _attempt in range(3):  # the batch thread may add a partition while we copy
             try:
                 positions = dict(self.positions())

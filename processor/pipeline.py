@@ -13,8 +13,9 @@ collects each micro-batch and hands its records here.  For each batch:
    updates it rejects (input policy) go to the dead-letter topic too;
 4. each query's result goes to ``<query>.result`` with the batch id and the
    input offsets it reflects, answer deltas to ``<query>.delta``, and the
-   batch's input positions to ``<pipeline>.progress`` — all in one Kafka
-   transaction when the sink is transactional (exactly once, DESIGN §5).
+   batch's input positions to ``<pipeline>.progress`` and to the pipeline's
+   consumer group (``[kafka] consumer_group``, for lag tools) — all in one
+   Kafka transaction when the sink is transactional (exactly once, DESIGN §5).
 """
 
 from __future__ import annotations
@@ -423,6 +424,9 @@ class Pipeline:
             report.results[name] = self._publish(batch_id, self.query_configs[name], view, outcome, refused)
             self._publish_model(batch_id, self.query_configs[name])
         self._publish_progress(batch_id)
+        send_offsets = getattr(self.sink, "send_offsets", None)  # Kafka sinks: the consumer group's offsets
+        if send_offsets is not None:
+            send_offsets(self.positions)
         self.sink.commit()
         self.state.last_batch_id = batch_id
         report.dead_letters = len(applied.dead)

@@ -8,7 +8,9 @@ aborted its open transaction, the processor
 1. loads the newest snapshot of its state (views and positions), if any;
 2. reads the last committed progress record (``read_committed``);
 3. replays the input records between the snapshot's positions and the committed
-   ones, publishing nothing (their outputs are already committed);
+   ones, publishing nothing (their outputs are already committed), read with
+   the isolation level the live stream reads with (``[kafka] isolation_level``,
+   ``read_committed`` by default: never a record of an aborted transaction);
 4. resumes the stream exactly at the committed positions, numbering batches
    after the last committed one.
 
@@ -205,16 +207,23 @@ def replay(pipeline: Pipeline, bootstrap: Kafka, end: Positions, chunk: int = 10
     if not todo:
         return 0
     replayed = 0
-    for records in read_range(bootstrap, {tp: pipeline.positions.get(tp, 0) for tp in todo}, todo, chunk):
+    start = {tp: pipeline.positions.get(tp, 0) for tp in todo}
+    for records in read_range(bootstrap, start, todo, chunk, isolation=pipeline.config.isolation_level):
         replayed += pipeline.replay(records)
     for tp, stop in todo.items():  # records compacted away or control markers: the position is the end
         pipeline.positions[tp] = max(pipeline.positions.get(tp, 0), stop)
     return replayed
 
 
-def read_range(bootstrap: Kafka, start: Positions, end: Positions, chunk: int = 100_000) -> Iterator[list[Record]]:
+def read_range(
+    bootstrap: Kafka, start: Positions, end: Positions, chunk: int = 100_000, *, isolation: str = "read_committed"
+) -> Iterator[list[Record]]:
     """The input records from ``start`` (absent: 0) up to ``end`` (exclusive) of each partition in ``end``,
     in chunks, each partition's in offset order.
+
+    ``isolation`` is the pipeline's ``[kafka] isolation_level``, the one the live stream reads with: a
+    replay then applies exactly the records the stream applied (with ``read_committed``, none of an
+    aborted transaction: the gap it leaves ends a partition by position, as a control marker does).
 
     :class:`RecoveryError` if a partition no longer holds them (retention deleted some): never a
     silent jump over the gap (Spark's ``failOnDataLoss``).
@@ -237,6 +246,7 @@ def read_range(bootstrap: Kafka, start: Positions, end: Positions, chunk: int = 
             "enable.auto.commit": False,
             # an offset retention deleted after the check above is an error, never a silent jump to the end
             "auto.offset.reset": "error",
+            "isolation.level": isolation,
         },
     )
     consumer.assign([TopicPartition(t, p, start.get((t, p), 0)) for (t, p) in todo])

@@ -3,18 +3,44 @@
 A batch's outputs are sent between ``begin()`` and ``commit()``.  With
 :class:`TransactionalKafkaSink` they form one Kafka transaction: consumers
 reading with ``isolation.level=read_committed`` see all of a batch or none.
+
+Keyed records go to the partition Java clients choose for the same key bytes
+(murmur2, librdkafka's ``murmur2_random``: :data:`PARTITIONER`), so an update
+sent by a Java service and one sent by ``ivm produce`` for the same tuple land
+on the same partition and keep their order.
+
+A sink given a ``consumer_group`` also commits the input positions a batch
+consumed up to (:meth:`KafkaSink.send_offsets`, the next offset to read, as
+Kafka's convention is) to that group: :class:`TransactionalKafkaSink` in the
+batch's own transaction (``send_offsets_to_transaction``: the group's offsets
+move exactly when the outputs become visible), :class:`KafkaSink` after the
+batch's outputs are delivered.  ``kafka-consumer-groups --describe`` and lag
+exporters then show the processor's lag.  The processor itself never resumes
+from the group: it resumes from ``<pipeline>.progress`` (DESIGN §5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from processor.kafka_clients import Kafka
 
+#: librdkafka's partitioner that is the Java clients' default for keyed records (murmur2 of the key
+#: bytes, positive, modulo the partition count); records without a key go to a random partition
+PARTITIONER = {"partitioner": "murmur2_random"}
+
+#: input positions: the next offset to read per (topic, partition)
+Offsets = Mapping[tuple[str, int], int]
+
 
 class Sink(Protocol):
-    """Output topics: one batch's records between ``begin`` and ``commit``."""
+    """Output topics: one batch's records between ``begin`` and ``commit``.
+
+    A sink may also have ``send_offsets(offsets)`` (the Kafka sinks): the pipeline calls it with the
+    batch's input positions before ``commit``, which commits them to the sink's consumer group.
+    """
 
     def begin(self) -> None: ...
 
@@ -24,17 +50,40 @@ class Sink(Protocol):
 
 
 class KafkaSink:
-    """An idempotent producer; ``commit`` flushes and raises on any delivery failure (at least once)."""
+    """An idempotent producer; ``commit`` flushes and raises on any delivery failure (at least once).
 
-    def __init__(self, bootstrap: Kafka, flush_timeout: float = 60, **conf: Any) -> None:
+    With a ``consumer_group``, :meth:`send_offsets` positions are committed to that group once the
+    batch's outputs are delivered (after them: a crash in between leaves the group's offsets behind,
+    never ahead of the outputs).
+    """
+
+    def __init__(
+        self, bootstrap: Kafka, flush_timeout: float = 60, consumer_group: str | None = None, **conf: Any
+    ) -> None:
         from processor.kafka_clients import producer
 
         self.flush_timeout = flush_timeout
         self._queued = 0
         self._errors: list[str] = []
+        self._offsets: list[Any] = []  # TopicPartitions for the group, from send_offsets until the commit
         self._producer = producer(
-            bootstrap, {"enable.idempotence": True, "linger.ms": 5, "compression.type": "lz4", **conf}
+            bootstrap, {"enable.idempotence": True, "linger.ms": 5, "compression.type": "lz4", **PARTITIONER, **conf}
         )
+        self._group = None
+        if consumer_group:
+            from processor.kafka_clients import consumer
+
+            # never subscribes: it only names the group (its metadata, its offset commits)
+            self._group = consumer(bootstrap, {"group.id": consumer_group, "enable.auto.commit": False})
+
+    def send_offsets(self, offsets: Offsets) -> None:
+        """Commit ``offsets`` (the next offset to read per input partition) to the consumer group with this
+        batch; nothing without a group."""
+        if self._group is None or not offsets:
+            return
+        from confluent_kafka import TopicPartition
+
+        self._offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
 
     def _on_delivery(self, err: object, msg: object) -> None:
         if err is not None:
@@ -61,6 +110,9 @@ class KafkaSink:
         if self._errors:
             errors, self._errors = self._errors, []
             raise RuntimeError(f"output delivery failed: {errors[:3]}")
+        if self._offsets:
+            offsets, self._offsets = self._offsets, []
+            self._group.commit(offsets=offsets, asynchronous=False)  # type: ignore[union-attr]
 
 
 class TransactionalKafkaSink(KafkaSink):
@@ -68,11 +120,18 @@ class TransactionalKafkaSink(KafkaSink):
 
     ``transactional_id`` is the pipeline's name: a restarted processor's
     ``init_transactions`` fences the previous instance and aborts its open
-    transaction, so a batch cut short by a crash is never visible.
+    transaction, so a batch cut short by a crash is never visible.  With a
+    ``consumer_group``, the batch's input positions (:meth:`send_offsets`) are
+    committed to the group in the same transaction (``send_offsets_to_transaction``):
+    one more request per batch, and the group's offsets move exactly with the outputs.
     """
 
-    def __init__(self, bootstrap: Kafka, transactional_id: str, **conf: Any) -> None:
-        super().__init__(bootstrap, **{"transactional.id": transactional_id, "transaction.timeout.ms": 60000, **conf})
+    def __init__(self, bootstrap: Kafka, transactional_id: str, consumer_group: str | None = None, **conf: Any) -> None:
+        super().__init__(
+            bootstrap,
+            consumer_group=consumer_group,
+            **{"transactional.id": transactional_id, "transaction.timeout.ms": 60000, **conf},
+        )
         self._producer.init_transactions(60)
 
     def begin(self) -> None:
@@ -81,6 +140,11 @@ class TransactionalKafkaSink(KafkaSink):
     def commit(self) -> None:
         if self._errors:
             errors, self._errors = self._errors, []
+            self._offsets = []
             self._producer.abort_transaction(60)
             raise RuntimeError(f"output delivery failed, transaction aborted: {errors[:3]}")
+        if self._offsets:
+            offsets, self._offsets = self._offsets, []
+            metadata = self._group.consumer_group_metadata()  # type: ignore[union-attr]
+            self._producer.send_offsets_to_transaction(offsets, metadata, 60)
         self._producer.commit_transaction(120)

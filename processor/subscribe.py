@@ -362,8 +362,10 @@ def follow(
     stop: threading.Event | None = None,
     decoder: Decoder | None = None,
     on_error: Callable[[str, int, int, DecodeError], None] | None = None,
+    isolation: str = "read_committed",
 ) -> Iterator[dict[str, Any]]:
-    """Decoded records of a topic, read with isolation.level=read_committed.
+    """Decoded records of a topic, read with ``isolation`` (``read_committed``: the processor's outputs are
+    transactional; a relation topic is read as the pipeline reads it, ``[kafka] isolation_level``).
 
     ``decoder`` defaults to the output topic kind the name tells (:func:`infer_kind`;
     :class:`UnknownTopicError` if it tells none).  A topic that does not exist yet
@@ -381,7 +383,7 @@ def follow(
             "group.id": f"ivm-subscribe-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest" if from_beginning else "latest",
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
         },
     )
     consumer.subscribe([topic])

@@ -184,17 +184,25 @@ def create_kind(bootstrap: Kafka, topics: Sequence[str], settings: Any, **own: s
     create_topics(bootstrap, topics, settings.partitions, settings.config_dict(**own), settings.replication_factor)
 
 
-def end_offsets(bootstrap: Kafka, topics: Sequence[str]) -> dict[tuple[str, int], int]:
-    """The end offset (high watermark) of every partition of ``topics``."""
-    return {tp: high for tp, (_low, high) in watermarks(bootstrap, topics).items()}
+def end_offsets(
+    bootstrap: Kafka, topics: Sequence[str], isolation: str = "read_committed"
+) -> dict[tuple[str, int], int]:
+    """The end offset of every partition of ``topics`` as a reader with ``isolation`` sees it (the last
+    stable offset with ``read_committed``: before the first transaction still open; else the high
+    watermark)."""
+    return {tp: high for tp, (_low, high) in watermarks(bootstrap, topics, isolation).items()}
 
 
-def watermarks(bootstrap: Kafka, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
+def watermarks(
+    bootstrap: Kafka, topics: Sequence[str], isolation: str = "read_committed"
+) -> dict[tuple[str, int], tuple[int, int]]:
     """``(low, high)`` offsets of every partition of ``topics``: the first record still held (retention
-    moves it up) and the end."""
+    moves it up) and the end a reader with ``isolation`` sees (:func:`end_offsets`)."""
     from confluent_kafka import TopicPartition
 
-    client = consumer(bootstrap, {"group.id": "ivm-end-offsets", "enable.auto.commit": False})
+    client = consumer(
+        bootstrap, {"group.id": "ivm-end-offsets", "enable.auto.commit": False, "isolation.level": isolation}
+    )
     try:
         metadata = client.list_topics(timeout=30)
         out: dict[tuple[str, int], tuple[int, int]] = {}

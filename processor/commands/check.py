@@ -57,6 +57,7 @@ def describe(plan: PipelinePlan) -> list[str]:
         + f", {c.shards} shard{'s' if c.shards != 1 else ''} per query by default",
         f"kafka: {c.bootstrap}" + (f", schema registry {c.schema_registry}" if c.schema_registry else ""),
         *_properties(c),
+        f"input: isolation.level={c.isolation_level}, positions committed to consumer group {c.group_id!r} per batch",
         f"spark: {c.spark_master}, at most {c.max_offsets_per_trigger} records per batch every {c.trigger_ms} ms, "
         f"from the {c.starting_offsets} offsets when nothing is committed",
         f"policy: negative={c.policy.negative}, duplicate={c.policy.duplicate}",

@@ -127,11 +127,12 @@ def run(args: argparse.Namespace) -> int:
 def _send(config, topic: str, name: str, q, where: str, wait: float) -> int:
     from processor.control import encode_add, encode_remove
     from processor.kafka_clients import producer as new_producer
+    from processor.sink import PARTITIONER
     from processor.topics import create_kind
 
     try:  # as the job creates it: one partition, every command kept ([topics.control])
         create_kind(config.kafka, [topic], config.topics.control, **{"retention.ms": "-1"})
-        producer = new_producer(config.kafka, {"enable.idempotence": True})
+        producer = new_producer(config.kafka, {"enable.idempotence": True, **PARTITIONER})
         delivered: list = []
         producer.produce(
             topic,

@@ -429,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
     require_broker(config.kafka)
     try:
         committed = read_committed_progress(config.kafka, config.progress_topic)
-        ends = end_offsets(config.kafka, [r.topic for r in config.relations])
+        ends = end_offsets(config.kafka, [r.topic for r in config.relations], config.isolation_level)
     except (KafkaException, RuntimeError) as err:  # read_committed_progress wraps Kafka's in RuntimeError
         reason = kafka_reason(err) if isinstance(err, KafkaException) else str(err)
         raise CommandError(f"cannot read from Kafka at {config.bootstrap}: {reason}", 1) from err

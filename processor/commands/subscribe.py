@@ -145,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         decoder=decoder,
         on_error=skipped,
+        # a relation topic is input: read as the pipeline reads it; outputs are transactional
+        isolation=config.isolation_level if config is not None and spec.kind == "relation" else "read_committed",
     )
     try:
         for record in records:

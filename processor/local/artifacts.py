@@ -56,6 +56,17 @@ def kafka_jars() -> Path:
     return _ensure(target, lambda tmp: _copy_dependencies(coords, tmp))
 
 
+def kafka_tools_jars() -> Path:
+    """The folder holding the Kafka distribution's command-line tools (``kafka-tools``: the console producer,
+    ``kafka-consumer-groups``) and their runtime dependencies; the tests check the processor against them."""
+    target = cache_dir() / f"kafka-tools-{KAFKA_VERSION}"
+    coords = [
+        f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+        f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+    ]
+    return _ensure(target, lambda tmp: _copy_dependencies(coords, tmp))
+
+
 def spark_kafka_jars() -> list[Path]:
     """The jars of Spark's Kafka connector matching the installed pyspark."""
     target = cache_dir() / f"spark-sql-kafka-{SPARK_VERSION}"

@@ -194,7 +194,8 @@ class SliceTable:
         if missing:  # pieces lost with a host, or sent to another one: read the partitions' part of the batch
             pipeline = current.pipeline
             log.warning("slice %d, batch %d: reading %s from Kafka", seal.index, seal.version, sorted(missing))
-            for chunk in read_range(self.config.kafka, {tp: seal.before.get(tp, 0) for tp in missing}, missing):
+            before = {tp: seal.before.get(tp, 0) for tp in missing}
+            for chunk in read_range(self.config.kafka, before, missing, isolation=self.config.isolation_level):
                 for record in chunk:
                     where = pipeline.slices_of(record)
                     if seal.index in where:

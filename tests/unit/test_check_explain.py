@@ -72,6 +72,7 @@ def test_check_prints_the_demo_pipeline(capsys) -> None:
     for rel in "RST":
         assert str(ROOT / "schemas" / "relations" / f"{rel}.avsc") in out
     assert "output topics: triangle.result, ivm.dead-letter, demo.progress" in out
+    assert "input: isolation.level=read_committed, positions committed to consumer group 'demo' per batch" in out
 
 
 def test_check_prints_every_finding_on_its_own_line(tmp_path: Path, capsys) -> None:

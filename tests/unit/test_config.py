@@ -300,3 +300,24 @@ def test_a_schema_file_that_is_no_relation_schema_is_one_finding(tmp_path: Path,
     raw["relations"][0] = {"name": "R", "schema": str(tmp_path / "R.avsc")}
     (line,) = errors_of(raw)
     assert line.startswith("[relations.R] schema: ") and reason in line
+
+
+def test_isolation_level_and_consumer_group() -> None:
+    """``[kafka] isolation_level``: read_committed by default, only the two Kafka levels; ``consumer_group``
+    defaults to the pipeline's name; both round-trip through ``dump_config``."""
+    default = parse_config(config(processor={"name": "pipe"}))
+    assert (default.isolation_level, default.consumer_group, default.group_id) == ("read_committed", "", "pipe")
+    chosen = parse_config(config(kafka={"isolation_level": "read_uncommitted", "consumer_group": "team.lag"}))
+    assert (chosen.isolation_level, chosen.group_id) == ("read_uncommitted", "team.lag")
+    assert parse_config(tomllib.loads(dump_config(chosen))) == chosen
+    assert errors_of(config(kafka={"isolation_level": "read_comitted"})) == [
+        '[kafka] isolation_level: expected "read_committed" or "read_uncommitted", got the string "read_comitted"; '
+        "did you mean 'read_committed'?"
+    ]
+    assert errors_of(config(kafka={"consumer_group": " lag"})) == [
+        '[kafka] consumer_group: " lag" is not a consumer group name (printable, no surrounding blanks)'
+    ]
+    with pytest.raises(ConfigError, match=r"^\[kafka\] isolation_level: expected"):
+        PipelineConfig(isolation_level="committed")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^\[kafka\] isolation_level: expected"):
+        default.with_overrides(isolation_level="uncommitted")
