@@ -74,6 +74,7 @@ from ivm.query.model import Atom, Query
 from ivm.query.variable_order import VariableOrder, _finish, update_exponent, variable_order
 from ivm.rings.base import Pair, PairRing, Ring
 from ivm.rings.covariance import Covariance, CovarianceRing
+from ivm.rings.exact import exact, read_result
 from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
 from ivm.rings.numeric import NumericRing, SumRing
 from ivm.rings.relational import Relation, RelationalRing
@@ -866,9 +867,16 @@ class FIVM(Engine):
         return list(merged.items())
 
     def _lift_values(self, rows: list[tuple[Any, ...]]) -> np.ndarray:
-        """The lifted values as an ``(n, width)`` array of the payload dtype (floats: one C-level pass)."""
-        if self._dtype is object or not rows:
+        """The lifted values as an ``(n, width)`` array of the payload dtype (floats: one C-level pass).
+
+        Exact payloads (object arrays): a float becomes its exact dyadic rational (:func:`ivm.rings.exact.exact`),
+        ints stay ints, so the grouped and row kernels sum exactly."""
+        if not rows:
             return np.array(rows, dtype=self._dtype)
+        if self._dtype is object:
+            out = np.empty((len(rows), len(rows[0])), dtype=object)
+            out[:] = [[x if type(x) is int else exact(x) for x in row] for row in rows]
+            return out
         n, width = len(rows), len(rows[0])
         return np.fromiter(chain.from_iterable(rows), dtype=self._dtype, count=n * width).reshape(n, width)
 
@@ -1388,8 +1396,15 @@ class FIVM(Engine):
 
         ``count``: exact ints; ``sum``: ``coefficient · SUM``; ``covariance``: a
         :class:`~ivm.rings.covariance.Covariance`; ``listing``/``factorized``: the
-        root relation (factorized: the root's payload, over the top variable).
+        root relation (factorized: the root's payload, over the top variable).  Sums of floats are
+        kept exactly (:mod:`ivm.rings.exact`) and read out here, each rounded once to the nearest
+        float: :meth:`exact_result` without the rounding.
         """
+        return read_result(self.exact_result())
+
+    def exact_result(self) -> Any:
+        """:meth:`result` with sums of floats as their exact :class:`~ivm.rings.exact.Dyadic` values
+        (what shards and derived aggregates combine before rounding once)."""
         if self.ring_name == "factorized":
             roots = self.tree.roots
             out = self.ring.one
