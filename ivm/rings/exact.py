@@ -15,7 +15,9 @@ The algebra.  Every finite double ``x`` is an integer times a power of two: ``x 
 
 so sums, differences and products of doubles and ints — everything the SUM, AVG and covariance rings
 compute (§2.4, Def. 32, Def. 37) — are exact in ``D``, and a sequence of updates whose net effect is
-zero brings every payload back to exactly its earlier element.  An element keeps the least exponent that
+zero brings every payload back to exactly its earlier element: a sum or a product that is 0 is the
+int ``0`` (the rings' zero), so a payload that was 0 before is the same ``0`` after, and zero
+elimination (§9 item 1) is exact.  An element keeps the least exponent that
 went into it (no normalization: an addition costs one shift and one ``int`` addition, O(size in words));
 ``m`` has at most ``e_max - e_min + 53 + log2(#terms)`` bits, 2,100 bits for sums that mix 1e308
 and 5e-324, 53 + log2(#terms) for values of one binade.  Ints stay Python ints (already exact); an
@@ -129,10 +131,12 @@ class Dyadic:
                 return NotImplemented
         m, e, n, f = self.m, self.e, other.m, other.e
         if e == f:
-            return Dyadic(m + n, e)
-        if e < f:
-            return Dyadic(m + (n << (f - e)), e)
-        return Dyadic((m << (e - f)) + n, f)
+            m += n
+        elif e < f:
+            m += n << (f - e)
+        else:
+            m, e = (m << (e - f)) + n, f
+        return Dyadic(m, e) if m else 0  # a sum that cancels is the ring's zero, the int 0, as before
 
     __radd__ = __add__
 
@@ -156,16 +160,17 @@ class Dyadic:
     def __mul__(self, other: Any) -> Any:
         t = type(other)
         if t is Dyadic:
-            return Dyadic(self.m * other.m, self.e + other.e)
+            m = self.m * other.m
+            return Dyadic(m, self.e + other.e) if m else 0
         if t is int or t is bool:
-            return Dyadic(self.m * other, self.e)
+            return Dyadic(self.m * other, self.e) if other else 0
         if isinstance(other, float):
             other = _of_float(other)
-            return Dyadic(self.m * other.m, self.e + other.e)
+            return Dyadic(self.m * other.m, self.e + other.e) if other.m else 0
         if isinstance(other, Fraction):
             return self.as_fraction() * other
         if isinstance(other, int):
-            return Dyadic(self.m * int(other), self.e)
+            return Dyadic(self.m * int(other), self.e) if other else 0
         return NotImplemented
 
     __rmul__ = __mul__
@@ -214,6 +219,8 @@ class Dyadic:
             else:
                 return None
         d = self - other
+        if type(d) is int:
+            return (d > 0) - (d < 0)
         return (d.m > 0) - (d.m < 0)
 
     def __eq__(self, other: object) -> bool:
@@ -258,7 +265,7 @@ def _of_float(x: float) -> Dyadic:
         n, d = float(x).as_integer_ratio()
     except (OverflowError, ValueError):
         raise NotFinite(f"{x!r} has no exact value to sum (NaN and infinities are refused)") from None
-    return Dyadic(n, 1 - d.bit_length())  # d = 2^k, k = bit_length - 1
+    return Dyadic(n, 1 - d.bit_length())  # d = 2^k, k = bit_length - 1 (0.0: Dyadic(0, 0))
 
 
 def exact(value: Any) -> Any:
@@ -266,16 +273,16 @@ def exact(value: Any) -> Any:
     :class:`Dyadic`; ints, Fractions and Dyadics stay as they are (exact already).  A NaN or an
     infinity raises :class:`NotFinite`.
 
-    >>> exact(3), exact(0.75), exact(5e-324)
-    (3, Dyadic(3, -2), Dyadic(1, -1074))
+    >>> exact(3), exact(0.75), exact(5e-324), exact(-0.0)
+    (3, Dyadic(3, -2), Dyadic(1, -1074), 0)
     """
     t = type(value)
     if t is int or t is Dyadic:
         return value
     if t is float or isinstance(value, float):
-        return _of_float(value)
+        return _of_float(value) if value else 0  # ±0.0: the int 0 (the rings' zero; a NaN is truthy)
     if isinstance(value, Real) and not isinstance(value, Rational):  # numpy's float32 and float16: exact in a double
-        return _of_float(float(value))
+        return _of_float(float(value)) if value else 0
     return value
 
 
