@@ -58,7 +58,7 @@ class NotFinite(ValueError):
     """A NaN or an infinity where a ring lifts a number: it has no exact value (and no SQL sum)."""
 
 
-class Dyadic:
+class PyDyadic:
     """``m · 2^e``, exactly: an element of the dyadic rationals (module docstring).
 
     Arithmetic with ``Dyadic``, ``int``, ``bool`` and finite ``float`` (converted exactly) stays exact
@@ -75,13 +75,13 @@ class Dyadic:
 
     # ------------------------------------------------------------ conversion
     @staticmethod
-    def of(value: Any) -> Dyadic:
-        """``value`` (a Dyadic, an int or a finite float) as a Dyadic, exactly."""
-        if type(value) is Dyadic:
+    def of(value: Any) -> PyDyadic:
+        """``value`` (a PyDyadic, an int or a finite float) as a PyDyadic, exactly."""
+        if type(value) is PyDyadic:
             return value
         if isinstance(value, int):
-            return Dyadic(int(value), 0)
-        return _of_float(value)
+            return PyDyadic(int(value), 0)
+        return _py_of_float(value)
 
     def __float__(self) -> float:
         m, e = self.m, self.e
@@ -116,17 +116,17 @@ class Dyadic:
     # ------------------------------------------------------------ arithmetic
     def __add__(self, other: Any) -> Any:
         t = type(other)
-        if t is not Dyadic:
+        if t is not PyDyadic:
             if t is int or t is bool:
                 if not other:
                     return self
-                other = Dyadic(int(other), 0)
+                other = PyDyadic(int(other), 0)
             elif isinstance(other, float):
-                other = _of_float(other)
+                other = _py_of_float(other)
             elif isinstance(other, Fraction):
                 return self.as_fraction() + other
             elif isinstance(other, int):
-                other = Dyadic(int(other), 0)
+                other = PyDyadic(int(other), 0)
             else:
                 return NotImplemented
         m, e, n, f = self.m, self.e, other.m, other.e
@@ -136,22 +136,22 @@ class Dyadic:
             m += n << (f - e)
         else:
             m, e = (m << (e - f)) + n, f
-        return Dyadic(m, e) if m else 0  # a sum that cancels is the ring's zero, the int 0, as before
+        return PyDyadic(m, e) if m else 0  # a sum that cancels is the ring's zero, the int 0, as before
 
     __radd__ = __add__
 
-    def __neg__(self) -> Dyadic:
-        return Dyadic(-self.m, self.e)
+    def __neg__(self) -> PyDyadic:
+        return PyDyadic(-self.m, self.e)
 
-    def __pos__(self) -> Dyadic:
+    def __pos__(self) -> PyDyadic:
         return self
 
-    def __abs__(self) -> Dyadic:
-        return Dyadic(abs(self.m), self.e)
+    def __abs__(self) -> PyDyadic:
+        return PyDyadic(abs(self.m), self.e)
 
     def __sub__(self, other: Any) -> Any:
-        if type(other) is Dyadic:
-            return self + Dyadic(-other.m, other.e)
+        if type(other) is PyDyadic:
+            return self + PyDyadic(-other.m, other.e)
         return self + (-other)
 
     def __rsub__(self, other: Any) -> Any:
@@ -159,34 +159,34 @@ class Dyadic:
 
     def __mul__(self, other: Any) -> Any:
         t = type(other)
-        if t is Dyadic:
+        if t is PyDyadic:
             m = self.m * other.m
-            return Dyadic(m, self.e + other.e) if m else 0
+            return PyDyadic(m, self.e + other.e) if m else 0
         if t is int or t is bool:
-            return Dyadic(self.m * other, self.e) if other else 0
+            return PyDyadic(self.m * other, self.e) if other else 0
         if isinstance(other, float):
-            other = _of_float(other)
-            return Dyadic(self.m * other.m, self.e + other.e) if other.m else 0
+            other = _py_of_float(other)
+            return PyDyadic(self.m * other.m, self.e + other.e) if other.m else 0
         if isinstance(other, Fraction):
             return self.as_fraction() * other
         if isinstance(other, int):
-            return Dyadic(self.m * int(other), self.e) if other else 0
+            return PyDyadic(self.m * int(other), self.e) if other else 0
         return NotImplemented
 
     __rmul__ = __mul__
 
-    def __pow__(self, k: int) -> Dyadic:
+    def __pow__(self, k: int) -> PyDyadic:
         if type(k) is not int or k < 0:
             return NotImplemented
-        return Dyadic(self.m**k, self.e * k)
+        return PyDyadic(self.m**k, self.e * k)
 
     def __truediv__(self, other: Any) -> float:
         """The correctly rounded quotient (AVG's ``SUM / COUNT``): one ``int / int``."""
         if isinstance(other, float):
-            other = _of_float(other)
+            other = _py_of_float(other)
         elif isinstance(other, int):
-            other = Dyadic(int(other), 0)
-        elif type(other) is not Dyadic:
+            other = PyDyadic(int(other), 0)
+        elif type(other) is not PyDyadic:
             return NotImplemented
         num, den, shift = self.m, other.m, self.e - other.e
         try:
@@ -198,21 +198,21 @@ class Dyadic:
 
     def __rtruediv__(self, other: Any) -> float:
         if isinstance(other, int | float):
-            return Dyadic.of(other) / self
+            return PyDyadic.of(other) / self
         return NotImplemented
 
     # ------------------------------------------------------------ comparison
     def _cmp(self, other: Any) -> int | None:
         """The sign of ``self - other``, or None for another kind of value."""
-        if type(other) is not Dyadic:
+        if type(other) is not PyDyadic:
             if isinstance(other, int):
-                other = Dyadic(int(other), 0)
+                other = PyDyadic(int(other), 0)
             elif isinstance(other, float):
                 if math.isnan(other):
                     return None
                 if math.isinf(other):
                     return -1 if other > 0 else 1
-                other = _of_float(other)
+                other = _py_of_float(other)
             elif isinstance(other, Fraction):
                 d = self.as_fraction() - other
                 return (d > 0) - (d < 0)
@@ -224,7 +224,7 @@ class Dyadic:
         return (d.m > 0) - (d.m < 0)
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is Dyadic:
+        if type(other) is PyDyadic:
             return self._cmp(other) == 0
         c = self._cmp(other)
         return NotImplemented if c is None else c == 0  # type: ignore[return-value]
@@ -257,15 +257,15 @@ class Dyadic:
         return f"Dyadic({self.m}, {self.e})"
 
     def __reduce__(self) -> tuple[Any, tuple[int, int]]:
-        return (Dyadic, (self.m, self.e))
+        return (_make, (self.m, self.e))
 
 
-def _of_float(x: float) -> Dyadic:
+def _py_of_float(x: float) -> PyDyadic:
     try:
         n, d = float(x).as_integer_ratio()
     except (OverflowError, ValueError):
         raise NotFinite(f"{x!r} has no exact value to sum (NaN and infinities are refused)") from None
-    return Dyadic(n, 1 - d.bit_length())  # d = 2^k, k = bit_length - 1 (0.0: Dyadic(0, 0))
+    return PyDyadic(n, 1 - d.bit_length())  # d = 2^k, k = bit_length - 1 (0.0: PyDyadic(0, 0))
 
 
 def exact(value: Any) -> Any:
@@ -308,3 +308,20 @@ def read_result(value: Any) -> Any:
     if read is not None and callable(read):
         return read()
     return value
+
+
+#: the implementation in use: the compiled type when built, else the Python class (the reference)
+Dyadic: Any = PyDyadic
+_of_float: Any = _py_of_float
+
+
+def _make(m: int, e: int) -> Any:
+    """A pickled Dyadic, rebuilt as the implementation in use (compiled or Python)."""
+    return Dyadic(m, e)
+
+
+try:  # the same class as a C extension type (``_exact_kernel.pyx``): no Python frame per operation, no GC tracking
+    from ivm.rings._exact_kernel import Dyadic  # type: ignore[no-redef]
+    from ivm.rings._exact_kernel import of_float as _of_float  # type: ignore[no-redef]
+except ImportError:  # no compiler at install time: the Python class above
+    pass

@@ -18,6 +18,7 @@ NaN and infinities are refused by name (``not_finite``), the rest of the batch a
 from __future__ import annotations
 
 import math
+import pickle
 import struct
 from collections import defaultdict
 from fractions import Fraction
@@ -29,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ivm
+import ivm.rings.exact as exact_module
 from ivm.rings.exact import Dyadic, NotFinite, exact, read_result
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -59,30 +61,61 @@ values = st.one_of(
 )
 
 
-@given(st.lists(st.one_of(values, st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=30))
-@settings(max_examples=200, deadline=None)
-def test_sums_are_exact_and_read_out_correctly_rounded(xs: list[float]) -> None:
+#: the implementations of the dyadic rationals: the Python class (the reference, the fallback) and the
+#: compiled type when it is built (the one in use then)
+IMPLEMENTATIONS = [exact_module.PyDyadic] + ([] if Dyadic is exact_module.PyDyadic else [Dyadic])
+
+
+def to(cls: Any, x: Any) -> Any:
+    """``x`` as an element of implementation ``cls`` (ints stay ints, 0.0 is 0), as :func:`exact` makes it."""
+    if isinstance(x, int) or not x:
+        return int(x)
+    n, d = x.as_integer_ratio()
+    return cls(n, 1 - d.bit_length())
+
+
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda c: c.__module__)
+@given(xs=st.lists(st.one_of(values, st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=30))
+@settings(max_examples=150, deadline=None)
+def test_sums_are_exact_and_read_out_correctly_rounded(cls: Any, xs: list[float]) -> None:
     total: Any = 0
     for x in xs:
-        total = total + exact(x)
+        total = total + to(cls, x)
     want = sum(map(Fraction, xs), Fraction(0))
     assert total == want and hash(total) == hash(want)
     assert bits(float(total)) == bits(rounded(want))
     assert float(total / 3) == rounded(want / 3)
     for x in reversed(xs):  # deleting everything again: exactly zero
-        total = total - exact(x)
+        total = total - to(cls, x)
     assert total == 0 and not total and float(total) == 0.0
 
 
-@given(values, values)
-@settings(max_examples=200, deadline=None)
-def test_products_compare_and_hash_like_numbers(a: float, b: float) -> None:
-    p = exact(a) * exact(b)
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda c: c.__module__)
+@given(a=values, b=values)
+@settings(max_examples=150, deadline=None)
+def test_products_compare_and_hash_like_numbers(cls: Any, a: float, b: float) -> None:
+    p = to(cls, a) * to(cls, b)
     want = Fraction(a) * Fraction(b)
     assert p == want and hash(p) == hash(want)
     assert bits(float(p)) == bits(rounded(want))
-    assert (exact(a) < b) == (Fraction(a) < Fraction(b)) and (exact(a) >= b) == (Fraction(a) >= Fraction(b))
-    assert exact(a) == a and hash(exact(a)) == hash(a)
+    x = to(cls, a)
+    assert (x < b) == (Fraction(a) < Fraction(b)) and (x >= b) == (Fraction(a) >= Fraction(b))
+    assert x == a and hash(x) == hash(a) and (x != a) is False
+    assert to(cls, a) - b == Fraction(a) - Fraction(b) and b - to(cls, a) == Fraction(b) - Fraction(a)
+    if a and b:
+        assert bits(to(cls, a) / b) == bits(rounded(Fraction(a) / Fraction(b)))
+    assert pickle.loads(pickle.dumps(p)) == want  # rebuilt as the implementation in use
+
+
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda c: c.__module__)
+def test_read_out_edges_of_each_implementation(cls: Any) -> None:
+    tiny, big = to(cls, 5e-324), to(cls, 1.7976931348623157e308)
+    assert float(tiny * to(cls, 0.5)) == 0.0 and float(tiny * 3 * to(cls, 0.5)) == 1e-323
+    assert float(big * 2) == math.inf and float(-big * 2) == -math.inf
+    assert float(to(cls, 0.1) + to(cls, 0.2)) == 0.30000000000000004
+    assert to(cls, 0.5) + to(cls, -0.5) == 0 and type(to(cls, 0.5) + to(cls, -0.5)) is int
+    assert int(to(cls, -2.5)) == -2 and repr(to(cls, 0.75)) == "Dyadic(3, -2)"
+    assert (to(cls, 0.5) == math.nan) is False and to(cls, 0.5) < math.inf
 
 
 def test_read_out_edges() -> None:
