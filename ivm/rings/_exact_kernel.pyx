@@ -10,8 +10,13 @@ algebra and the guarantees.
 """
 
 cimport cython
-from cpython.long cimport PyLong_CheckExact
-from cpython.float cimport PyFloat_Check
+from cpython.float cimport PyFloat_AsDouble, PyFloat_Check
+from cpython.long cimport PyLong_CheckExact, PyLong_FromLongLong
+from libc.math cimport frexp, isfinite, ldexp
+
+
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long x) nogil
 
 import math
 from fractions import Fraction
@@ -36,11 +41,20 @@ cdef inline Dyadic _new(object m, long long e):
 
 
 cdef Dyadic _of_float(object x):
-    try:
-        n, den = float(x).as_integer_ratio()
-    except (OverflowError, ValueError):
-        raise NotFinite(f"{x!r} has no exact value to sum (NaN and infinities are refused)") from None
-    return _new(n, 1 - den.bit_length())
+    """``x = n · 2^k`` with ``n`` odd (or 0), as ``float.as_integer_ratio`` gives it, in C: ``frexp`` splits
+    the double into a mantissa in [0.5, 1) and an exponent (subnormals included), the mantissa times 2^53
+    is an integer below 2^53 (exact), and its trailing zero bits move into the exponent."""
+    cdef double d = PyFloat_AsDouble(x)
+    cdef int ex
+    cdef long long n
+    cdef int tz
+    if not isfinite(d):
+        raise NotFinite(f"{x!r} has no exact value to sum (NaN and infinities are refused)")
+    if d == 0.0:
+        return _new(0, 0)
+    n = <long long>ldexp(frexp(d, &ex), 53)
+    tz = __builtin_ctzll(<unsigned long long>(n if n > 0 else -n))
+    return _new(PyLong_FromLongLong(n >> tz), ex - 53 + tz)
 
 
 cdef object _coerce(object other):

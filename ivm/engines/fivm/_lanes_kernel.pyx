@@ -32,11 +32,12 @@ Three things keep CPython's per-key work down without changing a value, a key or
 """
 
 from cpython.dict cimport PyDict_Next
+from cpython.float cimport PyFloat_CheckExact
 from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool
 from libc.stdlib cimport free, malloc
 
-from ivm.rings.exact import exact
+from ivm.rings.exact import _of_float as of_float, exact
 
 
 cdef extern from "Python.h":
@@ -156,7 +157,7 @@ cdef inline object lifted(object s, tuple lifts, object key, PyObject** slots):
                 raise TypeError(f"key {key!r} has no position {p}")
             x = <object>PyTuple_GET_ITEM(key, p)
         if not PyLong_CheckExact(x):  # a float is lifted as its exact dyadic rational (ivm.rings.exact)
-            x = exact(x)
+            x = of_float(x) if PyFloat_CheckExact(x) and x else exact(x)
         if k == 1:
             s = PyNumber_Multiply(s, x)
         else:

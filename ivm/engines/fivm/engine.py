@@ -22,13 +22,18 @@ size exponent s), counted in ``stats()["rebuilds"]``.
 
 Aggregates and rings (``ring=`` option, default from the query's aggregate):
 
-- ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18), both
+- ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18; a float is
+  lifted as its exact dyadic rational, :mod:`ivm.rings.exact`, and ``result()``
+  rounds each sum once, correctly), both
   numeric rings, so its payloads are kept as ``(count, sum)`` lanes of plain
   numbers and computed without ring method calls (:mod:`ivm.engines.fivm.lanes`),
   in C loops over the same dicts and numbers when ``_lanes_kernel.pyx`` is built
   (``implementation="compiled"``, the default then; ``"python"`` is the reference);
-- ``covariance``: the continuous covariance ring (``exact=True`` keeps Python
-  ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
+- ``covariance``: the continuous covariance ring (``exact=True``, the default, keeps
+  Python ints and the exact dyadic rationals of :mod:`ivm.rings.exact` for floats, so
+  an entry returns bit for bit to its value after updates that cancel; ``exact=False``
+  is an explicit choice of float64 payloads and the C kernel: fast, but an entry keeps
+  the rounding of every value that ever passed through it); with ``categorical=(...)`` the
   generalized covariance ring (Def. 37, on the ring-object path).  Covariance
   payloads are kept in column stores (:mod:`ivm.engines.fivm.columnar`, §6.2's
   sized payloads, ``Q``'s upper triangle); float payloads go up the view tree
@@ -208,7 +213,8 @@ class FIVM(Engine):
 
     Options: ``ring`` (one of :data:`RING_NAMES`, default from the aggregate),
     ``categorical`` (categorical covariance variables), ``exact`` (exact
-    covariance arithmetic), ``updatable`` (the set U for μ; default all
+    covariance arithmetic, the default; ``False``: float64 payloads, inexact after
+    cancelling updates), ``updatable`` (the set U for μ; default all
     relations), ``order`` (a :class:`VariableOrder`; default the planner's
     free-top order), ``tree`` (``"tau"`` or ``"nu"``, see :meth:`__init__`).
 
