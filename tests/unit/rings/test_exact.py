@@ -331,3 +331,16 @@ def test_non_finite_values_elsewhere_are_keys() -> None:
     v = ivm.maintain("Q(a, SUM(x)) :- R(a, x)")
     assert not v.apply([("R", (math.inf, 1.5), 1)]).rejected
     assert v.result() == {(math.inf,): 1.5}
+
+
+@pytest.mark.parametrize("implementation", ["auto", "python"])
+def test_factorized_updates_return_bit_for_bit(implementation: str) -> None:
+    """F-IVM §6's factorizable updates lift their floats exactly too (``factorizable.py``)."""
+    v = ivm.maintain("Q(a, SUM(x * y)) :- R(a, x), S(a, y)", engine="fivm", options={"implementation": implementation})
+    v.apply([("R", (a, 0.1 * a + 0.01), 1) for a in range(4)] + [("S", (a, 3.3 + a), 1) for a in range(4)])
+    before = v.result()
+    for m in (1, -1):
+        v.apply_factorized("R", [[("a", {1: m, 2: m}), ("x", {9.2e18: 1, 2.0**63 - 1: 1, 5e-324: 1})]])
+    assert same_bits(v.result(), before)
+    want = {(a,): rounded(Fraction(0.1 * a + 0.01) * Fraction(3.3 + a)) for a in range(4)}
+    assert all(agrees(before[g], want[g]) for g in want)
