@@ -28,6 +28,9 @@ def main() -> None:
     ap.add_argument("--sf", type=float, default=0.01)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--floats", action="store_true", help="price and discount as floats (dollars, fractions): a float SUM"
+    )
     args = ap.parse_args()
     sys.argv = sys.argv[:1]
     import bench.fivm as fivm_bench
@@ -36,6 +39,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         query, stream = fivm_bench.tpch(args.sf, 1, Path(tmp))
+    if args.floats:  # L(okey, line, price, disc): cents and percent as dollars and fractions
+        stream = [(r, (*row[:2], row[2] / 100, row[3] / 100), m) if r == "L" else (r, row, m) for r, row, m in stream]
     walls, cpus, result = [], [], None
     for _ in range(args.repeats):
         engine = FIVM(query)

@@ -192,10 +192,12 @@ def worker(
     root: str | None = None,
     order: str = "shuffled",
     given: str = "rows",
+    payloads: str = "float64",
 ) -> dict[str, Any]:
     """One configuration in this process; ``root``: import ``ivm`` from that checkout instead of this one;
     ``given``: ``"rows"`` (``engine.apply`` of Python tuples) or ``"columns"`` (``engine.apply_columns``
-    of numpy arrays)."""
+    of numpy arrays); ``payloads``: ``"float64"`` (``exact=False``, the C kernel) or ``"exact"`` (``exact=True``:
+    exact sums of the floats, :mod:`ivm.rings.exact`, in object arrays)."""
     if root is not None:
         sys.path.insert(0, str(Path(root).resolve()))
     import inspect
@@ -208,7 +210,7 @@ def worker(
         assert Path(ivm.__file__).resolve().is_relative_to(Path(root).resolve()), ivm.__file__
     data = generate(postcodes, seed, order)
     tuples = size(data)
-    options: dict[str, Any] = {"exact": False}
+    options: dict[str, Any] = {"exact": payloads == "exact"}
     if "implementation" in inspect.signature(FIVM.__init__).parameters:
         options["implementation"] = implementation
     engine = FIVM(parse(query_text()), **options)
@@ -263,6 +265,12 @@ def main() -> None:
     ap.add_argument("--old", metavar="PATH", help="also run the engine of the checkout at PATH (e.g. a git worktree)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
+        "--payloads",
+        choices=("float64", "exact"),
+        default="float64",
+        help="float64 payloads (exact=False, the default) or exact float sums (exact=True, ivm.rings.exact)",
+    )
+    ap.add_argument(
         "--orders",
         nargs="+",
         choices=ORDERS,
@@ -283,7 +291,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         p, b, impl = args.worker
-        print(json.dumps(worker(int(p), int(b), impl, args.seed, args.root, args.order, args.input)))
+        print(json.dumps(worker(int(p), int(b), impl, args.seed, args.root, args.order, args.input, args.payloads)))
         return
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average before the run {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -305,6 +313,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for label, impl, root, given in configs:
                 cmd = [sys.executable, __file__, "--seed", str(args.seed), "--order", order, "--input", given]
+                cmd += ["--payloads", args.payloads]
                 cmd += ["--worker", str(args.postcodes), str(batch), impl, *(["--root", root] if root else [])]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 run = json.loads(out.strip().splitlines()[-1])

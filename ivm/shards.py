@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ivm.query.model import Query
+from ivm.rings.exact import read_result
 from ivm.updates import Row, Update
 from ivm.view import Outcome, View
 
@@ -274,7 +275,11 @@ class ShardedView(View):
         return self._current(Update(relation, tuple(row), 1))
 
     def result(self) -> Any:
-        results = [s.result() for s in self.shards]
+        """The shards' results added up: exact sums (:meth:`exact_result`) rounded once at the end."""
+        return read_result(self.exact_result())
+
+    def exact_result(self) -> Any:
+        results = [s.exact_result() for s in self.shards]
         if all(isinstance(r, dict) for r in results):
             merged: dict[Any, Any] = defaultdict(int)
             for r in results:

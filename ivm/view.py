@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import numpy as np
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
-from ivm.query.lifted import Lifted, is_number, lifted_positions, order_family, ordered_positions
+from ivm.query.lifted import Lifted, is_finite, is_number, lifted_positions, order_family, ordered_positions
 from ivm.query.model import Query
 from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
 
@@ -37,7 +38,7 @@ class Rejected:
 
     index: int
     update: Update
-    kind: str  # a stable label: unknown_relation, arity, unhashable, not_a_number, absent_delete, ...
+    kind: str  # a stable label: unknown_relation, arity, unhashable, not_a_number, not_finite, absent_delete, ...
     reason: str
 
 
@@ -239,8 +240,11 @@ class View:
         if relation in self._ordered:
             return None  # MIN and MAX fix their values' kind: the rows path checks each
         for lifted in self._lifted.get(relation, ()):  # numbers by their dtype; else the rows path checks each
-            if np.asarray(columns[lifted.position]).dtype.kind not in "iufb":
+            column = np.asarray(columns[lifted.position])
+            if column.dtype.kind not in "iufb":
                 return None
+            if column.dtype.kind == "f" and not np.isfinite(column).all():
+                return None  # a NaN or an infinity: the rows path refuses it by name (not_finite)
         (n,) = lengths
         low = 1 if policy.negative == "reject" else None  # deletes are checked against the state
         if isinstance(multiplicities, int) and not isinstance(multiplicities, bool):
@@ -266,8 +270,11 @@ class View:
             mine = rows if len(names) == 1 else [row for r, row in zip(relations, rows, strict=True) if r == name]
             for x in self._lifted.get(name, ()):
                 values = list(map(itemgetter(x.position), mine))
-                if not set(map(type, values)) <= _PLAIN_NUMBERS and not all(map(is_number, values)):
+                types = set(map(type, values))
+                if not types <= _PLAIN_NUMBERS and not all(map(is_number, values)):
                     return False
+                if types != {int} and not all(map(is_finite, values)):
+                    return False  # a NaN or an infinity: the rows path refuses it by name (not_finite)
             for x in self._ordered.get(name, ()):
                 kinds = set(map(order_family, map(itemgetter(x.position), mine)))
                 want = self._families.get(x.variable, next(iter(kinds)) if len(kinds) == 1 else None)
@@ -276,11 +283,29 @@ class View:
                 self._families[x.variable] = want
         return True
 
+    def _lifted_finite(self, updates: list[Any]) -> bool:
+        """Whether every value the aggregate lifts in ``updates`` is finite (no NaN, no infinity): one
+        ``math.fsum`` per lifted position in C (a NaN or an infinity makes it non-finite; a sum that
+        overflows from finite values raises, and then they are all finite)."""
+        for relation, positions in self._lifted.items():
+            rows = [u[1] for u in updates if u[0] == relation]
+            for x in positions:
+                try:
+                    total = math.fsum(map(itemgetter(x.position), rows))
+                except OverflowError:
+                    continue
+                except TypeError:
+                    return False  # not a number at all: apply() says which
+                if not math.isfinite(total):
+                    return False
+        return True
+
     def _value_violation(self, relation: str, row: Row) -> tuple[str, str] | None:
         """``(kind, reason)`` if ``row`` of ``relation`` cannot be applied for its values, else ``None``:
         ``unhashable`` (a list or dict: no key of the relation), ``not_comparable`` (a value MIN or MAX
         compares that is not of its variable's kind, which the first value fixes, or has no order),
-        ``not_a_number`` (a value the aggregate lifts)."""
+        ``not_a_number`` (a value the aggregate lifts), ``not_finite`` (a NaN or an infinity the aggregate
+        lifts: SQL's sums have neither, and the exact sums of :mod:`ivm.rings.exact` have no value for them)."""
         try:
             hash(row)
         except TypeError as err:
@@ -296,6 +321,12 @@ class View:
             value = row[x.position]
             if not is_number(value):
                 return "not_a_number", f"{_where(relation, x)} is lifted by {x.aggregate}: {value!r} is not a number"
+            if not is_finite(value):
+                return (
+                    "not_finite",
+                    f"{_where(relation, x)} is lifted by {x.aggregate}: {value!r} is not finite "
+                    "(a sum has no NaN or infinity; the update is refused)",
+                )
         return None
 
     def apply_admitted(self, updates: list[Update | tuple[str, Row, int]]) -> Outcome:
@@ -312,6 +343,8 @@ class View:
         policy = self.policy
         if policy.negative == "reject" or policy.duplicate == "reject" or policy.delete_only:
             return self.apply(updates)
+        if self._lifted and updates and not self._lifted_finite(updates):
+            return self.apply(updates)  # a NaN or an infinity to lift: refused by name (not_finite), the rest applied
         if updates:
             if type(self)._apply_valid is not View._apply_valid and set(map(type, updates)) != {Update}:
                 updates = list(map(tuple.__new__, repeat(Update), updates))  # a subclass's state wants Updates
@@ -439,6 +472,10 @@ class View:
 
     def result(self) -> Any:
         return self.engine.result()
+
+    def exact_result(self) -> Any:
+        """:meth:`result` with sums of floats exact (:meth:`ivm.engines.base.Engine.exact_result`)."""
+        return self.engine.exact_result()
 
     def enumerate(self) -> Iterator[tuple[Row, int]]:
         return self.engine.enumerate()

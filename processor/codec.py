@@ -60,6 +60,10 @@ class RelationCodec:
     key_schema: Any
     varint_widths: tuple[int, ...] | None = None  # every field int (5) or long (10): the bulk decoder applies
     record_name: str = ""  # the Avro record's own name (schema resolution matches writers by it)
+    #: the positions (in ``attributes``) of float and double attributes: a NaN or an infinity there is refused
+    #: when decoded (a dead letter naming the attribute), as ``ivm.view.View`` refuses it (``not_finite``): a
+    #: SUM, AVG or COVAR has no value for it, and a NaN tuple could never be deleted (NaN ≠ NaN)
+    float_positions: tuple[int, ...] = ()
 
     @classmethod
     def from_schema(cls, schema: Mapping[str, Any], relation: str | None = None) -> RelationCodec:
@@ -88,6 +92,11 @@ class RelationCodec:
         key = key_schema_of(schema)
         types = [_plain_type(f["type"]) for f in fields]
         widths = tuple(_VARINT_WIDTH.get(t, 0) if isinstance(t, str) else 0 for t in types)  # unions: per record
+        floats = tuple(
+            i
+            for i, a in enumerate(attributes)
+            if _may_be_float(_plain_type(next(f["type"] for f in fields if f["name"] == a)))
+        )
         return cls(
             relation or schema["name"],
             attributes,
@@ -95,6 +104,7 @@ class RelationCodec:
             fastavro.parse_schema(key),
             widths if all(widths) else None,
             schema["name"],
+            floats,
         )
 
     def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:
@@ -135,7 +145,15 @@ class RelationCodec:
         mult = record["mult"]
         if mult == 0:
             raise DecodeError(f"multiplicity 0 in an update of {self.relation}: not an update")
-        return tuple(record[a] for a in self.attributes), mult
+        row = tuple(record[a] for a in self.attributes)
+        for p in self.float_positions:
+            x = row[p]
+            if type(x) is float and not math.isfinite(x):
+                raise DecodeError(
+                    f"{self.relation}.{self.attributes[p]} is {x}: a NaN or an infinity has no value in a sum "
+                    "(SQL's SUM, AVG and COVAR have none) and a NaN tuple could never be deleted; refused"
+                )
+        return row, mult
 
     def decode_many(
         self, values: Sequence[bytes | None], implementation: str = "auto"
@@ -193,6 +211,14 @@ def _container(avro_type: Any) -> str | None:
         kind = avro_type.get("type")
         return kind if kind in ("array", "map", "record") else _container(kind) if isinstance(kind, list) else None
     return None
+
+
+def _may_be_float(avro_type: Any) -> bool:
+    """Whether a field of this (plain) Avro type can decode to a Python float: float, double, or a union
+    with one of them."""
+    if isinstance(avro_type, list):
+        return any(_may_be_float(_plain_type(t)) for t in avro_type)
+    return avro_type in ("float", "double")
 
 
 def _plain_type(avro_type: Any) -> Any:

@@ -6,7 +6,9 @@ engines already maintain under inserts and deletes
 (:func:`ivm.query.model.aggregate_inputs`):
 
 - ``AVG(x) = SUM(x) / COUNT(*)``: both are the Z × Z/R payload of the SUM
-  query, read per group when the result is read, O(1) per group;
+  query, read per group when the result is read, O(1) per group; a sum of floats
+  is exact (:mod:`ivm.rings.exact`), so the average is the exact quotient rounded
+  once;
 - ``MIN(x)``, ``MAX(x)`` and ``COUNT(DISTINCT x)`` are functions of the
   group's multiset of ``x`` values, ``x ↦`` the number of join results of the
   group with that ``x``: the COUNT grouped by the free variables plus ``x``.
@@ -38,6 +40,7 @@ from sortedcontainers import SortedList
 
 from ivm.engines.base import Engine
 from ivm.query.model import VALUE_KINDS, Aggregate, Query, aggregate_inputs
+from ivm.rings.exact import read_result
 from ivm.updates import Row, Update
 
 #: for the one group of a query without free variables: the aggregate over no rows (SQL; SUM is 0 here)
@@ -217,7 +220,7 @@ class GroupAggregates(Engine):
     def _ring_results(self) -> list[Any]:
         """Each ring input's result (``{group: value}``, or the value without free variables); None for others."""
         pairs = zip(self.engines, self.values, strict=True)
-        return [engine.result() if values is None else None for engine, values in pairs]
+        return [engine.exact_result() if values is None else None for engine, values in pairs]
 
     def _value(self, aggregate: Aggregate, group: Row, count: int, rings: list[Any]) -> Any:
         """The aggregate of one group: O(1)."""
@@ -238,12 +241,12 @@ class GroupAggregates(Engine):
             return values.minimum(group) if kind == "min" else values.maximum(group)
         if kind == "covariance":
             found = rings[0]
-            return found.get(group) if self.query.free else found
+            return read_result(found.get(group) if self.query.free else found)
         found = rings[self.sum_inputs[aggregate.variables]]
         total = found.get(group, 0) if self.query.free else found
         if kind == "avg":
-            return total / count
-        return aggregate.coefficient * total
+            return total / count  # an exact sum (a Dyadic) divided once, correctly rounded
+        return read_result(aggregate.coefficient * total)
 
     def _rows(self) -> Iterator[tuple[Row, int, Any]]:
         """(group, COUNT(*), value) of the groups in the result: O(1) per group (O(#HAVING) more)."""

@@ -89,7 +89,13 @@ class Engine(ABC):
 
     @abstractmethod
     def result(self) -> Any:
-        """The current aggregate value."""
+        """The current aggregate value (sums of floats rounded once, correctly: :mod:`ivm.rings.exact`)."""
+
+    def exact_result(self) -> Any:
+        """:meth:`result` before the read-out: sums of floats as exact :class:`~ivm.rings.exact.Dyadic`
+        values, for callers that combine results (shards, AVG) and round once at the end.  Engines that
+        keep no float sums return :meth:`result`."""
+        return self.result()
 
     @abstractmethod
     def enumerate(self) -> Iterator[tuple[Row, int]]:

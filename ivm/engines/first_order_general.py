@@ -26,6 +26,7 @@ import numpy as np
 from ivm.engines.base import Engine
 from ivm.query.model import Query
 from ivm.rings.covariance import Covariance
+from ivm.rings.exact import exact, read_result
 from ivm.updates import Row, Update
 
 Term = tuple[str, ...]  # the variables whose product one scalar aggregate sums (with repeats)
@@ -149,7 +150,7 @@ class FirstOrderDelta(Engine):
             if k == n:
                 value: Any = weight
                 for v in term:
-                    value = value * binding[v]
+                    value = value * exact(binding[v])  # floats as exact dyadic rationals (ivm.rings.exact)
                 group = tuple(binding[v] for v in free)
                 out[group] = out.get(group, 0) + value
                 return
@@ -169,6 +170,10 @@ class FirstOrderDelta(Engine):
         return out
 
     def result(self) -> Any:
+        """The aggregate, sums of floats rounded once, correctly (:meth:`exact_result` keeps them exact)."""
+        return read_result(self.exact_result())
+
+    def exact_result(self) -> Any:
         agg = self.query.aggregate
         if agg.kind == "covariance":
             m = len(agg.variables)

@@ -17,6 +17,7 @@ refuses such values before any engine sees them.  COUNT, MIN, MAX and COUNT(DIST
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from numbers import Number
 from typing import Any
@@ -75,6 +76,18 @@ def is_number(value: Any) -> bool:
     """Whether a ring can lift ``value``: an int, float, Fraction, Decimal, bool or numpy number (not a
     complex, a string, ``None`` or a container)."""
     return isinstance(value, Number) and not isinstance(value, complex)
+
+
+def is_finite(value: Any) -> bool:
+    """Whether a number the rings lift has an exact value: not a NaN or an infinity (a float, a numpy
+    float or a Decimal); ints and Fractions always have one.  SQL's SUM and AVG have no NaN, and the
+    exact sums of :mod:`ivm.rings.exact` none either, so such a value is refused (``not_finite``)."""
+    if type(value) is int:
+        return True
+    try:
+        return math.isfinite(value)
+    except (TypeError, ValueError, OverflowError):
+        return isinstance(value, Number) and not isinstance(value, complex)
 
 
 def order_family(value: Any) -> Any:

@@ -20,8 +20,13 @@ Product: ``(c_a c_b, [c_b s_a ; c_a s_b], [[c_b Q_a, s_a s_bᵀ], [s_b s_aᵀ, c
 (overlapping supports use the general rule on the union).
 
 Both cost O(|idx_a ∪ idx_b|²).  Arrays are numpy arrays: ``dtype=object``
-holding Python ints (exact, unbounded) when the ring is ``exact`` and inputs
-are integers, ``float64`` otherwise.
+when the ring is ``exact`` (the default), holding Python ints for int inputs and
+the exact dyadic rationals of :mod:`ivm.rings.exact` for float inputs (so every
+entry is the exact sum and returns exactly to its value after updates that
+cancel; :meth:`CovarianceRing.readout` rounds each entry once, correctly, for the
+result); ``float64`` when the ring is built with ``exact=False`` (an explicit
+choice of binary64 sums: fast, but an entry keeps the rounding errors of every
+value that ever passed through it).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ivm.rings.base import Ring
+from ivm.rings.exact import Dyadic, exact, readout
 
 Support = tuple[int, ...]
 
@@ -161,6 +167,10 @@ class Covariance:
             total += sum(sys.getsizeof(x) for x in self.s) + sum(sys.getsizeof(x) for x in self.Q.ravel())
         return total
 
+    def readout(self) -> Covariance:
+        """This element as a user reads it: each exact float entry rounded once (:func:`read_covariance`)."""
+        return read_covariance(self)
+
     def matrix(self) -> np.ndarray:
         """``MᵀM = [[c, sᵀ], [s, Q]]`` over the support, the constant-1 column first (full for the root)."""
         m = len(self.s)
@@ -218,12 +228,16 @@ class CovarianceRing(Ring):
         j = self.index.get(variable)
         if j is None:
             return self.one
+        if self.exact:
+            value = exact(value)
         s = np.array([value], dtype=self.dtype)
         return Covariance(1, s, np.array([[value * value]], dtype=self.dtype), (j,))
 
     def lift_tuple(self, variables: Sequence[str], values: Sequence[Any]) -> Covariance:
         """``Π_j g_{X_j}(x_j) = (1, Σ x_j e_j, Σ x_i x_j e_i e_jᵀ)`` over the lifted variables, O(k²) (Remark 39)."""
         pairs = sorted((self.index[v], val) for v, val in zip(variables, values, strict=True) if v in self.index)
+        if self.exact:
+            pairs = [(j, exact(val)) for j, val in pairs]
         if not pairs:
             return self.one
         vec = np.array([val for _, val in pairs], dtype=self.dtype)
@@ -246,10 +260,31 @@ class CovarianceRing(Ring):
             Q[np.ix_(pos, pos)] = element.Q
         return Covariance(element.c, s, Q, full)
 
+    def readout(self, element: Covariance) -> Covariance:
+        """``element`` as a user reads it: each exact float entry (a Dyadic) rounded once to the nearest
+        float; ints stay ints.  Returns ``element`` itself when nothing needs rounding."""
+        return read_covariance(element)
+
     def is_zero(self, element: Covariance) -> bool:
-        """Zero test; float payloads use a tolerance (§9 item 1: a robust zero test)."""
+        """Zero test: exact payloads (ints, Dyadics) are zero exactly; float64 payloads (``exact=False``)
+        use a tolerance (§9 item 1: a robust zero test)."""
         if element.c != 0:
             return False
         if element.s.dtype == object:
             return not element.s.any() and not element.Q.any()
         return bool(np.allclose(element.s, 0.0, atol=1e-7)) and bool(np.allclose(element.Q, 0.0, atol=1e-7))
+
+
+_read_cells = np.frompyfunc(readout, 1, 1)
+
+
+def read_covariance(element: Covariance) -> Covariance:
+    """``element`` with every Dyadic entry read out as its correctly rounded float (ints stay ints)."""
+    s, Q, c = element.s, element.Q, element.c
+    if s.dtype != object or not (
+        type(c) is Dyadic or any(type(x) is Dyadic for x in s) or any(type(x) is Dyadic for x in Q.flat)
+    ):
+        return element
+    return Covariance(
+        readout(c), _read_cells(s).astype(object), _read_cells(Q).astype(object).reshape(Q.shape), element.idx
+    )

@@ -10,7 +10,10 @@ contributes relations keyed by its values, so that without one-hot encoding
 
 Storage follows Remark 39: only the non-zero entries of ``s`` and of the upper
 triangle of ``Q`` are stored (sparse maps), each entry a map from the tuple of
-its categorical values (``()`` for a continuous entry) to a number.  ``c`` is
+its categorical values (``()`` for a continuous entry) to a number: an ``int``
+for int inputs, the exact :class:`~ivm.rings.exact.Dyadic` of a float input (sums
+never round, a delete undoes its insert exactly; :meth:`GeneralizedCovarianceRing.readout`
+rounds each number once, correctly, for the result).  ``c`` is
 always over the empty schema, stored as a plain number.  Products cost
 O(Σ sizes of the joined entries); sums O(size of the operands).
 """
@@ -21,6 +24,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from ivm.rings.base import Ring
+from ivm.rings.exact import Dyadic, exact, readout
 
 Entry = dict[tuple[Any, ...], Any]
 
@@ -133,6 +137,19 @@ class GeneralizedCovariance:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def readout(self) -> GeneralizedCovariance:
+        """This element with every Dyadic number read out as its correctly rounded float (ints stay ints)."""
+
+        def read(entry: Entry) -> Entry:
+            return {k: float(v) if type(v) is Dyadic else v for k, v in entry.items()}
+
+        return GeneralizedCovariance(
+            readout(self.c),
+            {j: read(e) for j, e in self.s.items()},
+            {ij: read(e) for ij, e in self.Q.items()},
+            self.cat,
+        )
+
     def entry(self, i: int, j: int) -> Entry:
         """``Q_ij`` (symmetric: keys are ordered as ``(min, max)``)."""
         return self.Q.get((min(i, j), max(i, j)), {})
@@ -181,7 +198,12 @@ class GeneralizedCovarianceRing(Ring):
             return GeneralizedCovariance(1, {j: {(value,): 1}}, {(j, j): {(value,): 1}}, self.cat)
         if value == 0:
             return self.one
-        return GeneralizedCovariance(1, {j: {(): value}}, {(j, j): {(): value * value}}, self.cat)
+        x = exact(value)
+        return GeneralizedCovariance(1, {j: {(): x}}, {(j, j): {(): x * x}}, self.cat)
+
+    def readout(self, element: GeneralizedCovariance) -> GeneralizedCovariance:
+        """``element`` with every exact float (Dyadic) number rounded once to the nearest float."""
+        return element.readout()
 
     def is_zero(self, element: GeneralizedCovariance) -> bool:
         return element.c == 0 and not element.s and not element.Q

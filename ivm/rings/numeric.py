@@ -1,7 +1,10 @@
 """The numeric rings Z, Q, R (F-IVM §2.1, §2.4, §6.1): COUNT and SUM of products.
 
 Elements are plain Python numbers: ``int`` (exact, unbounded) when the inputs
-are integers, ``fractions.Fraction`` or ``float`` otherwise.  Each ring
+are integers, ``fractions.Fraction`` for Fractions, and for floats the exact
+dyadic rationals of :mod:`ivm.rings.exact` (a lifted float becomes its exact
+:class:`~ivm.rings.exact.Dyadic`, so sums and products never round and a delete
+undoes its insert exactly; the result is read out correctly rounded).  Each ring
 operation is O(1) for machine-size numbers.
 """
 
@@ -11,6 +14,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from ivm.rings.base import Ring
+from ivm.rings.exact import exact
 
 
 class NumericRing(Ring):
@@ -45,6 +49,8 @@ class NumericRing(Ring):
 class SumRing(NumericRing):
     """Z/R with ``g_X(x) = x^k`` for a variable occurring k times in ``SUM(c * X * ...)`` (§2.4, §6.1).
 
+    A float ``x`` is lifted as its exact :class:`~ivm.rings.exact.Dyadic` (``exact(x)^k``).
+
     The coefficient is not a lifting: the engine multiplies it into the result.
 
     >>> r = SumRing({"b": 2, "c": 1})
@@ -64,7 +70,8 @@ class SumRing(NumericRing):
 
     def lift(self, variable: str, value: Any) -> Any:
         k = self.powers.get(variable, 0)
-        return value if k == 1 else value**k
+        x = exact(value)
+        return x if k == 1 else x**k
 
     def lifts(self, variable: str) -> bool:
         return variable in self.powers
@@ -75,5 +82,6 @@ class SumRing(NumericRing):
         for var, val in zip(variables, values, strict=True):
             k = powers.get(var)
             if k:
-                out = out * (val if k == 1 else val**k)
+                x = exact(val)
+                out = out * (x if k == 1 else x**k)
         return out

@@ -102,6 +102,35 @@ def test_a_nullable_attribute_round_trips() -> None:
     assert codec.decode_many(values) == ([(None, 3), (2.5, 4)], [1, -1], {})
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_floats_are_refused_with_the_attribute(bad: float) -> None:
+    """A NaN or an infinity in a double (also in a nullable one) is a dead letter naming the attribute: the
+    exact sums have no value for it (issue 36), and the view would refuse it (``not_finite``) mid-batch."""
+    schema = {
+        "type": "record",
+        "name": "O",
+        "fields": [
+            {"name": "k", "type": "long"},
+            {"name": "price", "type": "double"},
+            {"name": "q", "type": ["null", "float"]},
+            {"name": "mult", "type": "long"},
+        ],
+    }
+    codec = RelationCodec.from_schema(schema, "orders")
+    assert codec.float_positions == (1, 2)
+    values = [
+        codec.encode((1, 2.5, None), 1)[1],
+        codec.encode((2, bad, 1.5), 1)[1],
+        codec.encode((3, 1.0, bad), 1)[1],
+        codec.encode((4, 1e308, 0.25), -1)[1],
+    ]
+    rows, mults, errors = codec.decode_many(values)
+    assert mults[0] == 1 and mults[3] == -1
+    assert rows[0] == (1, 2.5, None) and rows[3] == (4, 1e308, 0.25) and rows[1] is None and rows[2] is None
+    assert sorted(errors) == [1, 2] and "orders.price" in errors[1] and "orders.q" in errors[2]
+    assert all("refused" in reason for reason in errors.values())
+
+
 @pytest.mark.parametrize(("name", "dropped"), [("result", 1), ("delta", 2), ("progress", 2)])
 def test_records_of_earlier_schema_versions_decode(name: str, dropped: int) -> None:
     """A record written before the trailing defaulted fields existed reads with their defaults."""

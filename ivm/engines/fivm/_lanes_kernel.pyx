@@ -6,7 +6,8 @@ primary key) and through one sibling's secondary index, and ``V += δV`` with th
 indexes kept, over the same dict stores and ``(c, s)`` tuples as the Python functions of
 :mod:`ivm.engines.fivm.lanes` and :class:`~ivm.engines.fivm.view_tree.Store`.  Only the
 interpreter is taken out: every ``+``, ``*`` and ``**`` is Python's (``PyNumber_*``), in the
-same order, so ints of any size stay exact and floats give the same bits; the zero test is
+same order, so ints of any size stay exact and a lifted float, made its exact dyadic rational
+(:func:`ivm.rings.exact.exact`) exactly as :mod:`.lanes` does, gives the same exact sums; the zero test is
 Python's ``==`` against 0 per lane (the tuple comparison ``p == (0, 0)``), with a shortcut for
 exact ints.  Same costs as the Python rules (Theorem 13): O(|δV_j| · #siblings) for a direct
 plan, O(|δV_j| · fan-out) for an index join, O(|δV| · #indexes) for the store update.
@@ -31,8 +32,12 @@ Three things keep CPython's per-key work down without changing a value, a key or
 """
 
 from cpython.dict cimport PyDict_Next
+from cpython.float cimport PyFloat_CheckExact
+from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool
 from libc.stdlib cimport free, malloc
+
+from ivm.rings.exact import _of_float as of_float, exact
 
 
 cdef extern from "Python.h":
@@ -151,6 +156,8 @@ cdef inline object lifted(object s, tuple lifts, object key, PyObject** slots):
             if p < 0 or p >= PyTuple_GET_SIZE(key):
                 raise TypeError(f"key {key!r} has no position {p}")
             x = <object>PyTuple_GET_ITEM(key, p)
+        if not PyLong_CheckExact(x):  # a float is lifted as its exact dyadic rational (ivm.rings.exact)
+            x = of_float(x) if PyFloat_CheckExact(x) and x else exact(x)
         if k == 1:
             s = PyNumber_Multiply(s, x)
         else:

@@ -82,6 +82,7 @@ import numpy as np
 
 from ivm.engines.fivm.view_tree import DeltaPlan, ViewNode, key_projection, projection
 from ivm.rings.covariance import Covariance
+from ivm.rings.exact import exact
 
 try:  # the compiled int64 hash index (``_int_index.pyx``), present when pip install compiled it
     from ivm.engines.fivm._int_index import Int64Index
@@ -1210,7 +1211,10 @@ def row_delta(plan: DeltaPlan, rule: RowRule, key: Key, c: Any, s: Any, q: Any, 
             u *= cf
         f += 1
     if rule.lift >= 0:
-        cs[f], ss[f] = 1, direct.lift(key)
+        lifted = direct.lift(key)
+        if not floats:  # exact payloads: a float is lifted as its exact dyadic rational (ivm.rings.exact)
+            lifted = np.array([x if type(x) is int else exact(x) for x in lifted], dtype=object)
+        cs[f], ss[f] = 1, lifted
     out_key = key if direct.identity else direct.key(key)
     sized = rule.sized
     if not sized:

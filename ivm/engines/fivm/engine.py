@@ -22,13 +22,18 @@ size exponent s), counted in ``stats()["rebuilds"]``.
 
 Aggregates and rings (``ring=`` option, default from the query's aggregate):
 
-- ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18), both
+- ``count``: Z; ``sum``: Z × Z/R (the count beside the sum, Remark 18; a float is
+  lifted as its exact dyadic rational, :mod:`ivm.rings.exact`, and ``result()``
+  rounds each sum once, correctly), both
   numeric rings, so its payloads are kept as ``(count, sum)`` lanes of plain
   numbers and computed without ring method calls (:mod:`ivm.engines.fivm.lanes`),
   in C loops over the same dicts and numbers when ``_lanes_kernel.pyx`` is built
   (``implementation="compiled"``, the default then; ``"python"`` is the reference);
-- ``covariance``: the continuous covariance ring (``exact=True`` keeps Python
-  ints; ``exact=False`` uses float64); with ``categorical=(...)`` the
+- ``covariance``: the continuous covariance ring (``exact=True``, the default, keeps
+  Python ints and the exact dyadic rationals of :mod:`ivm.rings.exact` for floats, so
+  an entry returns bit for bit to its value after updates that cancel; ``exact=False``
+  is an explicit choice of float64 payloads and the C kernel: fast, but an entry keeps
+  the rounding of every value that ever passed through it); with ``categorical=(...)`` the
   generalized covariance ring (Def. 37, on the ring-object path).  Covariance
   payloads are kept in column stores (:mod:`ivm.engines.fivm.columnar`, §6.2's
   sized payloads, ``Q``'s upper triangle); float payloads go up the view tree
@@ -74,6 +79,7 @@ from ivm.query.model import Atom, Query
 from ivm.query.variable_order import VariableOrder, _finish, update_exponent, variable_order
 from ivm.rings.base import Pair, PairRing, Ring
 from ivm.rings.covariance import Covariance, CovarianceRing
+from ivm.rings.exact import exact, read_result
 from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
 from ivm.rings.numeric import NumericRing, SumRing
 from ivm.rings.relational import Relation, RelationalRing
@@ -207,7 +213,8 @@ class FIVM(Engine):
 
     Options: ``ring`` (one of :data:`RING_NAMES`, default from the aggregate),
     ``categorical`` (categorical covariance variables), ``exact`` (exact
-    covariance arithmetic), ``updatable`` (the set U for μ; default all
+    covariance arithmetic, the default; ``False``: float64 payloads, inexact after
+    cancelling updates), ``updatable`` (the set U for μ; default all
     relations), ``order`` (a :class:`VariableOrder`; default the planner's
     free-top order), ``tree`` (``"tau"`` or ``"nu"``, see :meth:`__init__`).
 
@@ -866,9 +873,16 @@ class FIVM(Engine):
         return list(merged.items())
 
     def _lift_values(self, rows: list[tuple[Any, ...]]) -> np.ndarray:
-        """The lifted values as an ``(n, width)`` array of the payload dtype (floats: one C-level pass)."""
-        if self._dtype is object or not rows:
+        """The lifted values as an ``(n, width)`` array of the payload dtype (floats: one C-level pass).
+
+        Exact payloads (object arrays): a float becomes its exact dyadic rational (:func:`ivm.rings.exact.exact`),
+        ints stay ints, so the grouped and row kernels sum exactly."""
+        if not rows:
             return np.array(rows, dtype=self._dtype)
+        if self._dtype is object:
+            out = np.empty((len(rows), len(rows[0])), dtype=object)
+            out[:] = [[x if type(x) is int else exact(x) for x in row] for row in rows]
+            return out
         n, width = len(rows), len(rows[0])
         return np.fromiter(chain.from_iterable(rows), dtype=self._dtype, count=n * width).reshape(n, width)
 
@@ -1388,8 +1402,15 @@ class FIVM(Engine):
 
         ``count``: exact ints; ``sum``: ``coefficient · SUM``; ``covariance``: a
         :class:`~ivm.rings.covariance.Covariance`; ``listing``/``factorized``: the
-        root relation (factorized: the root's payload, over the top variable).
+        root relation (factorized: the root's payload, over the top variable).  Sums of floats are
+        kept exactly (:mod:`ivm.rings.exact`) and read out here, each rounded once to the nearest
+        float: :meth:`exact_result` without the rounding.
         """
+        return read_result(self.exact_result())
+
+    def exact_result(self) -> Any:
+        """:meth:`result` with sums of floats as their exact :class:`~ivm.rings.exact.Dyadic` values
+        (what shards and derived aggregates combine before rounding once)."""
         if self.ring_name == "factorized":
             roots = self.tree.roots
             out = self.ring.one

@@ -50,6 +50,7 @@ import numpy as np
 from ivm.engines.fivm import columnar
 from ivm.engines.fivm.view_tree import DeltaPlan, ViewNode
 from ivm.query.model import Atom, Query
+from ivm.rings.exact import exact
 
 if TYPE_CHECKING:  # pragma: no cover
     from ivm.engines.fivm.engine import FIVM
@@ -315,6 +316,8 @@ class Propagator:
             for v, x in zip(variables, values, strict=True):
                 k = self.sum_ring.power(v)  # type: ignore[union-attr]
                 if k:
+                    if type(x) is not int:
+                        x = exact(x)  # a float is lifted as its exact dyadic rational (ivm.rings.exact)
                     s = s * (x if k == 1 else x**k)
             return (1, s)
         return self.ring.lift_tuple(variables, values)

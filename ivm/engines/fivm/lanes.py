@@ -25,8 +25,10 @@ in C loops over the same dicts and Python numbers (:func:`compiled_direct_delta`
 :func:`compiled_join_delta`), the default when it is built.  It keeps the
 payloads Python objects rather than int64 columns: the profile of the TPC-H
 SUM stream put the time in the interpreter's per-key work, and Python numbers
-keep every sum exact (ints of any size, floats bit for bit) with no overflow
-fallback to maintain.
+keep every sum exact with no overflow fallback to maintain: ints of any size, and
+a lifted float becomes its exact dyadic rational (:func:`ivm.rings.exact.exact`),
+so float sums never round and a delete undoes its insert bit for bit; the engine's
+``result()`` rounds each sum once, correctly.
 
 >>> from ivm.rings.numeric import SumRing
 >>> lifts = lift_powers(SumRing({"b": 2}), ("a", "b"))
@@ -40,6 +42,7 @@ from typing import Any
 
 from ivm.engines.fivm.view_tree import DeltaPlan, projection
 from ivm.rings.base import Pair, PairRing, Ring
+from ivm.rings.exact import exact
 
 try:  # the same rules in C loops (``_lanes_kernel.pyx``), present when pip install compiled it
     from ivm.engines.fivm import _lanes_kernel as kernel
@@ -73,6 +76,8 @@ def lift(payload: Lanes, values: Any, lifts: Lifts) -> Lanes:
     c, s = payload
     for p, k in lifts:
         x = values[p]
+        if type(x) is not int:
+            x = exact(x)
         s *= x if k == 1 else x**k
     return (c, s)
 
@@ -107,6 +112,8 @@ def direct_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
         else:
             for p, k in lifts:
                 x = key[p]
+                if type(x) is not int:
+                    x = exact(x)
                 s *= x if k == 1 else x**k
             if key_of is not None:
                 key = key_of(key)
@@ -134,6 +141,8 @@ def join_delta(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
         if i == nsteps:
             for p, k in lifts:
                 x = slots[p]
+                if type(x) is not int:
+                    x = exact(x)
                 s *= x if k == 1 else x**k
             key = key_of(slots)  # type: ignore[arg-type]
             old = out.get(key)
@@ -187,6 +196,8 @@ def _one_index_join(plan: DeltaPlan, delta: Delta, lifts: Lifts) -> Delta:
             jc, js = c * fc, s * fs
             for p, k in lifts:
                 x = slots[p]
+                if type(x) is not int:
+                    x = exact(x)
                 js *= x if k == 1 else x**k
             out_key = key_of(slots)  # type: ignore[arg-type]
             old = out.get(out_key)

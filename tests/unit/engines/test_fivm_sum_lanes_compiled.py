@@ -16,10 +16,10 @@ Under ``CI=true`` a missing extension fails these tests instead of skipping them
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ import pytest
 import ivm
 from ivm.engines.fivm import FIVM, lanes, view_tree
 from ivm.query import Query
+from ivm.rings.exact import Dyadic, exact
 from ivm.updates import Row, Update, apply_to_base, by_relation
 from tests.seeds import stable_seed
 from tests.unit.engines.test_fivm_sum_lanes import QUERIES, brute, expected_result, random_row
@@ -261,16 +262,18 @@ def test_kernel_functions_match_python(values: list[Any]) -> None:
 
 @needs_kernel
 def test_kernel_lifts_powers_and_repeats_in_python_order() -> None:
-    """``s · x^k`` per lifted position, output keys summed lane by lane (floats: the same bits)."""
+    """``s · x^k`` per lifted position, output keys summed lane by lane (a lifted float: its exact value,
+    :mod:`ivm.rings.exact`, so the sum is the exact rational, whatever the order)."""
     assert kernel is not None
-    delta = {(1, 2.5): (2, 0.1), (3, 2.5): (1, 0.2), (1, 3.0): (-1, 0.3)}
-    datas = [{(2.5,): (3, 0.7), (3.0,): (1, 1.1)}]
+    x = exact  # payloads hold lifted floats as their exact values (the engine makes no other)
+    delta = {(1, 2.5): (2, x(0.1)), (3, 2.5): (1, x(0.2)), (1, 3.0): (-1, x(0.3))}
+    datas = [{(2.5,): (3, x(0.7)), (3.0,): (1, x(1.1))}]
     got = kernel.direct_delta(delta, datas, [(1,)], (), ((1, 2), (0, 1)))
-    s = 0.1 * 0.7 * 2.5**2 * 1 + 0.2 * 0.7 * 2.5**2 * 3
-    s = s + 0.3 * 1.1 * 3.0**2 * 1
+    F = Fraction
+    s = F(0.1) * F(0.7) * F(2.5) ** 2 * 1 + F(0.2) * F(0.7) * F(2.5) ** 2 * 3 + F(0.3) * F(1.1) * F(3.0) ** 2 * 1
     c = 2 * 3 + 1 * 3 + -1 * 1
     assert got == {(): (c, s)}
-    assert math.copysign(1, got[()][1]) == 1
+    assert type(got[()][1]) is Dyadic and got[()][1].as_fraction() == s
     index = {(2,): {(7, 2): (1, 2**64), (8, 2): (2, 5)}, (3,): {(7, 3): (4, -1)}}
     out = kernel.index_join({(2,): (3, 2**64), (3,): (1, 1)}, index, 2, (1,), (1,), ((0, 0),), (0,), ((0, 2),))
     assert out == {(7,): (3 + 4, 2**128 * 49 - 49), (8,): (6, 2**64 * 5 * 64)}

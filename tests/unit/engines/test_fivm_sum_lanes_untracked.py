@@ -31,7 +31,9 @@ from typing import Any
 import pytest
 
 import ivm
+import ivm.rings.exact as exact_module
 from ivm.engines.fivm import FIVM, view_tree
+from ivm.rings.exact import exact
 from ivm.updates import Row, Update
 from tests.seeds import stable_seed
 from tests.unit.engines.test_fivm_sum_lanes import brute, expected_result
@@ -49,12 +51,18 @@ def fresh_int(n: int) -> int:
 @needs_kernel
 def test_keys_and_number_payloads_are_untracked_and_containers_stay_tracked() -> None:
     assert kernel is not None
-    delta = {(fresh_int(1000), 7, 2.5): 3, (fresh_int(1001), "x", 0.5): -1}
+    delta = {(fresh_int(1000), 7, 5): 3, (fresh_int(1001), "x", 2**70): -1}
     out = kernel.direct_delta(delta, [], [], (0, 1), ((2, 1),), True)
-    assert out == {(1000, 7): (3, 7.5), (1001, "x"): (-1, -0.5)}
+    assert out == {(1000, 7): (3, 15), (1001, "x"): (-1, -(2**70))}
     for key, payload in out.items():
         assert not gc.is_tracked(key) and not gc.is_tracked(payload)
     assert not gc.is_tracked(out)  # a dict of untracked keys and values stays untracked
+    # a lifted float is its exact Dyadic (ivm.rings.exact): the compiled type is not tracked (it holds an int),
+    # the Python fallback class is, like a Fraction
+    out = kernel.direct_delta({(fresh_int(1002), 7, 2.5): 3}, [], [], (0, 1), ((2, 1),), True)
+    ((key, payload),) = out.items()
+    assert payload == (3, 7.5) and not gc.is_tracked(key)
+    assert gc.is_tracked(payload) is (exact_module.Dyadic is exact_module.PyDyadic)
     # a key holding a container, a payload holding a GC-tracked number: tracked, as the collector wants
     fs = frozenset({1})
     out = kernel.direct_delta({(fs, 2): (1, Fraction(1, 3))}, [], [], (0,), (), False)
@@ -184,7 +192,8 @@ def reference_direct(delta: dict[Row, Any], key_positions: tuple[int, ...], lift
     for key, m in delta.items():
         s = m
         for p, k in lifts:
-            s *= key[p] if k == 1 else key[p] ** k
+            x = exact(key[p])  # a lifted float: its exact value (ivm.rings.exact), as the lanes lift it
+            s *= x if k == 1 else x**k
         out_key = tuple(key[p] for p in key_positions)
         old = out.get(out_key)
         out[out_key] = (m, s) if old is None else (old[0] + m, old[1] + s)
