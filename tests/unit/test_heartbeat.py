@@ -215,7 +215,9 @@ def without_kafka(monkeypatch: pytest.MonkeyPatch, committed: dict | None = None
 
     monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, timeout=5.0: None)
     monkeypatch.setattr(processor.recovery, "read_committed_progress", lambda bootstrap, topic: committed)
-    monkeypatch.setattr(processor.topics, "end_offsets", lambda bootstrap, topics: ends or {})
+    monkeypatch.setattr(
+        processor.topics, "end_offsets", lambda bootstrap, topics, isolation="read_committed": ends or {}
+    )
     monkeypatch.setattr(
         status_command, "dead_letter_document",
         lambda config: {"topic": config.dead_letter_topic, "total": 11, "by_reason": {"malformed Avro": 11},

@@ -287,7 +287,11 @@ def test_ivm_status_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     committed = progress_record()
     monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, timeout=5.0: None)
     monkeypatch.setattr(processor.recovery, "read_committed_progress", lambda bootstrap, topic: committed)
-    monkeypatch.setattr(processor.topics, "end_offsets", lambda bootstrap, topics: {(t, 0): 10 for t in topics})
+    monkeypatch.setattr(
+        processor.topics,
+        "end_offsets",
+        lambda bootstrap, topics, isolation="read_committed": {(t, 0): 10 for t in topics},
+    )
     monkeypatch.setattr("processor.commands.status.read_results", lambda bootstrap, config, **_: [])  # no broker
     assert main(["status", "-c", str(DEMO), "--json"]) == 0
     status = strict_loads(capsys.readouterr().out)
