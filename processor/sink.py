@@ -11,10 +11,10 @@ on the same partition and keep their order.
 
 A sink given a ``consumer_group`` also commits the input positions a batch
 consumed up to (:meth:`KafkaSink.send_offsets`, the next offset to read, as
-Kafka's convention is) to that group: :class:`TransactionalKafkaSink` in the
-batch's own transaction (``send_offsets_to_transaction``: the group's offsets
-move exactly when the outputs become visible), :class:`KafkaSink` after the
-batch's outputs are delivered.  ``kafka-consumer-groups --describe`` and lag
+Kafka's convention is) to that group, asynchronously, once the batch's
+outputs are visible: :class:`TransactionalKafkaSink` right after the
+transaction commits (why not inside it: its docstring), :class:`KafkaSink`
+after the outputs are delivered.  ``kafka-consumer-groups --describe`` and lag
 exporters then show the processor's lag.  The processor itself never resumes
 from the group: it resumes from ``<pipeline>.progress`` (DESIGN §5).
 """
@@ -110,9 +110,15 @@ class KafkaSink:
         if self._errors:
             errors, self._errors = self._errors, []
             raise RuntimeError(f"output delivery failed: {errors[:3]}")
+        self._commit_offsets()
+
+    def _commit_offsets(self) -> None:
+        """Commit the batch's input positions to the group, once its outputs are visible.  Asynchronous:
+        the group's offsets only report the lag (the processor resumes from ``<pipeline>.progress``), so a
+        broker outage must not stall the batch on them; the next batch's commit carries the positions on."""
         if self._offsets:
             offsets, self._offsets = self._offsets, []
-            self._group.commit(offsets=offsets, asynchronous=False)  # type: ignore[union-attr]
+            self._group.commit(offsets=offsets, asynchronous=True)  # type: ignore[union-attr]
 
 
 class TransactionalKafkaSink(KafkaSink):
@@ -122,8 +128,13 @@ class TransactionalKafkaSink(KafkaSink):
     ``init_transactions`` fences the previous instance and aborts its open
     transaction, so a batch cut short by a crash is never visible.  With a
     ``consumer_group``, the batch's input positions (:meth:`send_offsets`) are
-    committed to the group in the same transaction (``send_offsets_to_transaction``):
-    one more request per batch, and the group's offsets move exactly with the outputs.
+    committed to the group right after the transaction commits: the group never
+    shows a batch ahead of the visible outputs, and after a crash it is at most the
+    last batch behind until the next commit.  Not inside the transaction
+    (``send_offsets_to_transaction``): with the broker restarted mid-transaction that
+    call was seen to block for minutes past its timeout (librdkafka), stalling the
+    pipeline, while the group's offsets only report the lag (the processor resumes
+    from ``<pipeline>.progress``).
     """
 
     def __init__(self, bootstrap: Kafka, transactional_id: str, consumer_group: str | None = None, **conf: Any) -> None:
@@ -143,8 +154,5 @@ class TransactionalKafkaSink(KafkaSink):
             self._offsets = []
             self._producer.abort_transaction(60)
             raise RuntimeError(f"output delivery failed, transaction aborted: {errors[:3]}")
-        if self._offsets:
-            offsets, self._offsets = self._offsets, []
-            metadata = self._group.consumer_group_metadata()  # type: ignore[union-attr]
-            self._producer.send_offsets_to_transaction(offsets, metadata, 60)
         self._producer.commit_transaction(120)
+        self._commit_offsets()

@@ -4,9 +4,9 @@ Read with the Kafka distribution's own tool (``org.apache.kafka.tools.consumer.g
 from the fetched ``kafka-tools`` jars, what ``kafka-consumer-groups.sh --describe`` runs): after the last
 batch the group's committed offset of every input partition is the partition's end offset (lag 0); updates
 produced while the job is stopped show as exactly that lag, per topic; a restart brings it back to 0.  In
-both modes: exactly once (the offsets in the batch's transaction) and at least once (committed after the
-batch's outputs are delivered).
-Without the commit (the code before ``send_offsets_to_transaction``) the tool finds no such group.
+both modes: exactly once (committed right after the batch's transaction) and at least once (committed after
+the batch's outputs are delivered).
+Without the commit (the code before the consumer group) the tool finds no such group.
 """
 
 from __future__ import annotations
