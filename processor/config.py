@@ -163,6 +163,7 @@ class TopicsConfig:
     control: TopicSettings = TopicSettings(partitions=1)
     dead_letters: TopicSettings = TopicSettings()
 
+
 #: ``[kafka] isolation_level``: how the input's readers treat records of upstream transactions
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
