@@ -329,7 +329,7 @@ class View:
                 )
         return None
 
-    def apply_admitted(self, updates: list[Update | tuple[str, Row, int]]) -> Outcome:
+    def apply_admitted(self, updates: list[Update | tuple[str, Row, int]], *, finite: bool = False) -> Outcome:
         """Hand a batch that was validated and admitted upstream to the state: :meth:`apply` without
         the per-update checks, O(1) besides the engine's work.
 
@@ -338,12 +338,15 @@ class View:
         it was admitted by an input policy (the runtime's relation contents, ``processor/relations.py``,
         which decodes updates by the relations' schemas).  When this view's own policy can refuse
         an update (deletes checked against the state, set semantics, delete-only relations) the
-        batch takes :meth:`apply`, so the outcome is always what :meth:`apply` would give.
+        batch takes :meth:`apply`, so the outcome is always what :meth:`apply` would give.  A batch
+        with a NaN or an infinity where the aggregate lifts takes :meth:`apply` too (``not_finite``), unless
+        the caller vouches with ``finite=True`` that it has none (the runtime's codecs refuse them when
+        they decode), which saves a pass over the lifted values.
         """
         policy = self.policy
         if policy.negative == "reject" or policy.duplicate == "reject" or policy.delete_only:
             return self.apply(updates)
-        if self._lifted and updates and not self._lifted_finite(updates):
+        if not finite and self._lifted and updates and not self._lifted_finite(updates):
             return self.apply(updates)  # a NaN or an infinity to lift: refused by name (not_finite), the rest applied
         if updates:
             if type(self)._apply_valid is not View._apply_valid and set(map(type, updates)) != {Update}:

@@ -137,7 +137,7 @@ def configure_logging(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from processor.topics import KAFKA_LOGGER
+    from processor.kafka_clients import KAFKA_LOGGER
 
     KAFKA_LOGGER.setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
 

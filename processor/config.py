@@ -672,16 +672,15 @@ def _check_spark_conf(spark: _Part) -> list[str]:
     return errors
 
 
-_SECRET = re.compile(r"password|secret|token|credential|jaas|(^|[._])key$", re.IGNORECASE)
-
-
 def shown(key: str, value: str) -> str:
     """A setting as ``ivm check`` and the logs print it: the value masked when the key names a secret.
 
     >>> shown("spark.executor.memory", "2g"), shown("spark.hadoop.fs.s3a.secret.key", "abc")
     ('spark.executor.memory=2g', 'spark.hadoop.fs.s3a.secret.key=****')
     """
-    return f"{key}={'****' if _SECRET.search(key) else value}"
+    from processor.kafka_clients import is_secret
+
+    return f"{key}={'****' if is_secret(key) else value}"
 
 
 def _config_value(value: Any) -> str | None:

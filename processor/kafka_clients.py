@@ -131,7 +131,9 @@ _REFUSED_MECHANISMS = {
     "AWS_MSK_IAM": "IAM needs AWS's Java login module and a librdkafka token provider; use MSK's SASL/SCRAM",
 }
 
-_SECRET = re.compile(r"(password|secret|jaas\.config|user\.info|(^|\.)key)$")
+#: names whose values are secrets, for every setting the processor prints (``[kafka.properties]``, the
+#: registry's, ``[spark.conf]``, ``[topics.KIND.config]``: ``processor.config.shown``)
+_SECRET = re.compile(r"password|secret|token|credential|jaas|user\.info|(^|[._])key$", re.IGNORECASE)
 
 
 def is_secret(name: str) -> bool:

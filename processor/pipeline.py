@@ -13,9 +13,10 @@ collects each micro-batch and hands its records here.  For each batch:
    updates it rejects (input policy) go to the dead-letter topic too;
 4. each query's result goes to ``<query>.result`` with the batch id and the
    input offsets it reflects, answer deltas to ``<query>.delta``, and the
-   batch's input positions to ``<pipeline>.progress`` and to the pipeline's
-   consumer group (``[kafka] consumer_group``, for lag tools) — all in one
-   Kafka transaction when the sink is transactional (exactly once, DESIGN §5).
+   batch's input positions to ``<pipeline>.progress`` — all in one Kafka
+   transaction when the sink is transactional (exactly once, DESIGN §5); the
+   positions also go to the pipeline's consumer group (``[kafka] consumer_group``,
+   for lag tools) once the outputs are visible (``processor/sink.py``).
 """
 
 from __future__ import annotations
@@ -585,7 +586,8 @@ class Pipeline:
                 if relation in relations:
                     applied[relation] += stop - start
             mine = interleave(updates, spans)
-        outcome = view.apply_admitted(mine)
+        # finite: RelationCodec.decode refuses a NaN or an infinity (a dead letter), so the view need not look
+        outcome = view.apply_admitted(mine, finite=True)
         if outcome.rejected:
             first = outcome.rejected[0]
             raise RuntimeError(

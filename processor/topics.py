@@ -1,7 +1,7 @@
 """Kafka topic helpers: creating topics, reading their end offsets, and checking that a broker answers.
 
 Every Kafka client of the project is made by :mod:`processor.kafka_clients`
-(with the pipeline's ``[kafka.properties]``) and :data:`CLIENT_DEFAULTS`, which
+(with the pipeline's ``[kafka.properties]``) and its ``CLIENT_DEFAULTS``, which
 routes librdkafka's own log lines (``FAIL ... Connection refused`` every 50 ms
 while a broker is down) to the Python logger ``librdkafka`` instead of stderr:
 ``ivm`` silences it unless ``-v`` (``processor/cli.py``), and reports a broker it
@@ -15,8 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-# CLIENT_DEFAULTS and KAFKA_LOGGER are re-exported: older imports take them from here
-from processor.kafka_clients import CLIENT_DEFAULTS, KAFKA_LOGGER, Kafka, admin, connection, consumer  # noqa: F401
+from processor.kafka_clients import Kafka, admin, connection, consumer
 
 #: Seconds :func:`require_broker` waits for a TCP connection and then for the broker's metadata.
 PROBE_TIMEOUT = 5.0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ivm.policy import Policy
 from processor.config import PipelineConfig, QueryConfig, RelationConfig
+from processor.kafka_clients import CLIENT_DEFAULTS
 from processor.subscribe import follow
-from processor.topics import CLIENT_DEFAULTS
 
 TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 

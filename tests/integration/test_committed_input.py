@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from processor.codec import load_relation_codecs
-from processor.topics import CLIENT_DEFAULTS, create_topics
+from processor.kafka_clients import CLIENT_DEFAULTS
+from processor.topics import create_topics
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_consumer_group_lag import describe_group
 from tests.integration.test_placement_cluster import _hosts

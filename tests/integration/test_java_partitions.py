@@ -20,10 +20,11 @@ import pytest
 
 from processor.cli import main
 from processor.codec import load_relation_codecs
+from processor.kafka_clients import CLIENT_DEFAULTS
 from processor.local.artifacts import kafka_tools_jars
 from processor.local.kafka import _java
 from processor.sink import KafkaSink, TransactionalKafkaSink
-from processor.topics import CLIENT_DEFAULTS, create_topics
+from processor.topics import create_topics
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6

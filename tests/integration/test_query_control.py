@@ -51,15 +51,22 @@ def _caught_up(kafka, topic: str, inputs: list[str]) -> dict:
     return records[-1]
 
 
-def test_add_and_remove_queries_in_a_running_pipeline(kafka, start_job, topic_prefix, tmp_path, capsys) -> None:
-    rng = random.Random(41)
+def _pipeline(kafka, topic_prefix: str, tmp_path):
+    """The triangle pipeline on topics of its own: its configuration, relation topics (created), their
+    names and the TOML file the ``ivm`` commands read."""
     config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path / "state", snapshot_every=2)
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     inputs = list(topics.values())
-    tri = config.queries[0]
     toml = tmp_path / "pipeline.toml"
     toml.write_text(dump_config(config))
     create_topics(kafka.bootstrap, inputs)
+    return config, topics, inputs, toml
+
+
+def test_add_and_remove_queries_in_a_running_pipeline(kafka, start_job, topic_prefix, tmp_path, capsys) -> None:
+    rng = random.Random(41)
+    config, topics, inputs, toml = _pipeline(kafka, topic_prefix, tmp_path)
+    tri = config.queries[0]
     _produce(kafka, topics, rng, 200)
     job = start_job(config)
     _caught_up(kafka, tri.result_topic, inputs)
@@ -119,13 +126,8 @@ def test_executors_placement_serves_run_time_queries_and_refusals_stay(
     restart with placement = "executors" (it was silently dropped: the executors built the file's queries
     only); a command sent to the executors' run is refused, `ivm query add` says so (exit 1, the reason),
     `ivm query list` shows it, and a later start in the driver placement does not apply it either."""
-    config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path / "state", snapshot_every=2)
-    topics = {r: f"{topic_prefix}{r}" for r in "RST"}
-    inputs = list(topics.values())
+    config, topics, inputs, toml = _pipeline(kafka, topic_prefix, tmp_path)
     tri = config.queries[0]
-    toml = tmp_path / "pipeline.toml"
-    toml.write_text(dump_config(config))
-    create_topics(kafka.bootstrap, inputs)
     _send_rows(kafka, topics, "R", [(a, b) for a in range(3) for b in range(5)])
     _send_rows(kafka, topics, "S", [(b, c) for b in range(10) for c in range(4)])
     job = start_job(config)

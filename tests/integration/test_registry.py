@@ -184,7 +184,8 @@ def test_wire_format_through_a_kafka_topic(kafka, client: RegistryClient, topic_
     """Keys keep every update of a tuple in one partition; values decode after the trip through the broker."""
     from confluent_kafka import Consumer, Producer
 
-    from processor.topics import CLIENT_DEFAULTS, create_topics
+    from processor.kafka_clients import CLIENT_DEFAULTS
+    from processor.topics import create_topics
 
     topic = f"{topic_prefix}R"
     create_topics(kafka.bootstrap, [topic], partitions=3)

@@ -16,7 +16,8 @@ import ivm
 from ivm.apps import LinearRegression
 from processor.cli import main
 from processor.codec import OutputCodec, RelationCodec, load_schema, result_to_json
-from processor.topics import CLIENT_DEFAULTS, create_topics
+from processor.kafka_clients import CLIENT_DEFAULTS
+from processor.topics import create_topics
 
 pytestmark = pytest.mark.integration
 

@@ -436,7 +436,7 @@ def test_the_collector_is_paused_during_a_batch_and_restored_after() -> None:
     pipeline = Pipeline(_config(Policy()), MemorySink())
     view = pipeline.views["triangle"]
     original = view.apply_admitted
-    view.apply_admitted = lambda updates: (seen.append(gc.isenabled()), original(updates))[1]  # type: ignore[method-assign]
+    view.apply_admitted = lambda updates, **kw: (seen.append(gc.isenabled()), original(updates, **kw))[1]  # type: ignore[method-assign]
     assert gc.isenabled()
     key, value = CODECS["R"].encode((1, 2), 1)
     pipeline.process([Record("R", 0, 0, key, value)], 0)
