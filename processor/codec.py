@@ -142,6 +142,11 @@ class RelationCodec:
             raise DecodeError(f"malformed Avro for relation {self.relation}: {type(err).__name__}: {err}") from None
         if buf.tell() != len(value):
             raise DecodeError(f"malformed Avro for relation {self.relation}: {len(value) - buf.tell()} trailing bytes")
+        return self.update_of(record)
+
+    def update_of(self, record: Mapping[str, Any]) -> tuple[Row, int]:
+        """The update of a decoded Avro ``record`` (with this relation's fields); :class:`DecodeError` if
+        its multiplicity is 0 or a float attribute is a NaN or an infinity."""
         mult = record["mult"]
         if mult == 0:
             raise DecodeError(f"multiplicity 0 in an update of {self.relation}: not an update")
@@ -200,6 +205,168 @@ def decode_each(codec: Any, values: Sequence[bytes | None]) -> tuple[list[Row | 
 
 
 _VARINT_WIDTH = {"int": 5, "long": 10}
+
+#: the encodings of a relation topic (``[[relations]] encoding``): one update per Kafka record (the default
+#: contract, any Kafka client can write it) or packed (many updates of the relation per record, :class:`PackedCodec`)
+ENCODINGS = ("avro", "confluent", "avro-packed", "confluent-packed")
+
+
+def is_packed(encoding: str) -> bool:
+    """Whether ``encoding`` puts many updates in one Kafka record (``avro-packed``, ``confluent-packed``)."""
+    return encoding.endswith("-packed")
+
+
+def uses_registry(encoding: str) -> bool:
+    """Whether ``encoding`` is the Confluent wire format with a registry (``confluent``, ``confluent-packed``)."""
+    return encoding.split("-", 1)[0] == "confluent"
+
+
+def packed_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The Avro schema of a packed record of a relation: an array of the relation's update records."""
+    return {"type": "array", "items": dict(schema)}
+
+
+@dataclass
+class PackedDecoded:
+    """The updates inside a micro-batch of packed records, flattened in record order and, inside a
+    record, in array order (the order the producer wrote them).
+
+    Update ``j`` came from record ``source[j]`` (an index into the decoded values) at position
+    ``index[j]`` inside it; ``index[j]`` is ``None`` when the whole record is not a packed record
+    (malformed Avro, no updates): then ``rows[j]`` is ``None`` and ``errors[j]`` the reason, one entry
+    for the record.  An update that is itself invalid (multiplicity 0, a NaN) has ``rows[j] is None``,
+    ``errors[j]`` its reason and its own index: the other updates of its record are kept.
+    """
+
+    rows: list[Row | None]
+    mults: list[int]
+    errors: dict[int, str]
+    source: list[int]
+    index: list[int | None]
+
+
+class PackedCodec:
+    """Encode and decode packed records of one relation (``encoding = "avro-packed"``, DESIGN §4).
+
+    A packed record's value is the Avro binary of an array of the relation's update records
+    (:func:`packed_schema`): one Kafka record carries many tuple updates of that relation, so Spark
+    reads (and the processor hands over and decodes) one record per many updates.  The updates keep
+    their array order; each keeps its own identity, ``(topic, partition, offset, index)``, for the
+    input policy and the dead-letter topic: an invalid update inside is dead-lettered alone and the
+    others are applied.  A record that is not an array of updates at all (malformed Avro, trailing
+    bytes, an empty array) is one dead letter.  The record's Kafka key is free (``ivm produce`` writes
+    none): the producer keeps every tuple's updates in one partition itself.
+
+    >>> codec = PackedCodec(RelationCodec.from_schema(load_schema(schemas_dir() / "relations" / "R.avsc")))
+    >>> value = codec.encode_many([((1, 2), 1), ((3, 4), -1)])
+    >>> codec.items(value)
+    [((1, 2), 1), ((3, 4), -1)]
+    """
+
+    packed = True
+
+    def __init__(self, codec: RelationCodec, schema: Mapping[str, Any] | None = None) -> None:
+        self.codec = codec
+        item = schema if schema is not None else codec.value_schema
+        self.array_schema = fastavro.parse_schema(packed_schema(item))
+
+    @property
+    def relation(self) -> str:
+        return self.codec.relation
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        return self.codec.attributes
+
+    def encode_many(self, updates: Sequence[tuple[Row, int]]) -> bytes:
+        """The value of a packed record holding ``updates`` (``(row, mult)`` pairs, at least one)."""
+        if not updates:
+            raise ValueError(f"a packed record of {self.relation} needs at least one update")
+        records = []
+        for row, mult in updates:
+            if len(row) != len(self.attributes):
+                raise ValueError(f"{self.relation} has attributes {self.attributes}, got {row!r}")
+            record = dict(zip(self.attributes, row, strict=True))
+            record["mult"] = mult
+            records.append(record)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, self.array_schema, records)
+        return buf.getvalue()
+
+    def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:
+        """The key and value of a packed record holding the one update ``{row ↦ mult}``."""
+        return self.codec.encode(row, mult)[0], self.encode_many([(row, mult)])
+
+    def items(self, value: bytes | None, writer_schema: Any = None) -> list[tuple[Row, int] | str]:
+        """The updates in the packed record ``value``, in array order: each ``(row, mult)``, or the
+        reason it is not an update (the pipeline's dead letter names its index).  :class:`DecodeError`
+        if ``value`` is not a packed record at all.
+        ``writer_schema``: the (parsed) array schema ``value`` was written with, if not this one."""
+        what = f"a packed record of relation {self.relation} (an Avro array of its updates)"
+        if not value:
+            raise DecodeError(f"empty message: not {what}")
+        buf = io.BytesIO(value)
+        try:
+            if writer_schema is None:
+                records = fastavro.schemaless_reader(buf, self.array_schema, None)
+            else:
+                records = fastavro.schemaless_reader(buf, writer_schema, self.array_schema)
+        except SchemaResolutionError as err:
+            raise DecodeError(f"the writer schema cannot be resolved to {what}: {_short(err)}") from None
+        except Exception as err:  # fastavro raises many types on bad bytes
+            raise DecodeError(f"malformed Avro: not {what}: {type(err).__name__}: {err}") from None
+        if buf.tell() != len(value):
+            raise DecodeError(f"malformed Avro: not {what}: {len(value) - buf.tell()} trailing bytes")
+        if not records:
+            raise DecodeError(f"a packed record of relation {self.relation} with no updates")
+        out: list[tuple[Row, int] | str] = []
+        update_of = self.codec.update_of
+        for record in records:
+            try:
+                out.append(update_of(record))
+            except DecodeError as err:
+                out.append(str(err))
+        return out
+
+    def decode(self, value: bytes | None) -> tuple[Row, int]:
+        """The update of a packed record holding exactly one (``ivm subscribe``'s one-line form)."""
+        items = self.items(value)
+        if len(items) != 1:
+            raise DecodeError(f"a packed record of {len(items)} updates, not one")
+        if isinstance(items[0], str):
+            raise DecodeError(items[0])
+        return items[0]
+
+    def decode_many(self, values: Sequence[bytes | None]) -> PackedDecoded:
+        """Decode a micro-batch of packed records into its updates (:class:`PackedDecoded`)."""
+        return decode_packed(self, values)
+
+
+def decode_packed(codec: Any, values: Sequence[bytes | None]) -> PackedDecoded:
+    """:class:`PackedDecoded` of ``values`` for any codec with ``items`` (plain Avro or the wire format)."""
+    out = PackedDecoded([], [], {}, [], [])
+    rows, mults, errors, source, index = out.rows, out.mults, out.errors, out.source, out.index
+    for r, value in enumerate(values):
+        try:
+            items = codec.items(value)
+        except DecodeError as err:
+            errors[len(rows)] = str(err)
+            rows.append(None)
+            mults.append(0)
+            source.append(r)
+            index.append(None)
+            continue
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                errors[len(rows)] = item
+                rows.append(None)
+                mults.append(0)
+            else:
+                rows.append(item[0])
+                mults.append(item[1])
+            source.append(r)
+            index.append(i)
+    return out
 
 
 def _container(avro_type: Any) -> str | None:

@@ -65,7 +65,9 @@ class RelationConfig:
     window_count: int | None = None  # a sliding window of the last N tuples
     window_seconds: float | None = None  # a sliding window of the last S seconds (record timestamps)
     window_group: str | None = None  # relations with the same group share one window (jointly FIFO)
-    encoding: str = "avro"  # "avro": plain Avro binary with schemas/; "confluent": wire format + registry
+    # "avro": plain Avro binary with schemas/; "confluent": wire format + registry; "avro-packed" and
+    # "confluent-packed": the same, each record an array of many updates (processor.codec.PackedCodec)
+    encoding: str = "avro"
 
     def schema_file(self) -> Path:
         """The absolute path of the relation's Avro schema."""
@@ -467,7 +469,7 @@ class RelationTable(_Table):
     name: Annotated[str, AfterValidator(_identifier)]
     topic: Topic | None = None  # default: the name
     schema_: str | None = Field(None, alias="schema")  # default: relations/<name>.avsc of the schemas folder
-    encoding: Literal["avro", "confluent"] = "avro"
+    encoding: Literal["avro", "confluent", "avro-packed", "confluent-packed"] = "avro"
     window_count: Count | None = None
     window_seconds: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
     window_group: Annotated[str, AfterValidator(_nonempty)] | None = None
@@ -971,9 +973,15 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
     unreadable: set[str] = set()  # relations whose schema file is not a relation schema: reported once
     for r in relations:
         rel = r.table
-        confluent = r.ok("encoding") and rel.encoding == "confluent"
+        confluent = r.ok("encoding") and rel.encoding in ("confluent", "confluent-packed")
         if confluent and kafka.ok("schema_registry") and not kafka.table.schema_registry:
-            errors.append(f'{r.where} encoding: "confluent" needs [kafka] schema_registry (the registry URL)')
+            errors.append(f'{r.where} encoding: "{rel.encoding}" needs [kafka] schema_registry (the registry URL)')
+        packed = r.ok("encoding") and rel.encoding.endswith("-packed")
+        if packed and processor.ok("placement") and processor.table.placement == "executors":
+            errors.append(
+                f"{r.where} encoding: {rel.encoding!r} (packed records) is read in the driver placement only: "
+                'set [processor] placement = "driver" or a one-update encoding ("avro", "confluent")'
+            )
         if r.ok(*windowed) and rel.window_count is not None and rel.window_seconds is not None:
             errors.append(f"{r.where} window_seconds: give window_count or window_seconds, not both")
         unwindowed = r.ok(*windowed) and rel.window_count is None and rel.window_seconds is None

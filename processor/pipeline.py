@@ -40,7 +40,17 @@ import ivm
 from ivm.patterns.windows import CountWindow, TimeWindow, Windows
 from ivm.policy import Policy
 from ivm.updates import Row, Update
-from processor.codec import OutputCodec, RelationCodec, json_value, load_schema, result_to_json, schemas_dir
+from processor.codec import (
+    OutputCodec,
+    PackedCodec,
+    RelationCodec,
+    is_packed,
+    json_value,
+    load_schema,
+    result_to_json,
+    schemas_dir,
+    uses_registry,
+)
 from processor.config import ConfigError, PipelineConfig, QueryConfig
 from processor.control import ACKS as CONTROL_ACKS
 from processor.control import control_topic, encode_ack
@@ -50,7 +60,7 @@ from processor.planning import build_view
 from processor.publish import GroupKeyCodec, KeyedResult, group_key_schema
 from processor.relations import Contents, RelationStore, fingerprint, load_view
 from processor.sink import Sink
-from processor.wire import RegistryClient, WireCodec
+from processor.wire import PackedWireCodec, RegistryClient, WireCodec
 
 if TYPE_CHECKING:
     from processor.kafka_clients import Kafka
@@ -70,6 +80,20 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+
+
+class PackedUpdate(NamedTuple):
+    """One update inside a packed record (``encoding = "avro-packed"``): the record, and the update's
+    position in it, ``item``.  Where a :class:`Record` goes (a dead letter) so does this: it names
+    the update by ``(topic, partition, offset, item)`` (the dead letter's ``index``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int = 0
+    item: int | None = None  # None: the whole record (not a packed record at all)
 
 
 @dataclass
@@ -123,6 +147,9 @@ class Applied:
     refused: dict[str, int] = field(default_factory=dict)  # per relation: decoded updates the input policy refused
     # the control commands taken: (record, query name, None if applied else why refused), acknowledged on publish
     control: list[tuple[Record, str, str | None]] = field(default_factory=list)
+    # per packed topic: its updates less its records; a packed record counts as its updates in
+    # relation_consumed (consumed = applied + dead-lettered holds per update)
+    packed_extra: dict[str, int] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -449,7 +476,7 @@ class Pipeline:
             if topic == self.control_topic:
                 continue
             relation = self.relation_of_topic.get(topic, topic)
-            self.metrics.relation_consumed.labels(relation).inc(n)
+            self.metrics.relation_consumed.labels(relation).inc(n + applied.packed_extra.get(topic, 0))
         for relation, n in applied.accepted.items():
             self.metrics.relation_applied.labels(relation).inc(n)
         for relation, n in dead.items():
@@ -485,6 +512,7 @@ class Pipeline:
         dead: list[tuple[Record, str, str, str | None, str | None]] = []
         acks: list[tuple[Record, str, str | None]] = []
         per_topic: dict[str, int] = {}
+        units: dict[str, int] = {}  # per packed topic: its updates less its records (consumed counts updates)
         accepted: dict[str, int] = {}
         refusals: dict[str, int] = {}
         oldest = 0
@@ -511,10 +539,20 @@ class Pipeline:
                 dead += [(batch.record(i), reason, "unknown_topic", None, None) for i in rows]
                 continue
             relation = codec.relation
-            decoded, mults, errors = codec.decode_many(_gather(batch.value, rows))
+            values = _gather(batch.value, rows)
+            index: list[int | None] | None = None  # packed records: update j is update index[j] of its record
+            if getattr(codec, "packed", False):
+                flat = codec.decode_many(values)
+                decoded, mults, errors, index = flat.rows, flat.mults, flat.errors, flat.index
+                rows = _gather(rows, flat.source)  # update j -> its record's row in the batch
+                units[topic] = units.get(topic, 0) + len(index) - len(values)
+            else:
+                decoded, mults, errors = codec.decode_many(values)
+            origin = _Origins(batch, rows, index)
+
             mark = len(dead)
             for j, reason in errors.items():
-                dead.append((batch.record(rows[j]), reason, "malformed", None, relation))
+                dead.append((origin(j), reason, "malformed", None, relation))
             start = len(updates)
             if windows is not None:
                 kept = 0
@@ -526,7 +564,7 @@ class Pipeline:
                         updates.append(expired)
                     refused = store.admit_one(relation, decoded[j], mults[j])
                     if refused is not None:
-                        dead.append((batch.record(i), refused[1], refused[0], None, relation))
+                        dead.append((origin(j), refused[1], refused[0], None, relation))
                         refusals[relation] = refusals.get(relation, 0) + 1
                         continue
                     update = Update(relation, decoded[j], mults[j])  # type: ignore[arg-type]
@@ -543,7 +581,7 @@ class Pipeline:
             if refused:
                 refusals[relation] = refusals.get(relation, 0) + len(refused)
             for j, kind, reason in refused:
-                dead.append((batch.record(rows[j]), reason, kind, None, relation))
+                dead.append((origin(j), reason, kind, None, relation))
             _in_offset_order(dead, mark)
             if len(keep) < len(rows):
                 decoded = list(map(decoded.__getitem__, keep))
@@ -553,7 +591,7 @@ class Pipeline:
             segments.append((relation, start, len(updates)))
         outcomes = {name: self._apply_view(name, view, updates, segments)
                     for name, view in self.views.items()}  # fmt: skip
-        return Applied(outcomes, dead, per_topic, oldest, accepted, refusals, acks)
+        return Applied(outcomes, dead, per_topic, oldest, accepted, refusals, acks, units)
 
     def _apply_view(
         self,
@@ -705,8 +743,13 @@ class Pipeline:
         self.sink.send(self.config.progress_topic, self.config.name.encode(), self._progress.encode(record))
 
     def _dead_letter(
-        self, record: Record, reason: str, kind: str, query: str | None, relation: str | None = None
+        self, record: Record | PackedUpdate, reason: str, kind: str, query: str | None, relation: str | None = None
     ) -> None:
+        """Send one dead letter (once: not if an earlier history wrote it already).  An update inside a
+        packed record is named by its record and its ``index`` there, which the reason also starts with."""
+        item = record.item if isinstance(record, PackedUpdate) else None
+        if item is not None:
+            reason = f"update {item} of the packed record: {reason}"
         self.metrics.updates_rejected.labels(query or "", relation or record.topic, kind).inc()
         if (record.topic, record.partition, record.offset, reason) in self.dead_lettered:
             log.info(
@@ -728,6 +771,7 @@ class Pipeline:
                     "value": record.value,
                     "query": query,
                     "timestamp_ms": int(time.time() * 1000),
+                    "index": item,
                 }
             ),
         )
@@ -763,7 +807,27 @@ def _in_offset_order(dead: list[tuple[Record, str, str, str | None, str | None]]
     """Put the dead letters of one partition's run (``dead[mark:]``: its undecodable records, then
     the ones the policy refused) in offset order, the order the records came in."""
     if len(dead) - mark > 1:
-        dead[mark:] = sorted(dead[mark:], key=lambda d: d[0].offset)
+        dead[mark:] = sorted(dead[mark:], key=_place)
+
+
+class _Origins:
+    """Where update ``j`` of a partition's run came from: its record (``rows[j]`` in the batch), or
+    for a packed record (``index`` given) its place in it (:class:`PackedUpdate`)."""
+
+    __slots__ = ("batch", "index", "rows")
+
+    def __init__(self, batch: RecordBatch, rows: Sequence[int], index: list[int | None] | None) -> None:
+        self.batch, self.rows, self.index = batch, rows, index
+
+    def __call__(self, j: int) -> Record | PackedUpdate:
+        record = self.batch.record(self.rows[j])
+        return record if self.index is None else PackedUpdate(*record, item=self.index[j])
+
+
+def _place(dead: tuple[Any, ...]) -> tuple[int, int]:
+    """Where a dead letter's update was: its record's offset, and its index in a packed record (-1: the record)."""
+    item = dead[0].item if isinstance(dead[0], PackedUpdate) else None
+    return dead[0].offset, -1 if item is None else item
 
 
 def _gather(column: list[Any], rows: Sequence[int]) -> list[Any]:
@@ -859,7 +923,9 @@ def relation_codec(
     none (``ivm produce --no-register``).  A registry that cannot be reached raises (the batch fails and is
     retried after recovery); only messages that are themselves bad go to the dead-letter topic.
     """
-    if encoding == "confluent":
+    if uses_registry(encoding):
         registry = RegistryClient(config.schema_registry, properties=dict(config.schema_registry_properties))
-        return WireCodec(schema, registry, topic, relation, register=register)
-    return RelationCodec.from_schema(schema, relation)
+        wire = PackedWireCodec if is_packed(encoding) else WireCodec
+        return wire(schema, registry, topic, relation, register=register)
+    codec = RelationCodec.from_schema(schema, relation)
+    return PackedCodec(codec, schema) if is_packed(encoding) else codec

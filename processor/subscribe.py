@@ -36,7 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.codec import DecodeError, OutputCodec, RelationCodec, json_value, load_schema, schemas_dir
+from processor.codec import (
+    DecodeError,
+    OutputCodec,
+    PackedCodec,
+    RelationCodec,
+    is_packed,
+    json_value,
+    load_schema,
+    schemas_dir,
+    uses_registry,
+)
 from processor.kafka_clients import Kafka
 from processor.kafka_clients import admin as new_admin
 from processor.kafka_clients import consumer as new_consumer
@@ -264,22 +274,35 @@ def relation_decoder(spec: TopicSpec, config: Any = None) -> Decoder:
         raise ValueError(f"relation {rel.name}: cannot read its schema {path}: {err}") from None
     encoding = getattr(rel, "encoding", "avro")
     codec: Any
-    if encoding == "confluent":
-        from processor.wire import WireCodec, registry_client
+    if uses_registry(encoding):
+        from processor.wire import PackedWireCodec, WireCodec, registry_client
 
         registry = getattr(config, "schema_registry", "") if config is not None else ""
         if not registry:
-            raise ValueError(f"relation {rel.name} uses encoding 'confluent' but [kafka].schema_registry is not set")
-        codec = WireCodec(schema, registry_client(config), spec.topic)
+            raise ValueError(f"relation {rel.name} uses encoding {encoding!r} but [kafka].schema_registry is not set")
+        wire = PackedWireCodec if is_packed(encoding) else WireCodec
+        codec = wire(schema, registry_client(config), spec.topic)
     else:
         codec = RelationCodec.from_schema(schema)
+        if is_packed(encoding):
+            codec = PackedCodec(codec, schema)
     attributes = codec.attributes
 
     def decode(value: bytes | None) -> dict[str, Any]:
         row, mult = codec.decode(value)
         return {"relation": rel.name, **dict(zip(attributes, row, strict=True)), "mult": mult}
 
-    return decode
+    def decode_packed(value: bytes | None) -> dict[str, Any]:
+        """A packed record: its updates in order, an invalid one as ``{"error": reason}`` at its index."""
+        updates = [
+            {"error": item}
+            if isinstance(item, str)
+            else {**dict(zip(attributes, item[0], strict=True)), "mult": item[1]}
+            for item in codec.items(value)
+        ]
+        return {"relation": rel.name, "updates": updates}
+
+    return decode_packed if is_packed(encoding) else decode
 
 
 def output_decoder(kind: str) -> Decoder:

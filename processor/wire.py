@@ -41,7 +41,18 @@ from typing import Any
 import fastavro
 
 from ivm.updates import Row
-from processor.codec import DecodeError, RelationCodec, decode_each, key_schema_of, load_schema, schemas_dir
+from processor.codec import (
+    DecodeError,
+    PackedCodec,
+    PackedDecoded,
+    RelationCodec,
+    decode_each,
+    decode_packed,
+    key_schema_of,
+    load_schema,
+    packed_schema,
+    schemas_dir,
+)
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")
@@ -349,12 +360,16 @@ class WireCodec:
             if self._ids is None:
                 if self.registers:
                     key_id = self.registry.register(key_subject(self.topic), key_schema_of(self.schema))
-                    value_id = self.registry.register(value_subject(self.topic), self.schema)
+                    value_id = self.registry.register(value_subject(self.topic), self.value_schema())
                 else:
                     key_id = self._latest(key_subject(self.topic), key_schema_of(self.schema))
-                    value_id = self._latest(value_subject(self.topic), self.schema)
+                    value_id = self._latest(value_subject(self.topic), self.value_schema())
                 self._ids = (key_id, value_id)
             return self._ids
+
+    def value_schema(self) -> Any:
+        """The schema of the topic's values, registered under ``<topic>-value``: the relation's update record."""
+        return self.schema
 
     def _latest(self, subject: str, schema: Mapping[str, Any]) -> int:
         """The id of the latest schema of ``subject`` if it is ``schema``; :class:`RegistryError` otherwise."""
@@ -443,6 +458,91 @@ class WireCodec:
         except ValueError as err:
             raise DecodeError(f"{err}: not a relation update") from None
         parsed = check_writer_schema(writer_json, self.codec, self.schema, schema_id)
+        with self._lock:
+            self._writers[schema_id] = parsed
+        return parsed
+
+
+class PackedWireCodec(WireCodec):
+    """Packed records of one relation topic in the Confluent wire format (``encoding = "confluent-packed"``).
+
+    The value is the wire format's header and an Avro array of the relation's update records
+    (:class:`processor.codec.PackedCodec`), its schema, :func:`processor.codec.packed_schema`,
+    registered under ``<topic>-value``.  A writer's array schema is resolved to the relation's like a
+    one-update record's (its items checked by :func:`check_writer_schema`); a value written with a
+    record schema (one update, as ``confluent`` writes it) is read as a packed record of that one
+    update, so a producer may switch to packing without a new topic.
+    """
+
+    packed = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._packer = PackedCodec(self.codec, self.schema)
+
+    def value_schema(self) -> Any:
+        """An array of the relation's update records (:func:`processor.codec.packed_schema`)."""
+        return packed_schema(self.schema)
+
+    def encode_many(self, updates: Sequence[tuple[Row, int]]) -> bytes:
+        """The wire-format value of a packed record holding ``updates``."""
+        _, value_id = self.register()
+        return frame(value_id, self._packer.encode_many(updates))
+
+    def encode(self, row: Row, mult: int) -> tuple[bytes, bytes]:
+        """The key and value of a packed record holding the one update ``{row ↦ mult}``."""
+        key_id, _ = self.register()
+        return frame(key_id, self.codec.encode(row, mult)[0]), self.encode_many([(row, mult)])
+
+    def items(self, value: bytes | None) -> list[tuple[Row, int] | str]:
+        """The updates in a wire-format packed record (see :meth:`processor.codec.PackedCodec.items`)."""
+        schema_id, body = unframe(value)
+        writer = self.writer_schema(schema_id)
+        try:
+            if writer.get("type") == "array":
+                return self._packer.items(body, writer)
+            return [self.codec.decode(body, writer)]
+        except DecodeError as err:
+            raise DecodeError(f"{err} (schema id {schema_id}, topic {self.topic})") from None
+
+    def decode(self, value: bytes | None) -> tuple[Row, int]:
+        """The update of a packed record holding exactly one."""
+        items = self.items(value)
+        if len(items) != 1:
+            raise DecodeError(f"a packed record of {len(items)} updates, not one")
+        if isinstance(items[0], str):
+            raise DecodeError(items[0])
+        return items[0]
+
+    def decode_many(self, values: Sequence[bytes | None]) -> PackedDecoded:  # type: ignore[override]
+        """The updates in a micro-batch of wire-format packed records (:class:`processor.codec.PackedDecoded`)."""
+        return decode_packed(self, values)
+
+    def writer_schema(self, schema_id: int) -> Any:
+        """The parsed, checked writer schema with id ``schema_id``: an array of update records (its items
+        checked as :meth:`WireCodec.writer_schema` checks a record) or one update record."""
+        with self._lock:
+            cached = self._writers.get(schema_id)
+        if cached is not None:
+            return cached
+        try:
+            registered = self.registry.schema(schema_id)
+        except SchemaNotFoundError:
+            raise DecodeError(
+                f"unknown schema id {schema_id}: the registry has no such schema (topic {self.topic})"
+            ) from None
+        try:
+            writer_json = registered.avro()
+        except ValueError as err:
+            raise DecodeError(f"{err}: not a packed record of relation updates") from None
+        if isinstance(writer_json, dict) and writer_json.get("type") == "array":
+            check_writer_schema(writer_json.get("items"), self.codec, self.schema, schema_id)
+            try:
+                parsed = fastavro.parse_schema(writer_json)
+            except Exception as err:
+                raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {err}") from None
+        else:
+            parsed = check_writer_schema(writer_json, self.codec, self.schema, schema_id)
         with self._lock:
             self._writers[schema_id] = parsed
         return parsed

@@ -12,6 +12,7 @@ from typing import Any
 from processor.cli import CommandError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_PACK = 500  # updates per packed record (--pack)
 
 USAGE = """\
 ivm produce [-c CONFIG] RELATION FILE|- [options]
@@ -115,8 +116,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sample", type=float, default=1.0, help="keep each row with this probability")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample")
     p.add_argument(
-        "--encoding", choices=["avro", "confluent"],
-        help="without -c: plain Avro (default) or the Confluent wire format with --schema-registry",
+        "--encoding", choices=["avro", "confluent", "avro-packed", "confluent-packed"],
+        help="without -c: plain Avro (default) or the Confluent wire format with --schema-registry; -packed: "
+        "many updates per record (--pack)",
+    )  # fmt: skip
+    p.add_argument(
+        "--pack", type=int, metavar="N",
+        help="packed encodings (avro-packed, confluent-packed): up to N updates of a relation per Kafka record "
+        f"(default {DEFAULT_PACK}); without -c, --pack alone means --encoding avro-packed",
     )  # fmt: skip
     p.add_argument("--schema-registry", help="URL of the Confluent-compatible registry API (overrides -c's)")
     p.add_argument(
@@ -176,7 +183,7 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], str, bool]:
 
 def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[str, Any], dict[str, str], str]:
     """``(codecs, topics, bootstrap)`` of ``relations`` from the configuration ``-c``, as the pipeline decodes them."""
-    from processor.codec import load_schema
+    from processor.codec import load_schema, uses_registry
     from processor.config import load_config
     from processor.pipeline import relation_codec
 
@@ -193,8 +200,8 @@ def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[st
     codecs: dict[str, Any] = {}
     for r in relations:
         rel = configured[r]
-        if rel.encoding == "confluent" and not config.schema_registry:
-            raise CommandError(f"relation {r} is encoded 'confluent': it needs [kafka] schema_registry in "
+        if uses_registry(rel.encoding) and not config.schema_registry:
+            raise CommandError(f"relation {r} is encoded {rel.encoding!r}: it needs [kafka] schema_registry in "
                                f"{args.config} or --schema-registry")  # fmt: skip
         schema = load_schema(rel.schema_file())
         codecs[r] = relation_codec(config, topics[r], schema, rel.encoding, rel.name, register=args.register)
@@ -203,7 +210,7 @@ def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[st
 
 def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[str, Any], dict[str, str], str]:
     """``(codecs, topics, bootstrap)`` of ``relations`` from the schemas folder and the command line."""
-    from processor.codec import schemas_dir
+    from processor.codec import PackedCodec, is_packed, schemas_dir, uses_registry
 
     codecs = relation_codecs()
     unknown = [r for r in relations if r not in codecs]
@@ -211,17 +218,21 @@ def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[
         known = ", ".join(sorted(codecs)) or "none"
         raise CommandError(f"no schema for {', '.join(unknown)} in {schemas_dir() / 'relations'} (known: {known})")
     topics = {r: args.topic or r for r in relations}
-    if (args.encoding or "avro") == "confluent":
+    encoding = args.encoding or ("avro-packed" if args.pack is not None else "avro")
+    if uses_registry(encoding):
         if not args.schema_registry:
-            raise CommandError("--encoding confluent needs --schema-registry URL")
-        from processor.wire import RegistryClient, WireCodec
+            raise CommandError(f"--encoding {encoding} needs --schema-registry URL")
+        from processor.wire import PackedWireCodec, RegistryClient, WireCodec
 
         registry = RegistryClient(args.schema_registry)
+        wire = PackedWireCodec if is_packed(encoding) else WireCodec
         return (
-            {r: WireCodec.for_relation(r, registry, topics[r], register=args.register) for r in relations},
+            {r: wire.for_relation(r, registry, topics[r], register=args.register) for r in relations},
             topics,
             args.bootstrap or DEFAULT_BOOTSTRAP,
         )
+    if is_packed(encoding):
+        return {r: PackedCodec(codecs[r]) for r in relations}, topics, args.bootstrap or DEFAULT_BOOTSTRAP
     return {r: codecs[r] for r in relations}, topics, args.bootstrap or DEFAULT_BOOTSTRAP
 
 
@@ -229,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     from processor.config import TopicSettings, load_config
     from processor.produce import (
         InMemory,
+        PackedProducer,
         Target,
         UpdateProducer,
         format_of,
@@ -248,6 +260,14 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--topic names one topic; {len(relations)} relations given ({', '.join(relations)})")
     configure = _configured if args.config else _unconfigured
     codecs, topics, bootstrap = configure(args, relations)
+    packed = [r for r in relations if getattr(codecs[r], "packed", False)]
+    if args.pack is not None and (args.pack < 1 or len(packed) < len(relations)):
+        one = next(r for r in relations if r not in packed) if len(packed) < len(relations) else None
+        raise CommandError(
+            f"--pack: expected a positive number of updates per record, got {args.pack}" if one is None else
+            f"--pack: relation {one} is encoded one update per record ({args.config}); --pack is for the "
+            "packed encodings (avro-packed, confluent-packed)"
+        )  # fmt: skip
     plain = [r for r in relations if not isinstance(codecs[r], WireCodec)]
     if not args.register and plain:
         raise CommandError(f"--no-register: only for the confluent encoding; relation {plain[0]} is plain Avro "
@@ -282,7 +302,15 @@ def run(args: argparse.Namespace) -> int:
     # a missing relation topic: as ivm run creates it ([topics.relations] of -c, else the cluster's defaults)
     settings = load_config(args.config).topics.relations if args.config else TopicSettings()
     create_kind(bootstrap, sorted(set(topics.values())), settings)
-    producer = UpdateProducer(bootstrap, codecs, topics)
+    if packed:  # each tuple's updates in one bucket per partition: its order holds (PackedProducer)
+        from processor.topics import partitions_of
+
+        counts = {t: len(p) for t, p in partitions_of(bootstrap, sorted(set(topics.values()))).items()}
+        producer: UpdateProducer = PackedProducer(
+            bootstrap, codecs, topics, pack=args.pack or DEFAULT_PACK, buckets=counts
+        )
+    else:
+        producer = UpdateProducer(bootstrap, codecs, topics)
     sending = time.monotonic()
     bar = ProgressBar("produce", len(updates), unit="updates") if sys.stderr.isatty() else None
     try:
@@ -294,7 +322,8 @@ def run(args: argparse.Namespace) -> int:
     done = time.monotonic()
     inserts = sum(1 for u in updates if u.mult > 0)
     rate = len(updates) / (done - sending) if done > sending else 0.0
-    print(f"produced {producer.sent:,} updates ({inserts:,} inserts, {len(updates) - inserts:,} deletes) "
+    records = f" in {producer.records:,} packed records" if isinstance(producer, PackedProducer) else ""
+    print(f"produced {producer.sent:,} updates{records} ({inserts:,} inserts, {len(updates) - inserts:,} deletes) "
           f"to {', '.join(dict.fromkeys(topics.values()))} from {source} ({form}) in {done - started:.1f}s "
           f"(sending: {done - sending:.1f}s, {rate:,.0f} updates/s)")  # fmt: skip
     return 0

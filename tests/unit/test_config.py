@@ -175,7 +175,8 @@ def test_encoding_is_read_and_validated() -> None:
     ]
     wrong = [{"name": "R", "encoding": "protobuf"}, {"name": "S"}, {"name": "T"}]
     assert errors_of(config(relations=wrong)) == [
-        '[relations.R] encoding: expected "avro" or "confluent", got the string "protobuf"'
+        '[relations.R] encoding: expected "avro" or "confluent" or "avro-packed" or "confluent-packed", '
+        'got the string "protobuf"'
     ]
 
 

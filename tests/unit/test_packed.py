@@ -1,0 +1,222 @@
+"""Packed records (``encoding = "avro-packed"``): many updates of a relation in one Kafka record.
+
+The codec (array order, per-update errors with their index, a whole record that is not one), the
+pipeline (each update's own identity for the input policy and the dead-letter topic, the same
+results as the same updates in one-update records), the configuration and ``ivm produce``'s packer.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ivm.query.parse import parse
+from ivm.updates import Update
+from processor.codec import DecodeError, PackedCodec, RelationCodec, load_relation_codecs, packed_schema
+from processor.config import ConfigError, load_config, parse_config
+from processor.pipeline import Pipeline, Record
+from processor.produce import PackedProducer
+from tests.oracles import apply_stream, count
+from tests.unit.test_pipeline import MemorySink
+
+ROOT = Path(__file__).resolve().parents[2]
+CODECS = load_relation_codecs()
+PACKED = {name: PackedCodec(codec) for name, codec in CODECS.items()}
+
+FLOATS = {
+    "type": "record",
+    "name": "M",
+    "fields": [{"name": "k", "type": "string"}, {"name": "x", "type": "double"}, {"name": "mult", "type": "long"}],
+}
+
+
+def test_round_trip_keeps_array_order() -> None:
+    updates = [((1, 2), 1), ((3, 4), -1), ((1, 2), 2), ((-(2**40), 7), 5)]
+    value = PACKED["R"].encode_many(updates)
+    assert PACKED["R"].items(value) == updates
+    # one record of 4 updates is far smaller than 4 one-update records of 3 varints each plus Kafka's overhead
+    assert len(value) < sum(len(CODECS["R"].encode(r, m)[1]) for r, m in updates) + 3
+
+
+def test_invalid_update_inside_is_named_by_index_and_the_rest_kept() -> None:
+    codec = PackedCodec(RelationCodec.from_schema(FLOATS), FLOATS)
+    value = codec.encode_many([(("a", 1.5), 1), (("b", float("nan")), 1), (("c", 2.0), 0), (("d", 3.0), -2)])
+    flat = codec.decode_many([value])
+    assert flat.rows == [("a", 1.5), None, None, ("d", 3.0)]
+    assert flat.mults[0] == 1 and flat.mults[3] == -2
+    assert flat.source == [0, 0, 0, 0]
+    assert flat.index == [0, 1, 2, 3]
+    assert set(flat.errors) == {1, 2}
+    assert "M.x is nan" in flat.errors[1]
+    assert "multiplicity 0" in flat.errors[2]
+
+
+def test_a_record_that_is_not_packed_is_one_error() -> None:
+    good = PACKED["R"].encode_many([((1, 2), 1), ((2, 3), 1)])
+    one_update = CODECS["R"].encode((5, 6), 1)[1]  # a one-update record: not an array
+    empty = b"\x00"  # an array of no blocks
+    flat = PACKED["R"].decode_many([good, b"\xff\xff\xff", None, empty, good + b"\x00", good])
+    assert flat.source == [0, 0, 1, 2, 3, 4, 5, 5]
+    assert flat.index == [0, 1, None, None, None, None, 0, 1]
+    assert flat.rows == [(1, 2), (2, 3), None, None, None, None, (1, 2), (2, 3)]
+    assert "malformed Avro" in flat.errors[2]
+    assert "empty message" in flat.errors[3]
+    assert "with no updates" in flat.errors[4]
+    assert "trailing bytes" in flat.errors[5]
+    with pytest.raises(DecodeError):
+        PACKED["R"].items(one_update)
+
+
+def test_packed_schema_is_an_array_of_the_relation_records() -> None:
+    schema = packed_schema(FLOATS)
+    assert schema == {"type": "array", "items": FLOATS}
+    with pytest.raises(ValueError, match="at least one update"):
+        PACKED["R"].encode_many([])
+
+
+def _config(encoding: str = "avro-packed"):
+    config = load_config(ROOT / "config" / "demo.toml")
+    return replace(config, relations=tuple(replace(r, encoding=encoding) for r in config.relations))
+
+
+def test_pipeline_dead_letters_carry_offset_and_index_and_apply_the_rest() -> None:
+    sink = MemorySink()
+    pipeline = Pipeline(_config(), sink)
+    r0 = PACKED["R"].encode_many([((1, 2), 1), ((9, 9), -1), ((4, 4), 1)])  # index 1: delete of an absent tuple
+    s0 = PACKED["S"].encode_many([((2, 3), 1), ((7, 7), 0)])  # index 1: multiplicity 0
+    t0 = PACKED["T"].encode_many([((3, 1), 1)])
+    batch = [
+        Record("R", 0, 0, b"k", r0),
+        Record("S", 0, 0, None, s0),
+        Record("T", 0, 0, None, b"\x01garbage"),  # not a packed record at all
+        Record("T", 0, 1, None, t0),
+    ]
+    report = pipeline.process(batch, 0)
+    assert report.results == {"triangle": 1}
+    assert report.dead_letters == 3
+    dead = {(d["topic"], d["offset"], d["index"]): d for d in sink.on("ivm.dead-letter")}
+    assert set(dead) == {("R", 0, 1), ("S", 0, 1), ("T", 0, None)}
+    assert dead["R", 0, 1]["reason"].startswith("update 1 of the packed record: ")
+    assert "absent tuple" in dead["R", 0, 1]["reason"]
+    assert "multiplicity 0" in dead["S", 0, 1]["reason"]
+    assert "malformed Avro" in dead["T", 0, None]["reason"]
+    assert dead["R", 0, 1]["value"] == r0 and dead["R", 0, 1]["key"] == b"k"  # the whole record, for a replay
+    assert pipeline.state.relations["R"] == {(1, 2): 1, (4, 4): 1}
+    # consumed counts updates: 3 + 2 + 1 (the garbage record) + 1 = applied 4 + dead-lettered 3
+    assert pipeline.metrics.relation_consumed.labels("R")._value.get() == 3
+    assert pipeline.metrics.relation_applied.labels("R")._value.get() == 2
+    assert pipeline.metrics.relation_dead_lettered.labels("R")._value.get() == 1
+
+
+def test_dead_letters_in_offset_then_index_order() -> None:
+    sink = MemorySink()
+    pipeline = Pipeline(_config(), sink)
+    bad = [((i, i), -1) for i in range(3)]  # each a delete of an absent tuple: refused by the policy
+    batch = [
+        Record("R", 0, 5, None, PACKED["R"].encode_many([((0, 1), 0), *bad])),  # index 0: decode error
+        Record("R", 0, 6, None, PACKED["R"].encode_many(bad)),
+    ]
+    pipeline.process(batch, 0)
+    assert [(d["offset"], d["index"]) for d in sink.on("ivm.dead-letter")] == [
+        (5, 0), (5, 1), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2)
+    ]  # fmt: skip
+
+
+def test_same_results_as_one_update_records() -> None:
+    """The same stream in packed records of random sizes and in one-update records: the same
+    result after every batch and the same contents (a recount by the oracle agrees)."""
+    rng = random.Random(37)
+    stream: list[tuple[str, tuple[int, int], int]] = []
+    live: dict[tuple[str, tuple[int, int]], int] = {}
+    for _ in range(3000):
+        rel = rng.choice("RST")
+        row = (rng.randrange(12), rng.randrange(12))
+        mult = -1 if live.get((rel, row), 0) > 0 and rng.random() < 0.3 else 1
+        live[rel, row] = live.get((rel, row), 0) + mult
+        stream.append((rel, row, mult))
+    one, packed = Pipeline(_config("avro"), MemorySink()), Pipeline(_config(), MemorySink())
+    offsets = {"R": 0, "S": 0, "T": 0}
+    packed_offsets = {"R": 0, "S": 0, "T": 0}
+    for start in range(0, len(stream), 500):
+        chunk = stream[start : start + 500]
+        plain_batch = []
+        for rel, row, mult in chunk:
+            plain_batch.append(Record(rel, 0, offsets[rel], None, CODECS[rel].encode(row, mult)[1]))
+            offsets[rel] += 1
+        packed_batch = []
+        for rel in "RST":
+            mine = [(row, mult) for r, row, mult in chunk if r == rel]
+            while mine:
+                size = rng.randint(1, 60)
+                value = PACKED[rel].encode_many(mine[:size])
+                packed_batch.append(Record(rel, 0, packed_offsets[rel], None, value))
+                packed_offsets[rel] += 1
+                mine = mine[size:]
+        last = packed.process(packed_batch).results
+        assert one.process(plain_batch).results == last
+    assert one.state.relations == packed.state.relations
+    db, rejected = apply_stream(stream)
+    assert not rejected
+    assert last["triangle"] == count(parse("Q() :- R(a,b), S(b,c), T(c,a)"), db)
+
+
+def test_config_accepts_packed_encodings_and_refuses_them_in_the_executors_placement() -> None:
+    base = {
+        "kafka": {"bootstrap": "127.0.0.1:9092"},
+        "relations": [{"name": "R", "schema": str(ROOT / "schemas/relations/R.avsc"), "encoding": "avro-packed"}],
+        "queries": [{"name": "q", "query": "Q() :- R(a,b)"}],
+    }
+    assert parse_config(base).relations[0].encoding == "avro-packed"
+    with pytest.raises(ConfigError, match=r"packed records.*driver placement only"):
+        parse_config({**base, "processor": {"placement": "executors"}})
+    confluent = {**base, "relations": [{**base["relations"][0], "encoding": "confluent-packed"}]}
+    with pytest.raises(ConfigError, match='"confluent-packed" needs \\[kafka\\] schema_registry'):
+        parse_config(confluent)
+    with pytest.raises(ConfigError, match="encoding"):
+        parse_config({**base, "relations": [{**base["relations"][0], "encoding": "packed"}]})
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes]] = []
+
+    def begin(self) -> None: ...
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self.sent.append((topic, key, value))
+
+    def commit(self) -> None: ...
+
+
+def test_packer_keeps_every_tuples_updates_in_one_keyed_bucket_in_order() -> None:
+    sink = ListSink()
+    producer = PackedProducer("unused:1", {"R": PACKED["R"]}, {"R": "r-topic"}, pack=7, buckets={"r-topic": 4},
+                              sink=sink)  # fmt: skip
+    rng = random.Random(5)
+    updates = [Update("R", (rng.randrange(20), 0), rng.choice((1, -1))) for _ in range(500)]
+    for update in updates:
+        producer.send(update)
+    producer.flush()
+    assert producer.sent == 500
+    assert producer.records == len(sink.sent) >= 500 // 7
+    keys_of: dict[tuple, set[bytes | None]] = {}
+    seen: dict[tuple, list[int]] = {}
+    for topic, key, value in sink.sent:
+        assert topic == "r-topic"
+        items = PACKED["R"].items(value)
+        assert 1 <= len(items) <= 7
+        for row, mult in items:
+            keys_of.setdefault(row, set()).add(key)
+            seen.setdefault(row, []).append(mult)
+    assert all(len(keys) == 1 for keys in keys_of.values())  # one Kafka key (so one partition) per tuple
+    assert len({k for keys in keys_of.values() for k in keys}) == 4
+    for row, mults in seen.items():  # each tuple's updates in the order sent
+        assert mults == [u.mult for u in updates if u.row == row]
+
+
+def test_packer_refuses_one_update_codecs() -> None:
+    with pytest.raises(ValueError, match="one-update records"):
+        PackedProducer("unused:1", {"R": CODECS["R"]}, pack=10, sink=ListSink())
