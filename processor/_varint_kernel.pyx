@@ -110,3 +110,83 @@ def decode_records(list values, tuple widths, Py_ssize_t mult_field, tuple attri
         Py_INCREF(item)
         PyList_SET_ITEM(mults, i, item)
     return rows, mults, unsure
+
+
+def decode_packed(list values, tuple widths, Py_ssize_t mult_field, tuple attribute_fields):
+    """Decode packed records (each an Avro array of records of ``len(widths)`` int/long fields) into
+    ``(rows, mults, counts)``: the rows and multiplicities of every record's items, value after value
+    in array order, and ``counts[i]`` the number of items of value i, or -1 if value i is *unsure*
+    (nothing of it is in ``rows``; the caller reads it with the full Avro reader).
+
+    An Avro array is a series of blocks, each a ``long`` count (negative: followed by the block's
+    byte size, which is skipped) and that many items, ended by a count of 0.  A value is decoded only
+    when every varint is well-formed as in :func:`decode_records`, the blocks end with the 0 count at
+    the value's last byte, and there is at least one item; an empty array, a value that is not bytes,
+    anything else is unsure.  O(total bytes).
+    """
+    cdef Py_ssize_t n = len(values)
+    cdef Py_ssize_t k = len(widths)
+    cdef Py_ssize_t arity = len(attribute_fields)
+    cdef Py_ssize_t i, f, at, end, before, items
+    cdef int64_t count, size, b
+    cdef const unsigned char* data
+    cdef int64_t fields[64]
+    cdef int width[64]
+    cdef Py_ssize_t take[64]
+    cdef object value, row, item
+    cdef list rows = []
+    cdef list mults = []
+    cdef list counts = PyList_New(n)
+    if k > 64 or k < 1:
+        raise ValueError(f"between 1 and 64 fields, got {k}")
+    for f in range(k):
+        width[f] = widths[f]
+    for f in range(arity):
+        take[f] = attribute_fields[f]
+    for i in range(n):
+        value = values[i]
+        before = len(rows)
+        items = 0
+        at = -1
+        if type(value) is bytes:
+            data = <const unsigned char*>PyBytes_AS_STRING(value)
+            end = PyBytes_GET_SIZE(value)
+            at = 0 if end > 0 else -1
+            while at >= 0:
+                at = _varint(data, at, end, 10, &count)
+                if at < 0:
+                    break
+                if count == 0:
+                    break
+                if count < 0:
+                    count = -count
+                    at = _varint(data, at, end, 10, &size)  # the block's byte size: not needed
+                    if at < 0 or size < 0:
+                        at = -1
+                        break
+                for b in range(count):
+                    for f in range(k):
+                        at = _varint(data, at, end, width[f], &fields[f])
+                        if at < 0:
+                            break
+                    if at < 0:
+                        break
+                    row = PyTuple_New(arity)
+                    for f in range(arity):
+                        item = PyLong_FromLongLong(fields[take[f]])
+                        Py_INCREF(item)
+                        PyTuple_SET_ITEM(row, f, item)
+                    rows.append(row)
+                    mults.append(PyLong_FromLongLong(fields[mult_field]))
+                    items += 1
+            if at != end or items == 0:
+                at = -1
+        if at < 0:
+            del rows[before:]
+            del mults[before:]
+            item = -1
+        else:
+            item = items
+        Py_INCREF(item)
+        PyList_SET_ITEM(counts, i, item)
+    return rows, mults, counts

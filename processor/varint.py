@@ -74,6 +74,18 @@ def decode_varint_rows(
     return rows, columns[mult_field], at
 
 
+def decode_packed_rows(
+    values: list[bytes | None], widths: Sequence[int], mult_field: int, attribute_fields: Sequence[int]
+) -> tuple[list[tuple[int, ...]], list[int], list[int]]:
+    """Packed records (Avro arrays of records of int/long fields) as ``(rows, mults, counts)``: every
+    record's items in order, ``counts[i]`` the items of record i or -1 when record i must go to the full
+    Avro reader (none of its items listed).  The compiled kernel's ``decode_packed``: ``ImportError`` if
+    it is not built (:func:`kernel_built`)."""
+    if _varint_kernel is None:
+        raise ImportError("processor._varint_kernel is not built (pip install -e .)")
+    return _varint_kernel.decode_packed(values, tuple(widths), mult_field, tuple(attribute_fields))
+
+
 def decode_varint_records(values: Sequence[bytes | None], widths: Sequence[int]) -> tuple[list[list[int]], np.ndarray]:
     """Decode records of ``len(widths)`` zig-zag varint fields (``widths``: 5 for int, 10 for long).
 
