@@ -45,13 +45,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e import CODECS, WORKLOADS, cpu_seconds, pipeline_config, spark_jvm_pids, updates_for  # noqa: E402
+from e2e import CODECS, WORKLOADS, cpu_seconds, pipeline_config, spark_jvm_pids, updates_for
 
-from processor.codec import PackedCodec  # noqa: E402
-from processor.job import run_job  # noqa: E402
-from processor.local.kafka import KafkaBroker  # noqa: E402
-from processor.local.spark import spark_session  # noqa: E402
-from processor.topics import create_topics  # noqa: E402
+from processor.codec import PackedCodec
+from processor.job import run_job
+from processor.local.kafka import KafkaBroker
+from processor.local.spark import spark_session
+from processor.topics import create_topics
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -69,7 +69,8 @@ def produce_backlog(bootstrap: str, topics: dict[str, str], updates, pack: int) 
             per[rel].append((row, mult))
         for rel, items in per.items():
             codec = PackedCodec(CODECS[rel])
-            messages += [(topics[rel], None, codec.encode_many(items[i : i + pack])) for i in range(0, len(items), pack)]
+            chunks = [items[i : i + pack] for i in range(0, len(items), pack)]
+            messages += [(topics[rel], None, codec.encode_many(chunk)) for chunk in chunks]
     else:
         messages = [(topics[rel], *CODECS[rel].encode(row, m)) for rel, row, m in updates]
     for topic, key, value in messages:

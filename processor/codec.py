@@ -19,8 +19,8 @@ import numbers
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from itertools import chain, repeat
 from dataclasses import dataclass
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
 
