@@ -268,3 +268,48 @@ def test_compiled_decoder_refuses_an_int_beyond_32_bits_as_the_reader() -> None:
     codec = PackedCodec(RelationCodec.from_schema(schema), schema)
     value = _zigzag(1) + _zigzag(2**33) + _zigzag(1) + b"\x00"  # an int field holding 2^33
     assert codec.decode_many([value]) == codec.decode_many([value], implementation="reader")
+
+
+def test_confluent_packed_resolves_array_and_record_writer_schemas() -> None:
+    """``confluent-packed``: an evolved array writer schema resolves item by item, a one-update record
+    schema is read as one update, a bad update keeps its index, and an array of something else is refused."""
+    import copy
+    import io
+    import json
+
+    import fastavro
+
+    from processor.codec import load_schema, schemas_dir
+    from processor.wire import PackedWireCodec, RegisteredSchema, RegistryClient, RegistryError, frame
+
+    schema = load_schema(schemas_dir() / "relations" / "R.avsc")
+    registry = RegistryClient("http://127.0.0.1:1/unused")  # every schema below is in its cache: no request
+    evolved = copy.deepcopy(schema)
+    evolved["fields"] = [{"name": "note", "type": "string"}, {"name": "B", "type": "int"},
+                         {"name": "A", "type": "long"}, {"name": "mult", "type": "int"}]  # fmt: skip
+    writers = {
+        1: {"type": "array", "items": evolved},
+        2: schema,
+        3: {"type": "array", "items": "long"},
+    }
+    for schema_id, writer in writers.items():
+        registry._by_id[schema_id] = RegisteredSchema(schema_id, "AVRO", json.dumps(writer))
+    codec = PackedWireCodec(schema, registry, "R-topic")
+
+    def body(writer: dict, datum: object) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(writer), datum)
+        return buf.getvalue()
+
+    packed = body(writers[1], [{"note": "x", "B": -3, "A": 2**40, "mult": 2}, {"note": "", "B": 1, "A": 1, "mult": 0}])
+    one = body(schema, {"A": 5, "B": 6, "mult": -1})
+    longs = body(writers[3], [1, 2])
+    flat = codec.decode_many([frame(1, packed), frame(2, one), frame(3, longs)])
+    assert flat.rows[:3] == [(2**40, -3), None, (5, 6)]
+    assert flat.mults[0] == 2 and flat.mults[2] == -1
+    assert flat.source == [0, 0, 1, 2] and flat.index == [0, 1, 0, None]
+    assert set(flat.errors) == {1, 3}
+    assert "multiplicity 0" in flat.errors[1]
+    assert "schema id 3 is not an Avro record" in flat.errors[3]
+    with pytest.raises(RegistryError, match="cannot be reached"):  # not the record's fault: no dead letter
+        codec.decode_many([frame(9, packed)])
