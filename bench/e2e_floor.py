@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import random
 import re
 import subprocess
@@ -149,7 +150,7 @@ def drain(broker, spark, workload: str, prefix: str, records: int, updates: int,
     config = replace(config, name=f"{prefix}pipe{max_offsets}")
     if pack > 1:
         config = replace(config, relations=tuple(replace(r, encoding="avro-packed") for r in config.relations))
-    jvms = spark_jvm_pids()
+    jvms = [pid for pid in spark_jvm_pids() if pid != broker.proc.pid]  # the broker is a java child too
     marks: list[tuple[float, float, float, float, int, int]] = []  # wall, jvm, python, broker, records, updates
     done = threading.Event()
     seen = [0, 0]
@@ -186,6 +187,7 @@ def drain(broker, spark, workload: str, prefix: str, records: int, updates: int,
         "jvm_us": (last[1] - first[1]) * 1e6 / n_upd, "python_us": (last[2] - first[2]) * 1e6 / n_upd,
         "broker_us": (last[3] - first[3]) * 1e6 / n_upd,
         "jvm_s": last[1] - first[1], "python_s": last[2] - first[2], "profile": profile,
+        "load": os.getloadavg()[0],
     }  # fmt: skip
 
 
@@ -214,7 +216,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with KafkaBroker.start() as broker:
         spark = spark_session("ivm-floor", "local[2]")
-        jvms = spark_jvm_pids()
+        jvms = [pid for pid in spark_jvm_pids() if pid != broker.proc.pid]  # Spark's JVM: not the broker's
         prefix = f"f{random.randrange(10**8)}."
         _, relations = WORKLOADS[args.workload]
         topics = {r: f"{prefix}{r}" for r in relations}
@@ -222,14 +224,17 @@ def main() -> None:
         records = produce_backlog(broker.bootstrap, topics, updates, args.pack)
         rows["records"] = records
         spark_count(spark, broker.bootstrap, list(topics.values()), jvms)  # warm-up: JIT, not reported
+        broker_before = cpu_seconds(broker.proc.pid)
         n, jvm = spark_count(spark, broker.bootstrap, list(topics.values()), jvms)
         assert n == records, (n, records)
         rows["spark_count_us_per_record"] = jvm * 1e6 / n
+        rows["spark_count_broker_us_per_record"] = (cpu_seconds(broker.proc.pid) - broker_before) * 1e6 / n
         n, cpu = librdkafka_read(broker.bootstrap, list(topics.values()), records)
         rows["librdkafka_us_per_record"] = cpu * 1e6 / n
         print(f"{args.workload}: {len(updates):,} updates in {records:,} records; floors per record: "
-              f"spark count {rows['spark_count_us_per_record']:.2f} µs JVM, librdkafka "
-              f"{rows['librdkafka_us_per_record']:.2f} µs process CPU", flush=True)  # fmt: skip
+              f"spark count {rows['spark_count_us_per_record']:.2f} µs JVM (broker "
+              f"{rows['spark_count_broker_us_per_record']:.2f}), librdkafka "
+              f"{rows['librdkafka_us_per_record']:.2f} µs process CPU (load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
         runs = []
         for i, m in enumerate(args.max_offsets or [20_000, 100_000]):
             jfr = OUT / f"e2e-floor-{m}.jfr" if args.jfr and i == 0 else None
@@ -238,7 +243,7 @@ def main() -> None:
             print(f"drain @{m:,}: {run['batches']} batches, {run['updates']:,} updates in {run['records']:,} records "
                   f"(after the first batch): {run['wall_rate']:,.0f} updates/s wall; CPU µs per update: JVM "
                   f"{run['jvm_us']:.2f}, Python {run['python_us']:.2f}, broker {run['broker_us']:.2f}; per record: "
-                  f"JVM {run['jvm_s'] * 1e6 / run['records']:.2f}", flush=True)  # fmt: skip
+                  f"JVM {run['jvm_s'] * 1e6 / run['records']:.2f} (load {run['load']:.1f})", flush=True)  # fmt: skip
             if run["profile"]:
                 print(f"  JFR: {run['profile']['samples']} execution samples; hottest top frames:")
                 for name, share in run["profile"]["self"]:

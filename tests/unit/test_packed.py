@@ -313,3 +313,34 @@ def test_confluent_packed_resolves_array_and_record_writer_schemas() -> None:
     assert "schema id 3 is not an Avro record" in flat.errors[3]
     with pytest.raises(RegistryError, match="cannot be reached"):  # not the record's fault: no dead letter
         codec.decode_many([frame(9, packed)])
+
+
+# -- ivm produce --pack --------------------------------------------------------------------------------
+
+
+def test_ivm_produce_packs_a_packed_relation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd) -> None:
+    import processor.produce
+    import processor.topics
+    from tests.unit.test_produce_any_relation import ROWS, TOPIC, Recorder, inputs, produce, write_config
+
+    monkeypatch.setattr(Recorder, "instances", [])  # no broker: the producer's sink records
+    monkeypatch.setattr(processor.produce, "KafkaSink", Recorder)
+    monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, *a, **k: None)
+    monkeypatch.setattr(processor.topics, "create_topics", lambda bootstrap, topics, *a, **k: None)
+    monkeypatch.setattr(processor.topics, "partitions_of", lambda bootstrap, topics: {t: [0] for t in topics})
+    config = write_config(tmp_path, encoding="avro-packed")
+    code, lines, out = produce(capfd, "-c", str(config), "events", str(inputs(tmp_path)["csv"]), "--pack", "2")
+    assert code == 0, lines
+    (sink,) = Recorder.instances
+    codec = Pipeline(load_config(config), MemorySink()).codecs[TOPIC]
+    assert [len(codec.items(value)) for _, _, value in sink.sent] == [2, 1]  # 3 rows, one partition: 2 + 1
+    flat = codec.decode_many([value for _, _, value in sink.sent])
+    assert flat.errors == {}
+    assert list(zip(flat.rows, flat.mults, strict=True)) == [(row, 1) for row in ROWS]  # in order
+    assert f"produced {len(ROWS)} updates in 2 packed records" in out
+
+    one = tmp_path / "one"
+    one.mkdir()
+    code, lines, _ = produce(capfd, "-c", str(write_config(one)), "events", str(inputs(tmp_path)["csv"]), "--pack", "2")
+    assert code == 2
+    assert "--pack: relation events is encoded one update per record" in lines[-1]
