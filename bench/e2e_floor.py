@@ -234,7 +234,8 @@ def main() -> None:
         print(f"{args.workload}: {len(updates):,} updates in {records:,} records; floors per record: "
               f"spark count {rows['spark_count_us_per_record']:.2f} µs JVM (broker "
               f"{rows['spark_count_broker_us_per_record']:.2f}), librdkafka "
-              f"{rows['librdkafka_us_per_record']:.2f} µs process CPU (load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+              f"{rows['librdkafka_us_per_record']:.2f} µs process CPU (load {os.getloadavg()[0]:.1f})",
+              flush=True)  # fmt: skip
         runs = []
         for i, m in enumerate(args.max_offsets or [20_000, 100_000]):
             jfr = OUT / f"e2e-floor-{m}.jfr" if args.jfr and i == 0 else None
