@@ -50,6 +50,10 @@ an epoch number in the type's unit) and date (ISO-8601, or days since 1970-01-01
 Multiplicities: 'mult' is any non-zero integer (0 is an error); --delete negates every row's
 multiplicity (-1 for a row without one).
 
+Packed relations (encoding avro-packed or confluent-packed, or --pack N without -c): up to --pack N updates
+(default 500) of a relation per Kafka record, each tuple's updates in one bucket per partition of the topic,
+so they stay in one partition and in order (README: packed records).
+
 --rate N sends at most N updates a second (a token bucket); a progress bar is drawn on stderr when it
 is a terminal; the last line gives the counts.
 Errors (one line each, exit 2): a value that does not fit its field, an unknown column or field, a
