@@ -253,7 +253,7 @@ cdef object _as_element(object other):
     cdef int overflow = 0
     if type(other) is Dyadic:
         return other
-    if PyFloat_Check(other):
+    if PyFloat_CheckExact(other) or (not PyLong_CheckExact(other) and PyFloat_Check(other)):
         v = PyFloat_AsDouble(other)
         if not isfinite(v):
             raise NotFinite(f"{other!r} has no exact value to sum (NaN and infinities are refused)")
@@ -404,6 +404,32 @@ cdef inline int _sign(Dyadic x) noexcept:
     return 1 if x.bm > 0 else -1
 
 
+cdef object _add_obj(Dyadic x, object other):
+    """``x + other`` for the number protocol (both operand orders: addition commutes)."""
+    if type(other) is Dyadic:
+        return _add(x, <Dyadic>other)
+    c = _as_element(other)
+    if c is None:
+        if isinstance(other, Fraction):
+            return x.as_fraction() + other
+        return NotImplemented
+    if (<Dyadic>c).n == 0 and not PyFloat_Check(other):  # the int 0: x itself
+        return x
+    return _add(x, <Dyadic>c)
+
+
+cdef object _mul_obj(Dyadic x, object other):
+    """``x · other`` for the number protocol (both operand orders: the ring is commutative)."""
+    if type(other) is Dyadic:
+        return _mul(x, <Dyadic>other)
+    c = _as_element(other)
+    if c is None:
+        if isinstance(other, Fraction):
+            return x.as_fraction() * other
+        return NotImplemented
+    return _mul(x, <Dyadic>c)
+
+
 @cython.no_gc
 @cython.final
 @cython.freelist(64)
@@ -471,35 +497,23 @@ cdef class Dyadic:
         return Fraction(m << e) if e >= 0 else Fraction(m, (<object>1) << -e)
 
     def __add__(self, other):
-        cdef Dyadic x = self
-        if type(other) is Dyadic:
-            return _add(x, <Dyadic>other)
-        if PyLong_CheckExact(other) and other == 0:
-            return x
-        if PyFloat_CheckExact(other) or PyLong_CheckExact(other):
-            return _add(x, <Dyadic>_as_element(other))
-        if isinstance(other, Fraction):
-            return x.as_fraction() + other
-        c = _as_element(other)
-        if c is None:
-            return NotImplemented
-        return _add(x, <Dyadic>c)
+        return _add_obj(self, other)
 
     def __radd__(self, other):
-        return self.__add__(other)
+        return _add_obj(self, other)
 
     def __sub__(self, other):
         if type(other) is Dyadic:
             return _add(<Dyadic>self, _neg(<Dyadic>other))
-        if isinstance(other, Fraction):
-            return self.as_fraction() - other
         c = _as_element(other)
         if c is None:
+            if isinstance(other, Fraction):
+                return self.as_fraction() - other
             return NotImplemented
         return _add(<Dyadic>self, _neg(<Dyadic>c))
 
     def __rsub__(self, other):
-        return _neg(<Dyadic>self).__add__(other)
+        return _add_obj(_neg(<Dyadic>self), other)
 
     def __neg__(self):
         return _neg(self)
@@ -511,18 +525,10 @@ cdef class Dyadic:
         return _neg(self) if _sign(self) < 0 else self
 
     def __mul__(self, other):
-        cdef Dyadic x = self
-        if type(other) is Dyadic:
-            return _mul(x, <Dyadic>other)
-        if isinstance(other, Fraction):
-            return x.as_fraction() * other
-        c = _as_element(other)
-        if c is None:
-            return NotImplemented
-        return _mul(x, <Dyadic>c)
+        return _mul_obj(self, other)
 
     def __rmul__(self, other):
-        return self.__mul__(other)
+        return _mul_obj(self, other)
 
     def __pow__(self, k, mod):
         if mod is not None or type(k) is not int or k < 0:
@@ -564,16 +570,15 @@ cdef class Dyadic:
         if type(other) is not Dyadic:
             if PyLong_CheckExact(other) and other == 0:
                 return _sign(self)
-            if PyFloat_Check(other):
+            if PyFloat_Check(other) and not isfinite(PyFloat_AsDouble(other)):
                 if math.isnan(other):
                     return 2
-                if math.isinf(other):
-                    return -1 if other > 0 else 1
-            elif isinstance(other, Fraction):
-                d = self.as_fraction() - other
-                return (d > 0) - (d < 0)
+                return -1 if other > 0 else 1
             c = _as_element(other)
             if c is None:
+                if isinstance(other, Fraction):
+                    d = self.as_fraction() - other
+                    return (d > 0) - (d < 0)
                 return 2
             other = c
         return _sign(_add(self, _neg(<Dyadic>other)))
