@@ -54,7 +54,6 @@ from ivm.rings.exact import NotFinite, _P, _make
 
 
 cdef enum:
-    NCOMP = 6  # components kept in C; a wider element escapes to m · 2^e
     SCRATCH = 2 * NCOMP * NCOMP * 2 + 8  # room for every partial of a product of two full expansions
 
 
@@ -431,15 +430,10 @@ cdef object _mul_obj(Dyadic x, object other):
 
 
 @cython.no_gc
-@cython.final
 @cython.freelist(64)
 cdef class Dyadic:
-    """``m · 2^e`` exactly (:class:`ivm.rings.exact.PyDyadic`, compiled; the module docstring has the representation)."""
-
-    cdef int n  # components in c (non-overlapping, increasing magnitude, none zero); -1: the value is bm · 2^be
-    cdef double c[NCOMP]
-    cdef object bm
-    cdef long long be
+    """``m · 2^e`` exactly (:class:`ivm.rings.exact.PyDyadic`, compiled; the module docstring has the representation;
+    the fields are declared in ``_exact_kernel.pxd``)."""
 
     def __init__(self, m, e=0):
         cdef Dyadic d = _of_big(int(m), e)
@@ -615,6 +609,21 @@ cdef class Dyadic:
     def __reduce__(self):
         m, e = _big_pair(self)
         return (_make, (m, e))
+
+
+cdef object lift_mul(object s, object x):
+    """``s · x`` exactly for a float ``x`` (a key value lifted by the SUM lanes, F-IVM §2.4's ``g_X``) and a
+    payload ``s`` (an int or an element): no Python call, the product by TwoProduct.  ``NotImplemented``
+    when ``x`` is not an exact float (the caller lifts it as :func:`ivm.rings.exact.exact` does)."""
+    cdef double v
+    if not PyFloat_CheckExact(x):
+        return NotImplemented
+    v = PyFloat_AsDouble(x)
+    if not isfinite(v):
+        raise NotFinite(f"{x!r} has no exact value to sum (NaN and infinities are refused)")
+    if type(s) is Dyadic:
+        return _mul(<Dyadic>s, _of_double(v))
+    return _mul_obj(_of_double(v), s)
 
 
 def of_float(x):
