@@ -49,6 +49,7 @@ cdef extern from *:
 
 import math
 from fractions import Fraction
+from numbers import Rational, Real
 
 from ivm.rings.exact import NotFinite, _P, _make
 
@@ -624,6 +625,25 @@ cdef object lift_mul(object s, object x):
     if type(s) is Dyadic:
         return _mul(<Dyadic>s, _of_double(v))
     return _mul_obj(_of_double(v), s)
+
+
+def exact(value):
+    """:func:`ivm.rings.exact.exact` in C (the same results): a float becomes its element, ints, Fractions and
+    elements stay as they are, numpy's float32 and float16 are converted exactly; NaN and infinities raise
+    :class:`~ivm.rings.exact.NotFinite`."""
+    cdef double v
+    if PyLong_CheckExact(value) or type(value) is Dyadic:
+        return value
+    if PyFloat_Check(value):
+        v = PyFloat_AsDouble(value)
+        if not isfinite(v):
+            raise NotFinite(f"{value!r} has no exact value to sum (NaN and infinities are refused)")
+        return _of_double(v)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Real) and not isinstance(value, Rational):
+        return exact(float(value))
+    return value
 
 
 def of_float(x):
