@@ -215,3 +215,29 @@ def test_a_cancelled_float_sum_reads_0_0_through_a_view() -> None:
         assert v.result() == float(Fraction(0.1) + Fraction(0.2) - Fraction(0.30000000000000004))
         v.apply([("R", (1, 0.1), -1), ("R", (1, 0.2), -1), ("R", (1, -0.30000000000000004), -1)])
         assert type(v.result()) is float and struct.pack("<d", v.result()) == struct.pack("<d", 0.0)
+
+
+def test_matrix_chain_is_exact_for_floats() -> None:
+    """The matrix ring (F-IVM §6.5) with float entries: an update and its negation restore the product bit
+    for bit (binary64 loses the small entries to a 1e17 one for good: fails on the old code), entries read
+    out correctly rounded, and a NaN is refused by name."""
+    import numpy as np
+
+    from ivm.apps.matrix_chain import MatrixChain
+    from ivm.rings.exact import NotFinite
+
+    mats = [[[0.1, 0.2], [0.3, 0.7]], [[1.5, -0.25], [0.125, 3.3]], [[0.9, 0.1], [0.01, 2.0]]]
+    chain = MatrixChain(mats)
+    before = chain.result()
+    exact_product = np.array([[Fraction(x) for x in row] for row in mats[0]], dtype=object)
+    for m in mats[1:]:
+        exact_product = exact_product @ np.array([[Fraction(x) for x in row] for row in m], dtype=object)
+    assert [bits(x) for x in before.flat] == [bits(rounded(f)) for f in exact_product.flat]
+    chain.update(1, [[1e17, 0.0], [0.0, 0.0]])
+    chain.update(1, [[-1e17, 0.0], [0.0, 0.0]])
+    chain.update_rank1(0, [1e17, 0.5], [0.3, 1.0])
+    chain.update_rank1(0, [-1e17, -0.5], [0.3, 1.0])
+    after = chain.result()
+    assert [bits(x) for x in after.flat] == [bits(x) for x in before.flat]
+    with pytest.raises(NotFinite):
+        chain.update(2, [[math.nan, 0.0], [0.0, 0.0]])
