@@ -324,8 +324,10 @@ def _make(m: int, e: int) -> Any:
 
 
 try:  # the same class as a C extension type (``_exact_kernel.pyx``): no Python frame per operation, no GC tracking
-    from ivm.rings._exact_kernel import Dyadic  # type: ignore[no-redef]
-    from ivm.rings._exact_kernel import exact  # type: ignore[no-redef]  # noqa: F811  (the same function, in C)
+    from ivm.rings._exact_kernel import (
+        Dyadic,  # type: ignore[no-redef]
+        exact,  # type: ignore[no-redef]  # noqa: F401  (the same function, in C)
+    )
     from ivm.rings._exact_kernel import of_float as _of_float  # type: ignore[no-redef]
 except ImportError:  # no compiler at install time: the Python class above
     pass

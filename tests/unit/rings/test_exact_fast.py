@@ -13,6 +13,7 @@ The compiled :class:`~ivm.rings.exact.Dyadic` keeps an element as a Shewchuk exp
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from fractions import Fraction
@@ -69,7 +70,7 @@ def well_formed(d: Any) -> None:
     assert len(comps) <= 6
     for c in comps:
         assert c != 0.0 and math.isfinite(c)
-    for lo, hi in zip(comps, comps[1:], strict=False):
+    for lo, hi in itertools.pairwise(comps):
         # non-overlapping (Shewchuk): the lowest set bit of hi is above the highest set bit of lo
         lo_top = math.frexp(lo)[1]  # |lo| < 2^lo_top
         n, den = abs(hi).as_integer_ratio()
