@@ -3,7 +3,8 @@
 ``A = A_1 · A_2 ⋯ A_k`` with one view per internal node of a balanced binary
 tree (the variable order's parenthesization); each view is a p×p element of
 the matrix ring (:class:`~ivm.rings.matrix.MatrixRing`), products keep operand
-order.  Updates:
+order.  ``exact=True`` (the default) keeps float entries as exact dyadic rationals, so an update and
+its negation restore the product bit for bit; ``exact=False`` is float64.  Updates:
 
 - an arbitrary ``δA_i``: ``δV = δL · R`` or ``L · δR`` up the path: O(p³ log k);
 - a rank-1 ``δA_i = u vᵀ`` stays factorized up the path (§6.5: ``δV^{@X2} =
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ivm.rings.matrix import Matrix, MatrixRing
+from ivm.rings.matrix import Matrix, MatrixRing, lift, readout
 
 
 class MatrixChain:
@@ -48,10 +49,11 @@ class MatrixChain:
             self.views[n] = self.views[2 * n] * self.views[2 * n + 1]
 
     def result(self) -> np.ndarray:
-        return self.views[1].array
+        """The product; exact float entries read out correctly rounded (:func:`ivm.rings.matrix.readout`)."""
+        return readout(self.views[1].array)
 
     def matrix(self, i: int) -> np.ndarray:
-        return self.views[self.size + i].array
+        return readout(self.views[self.size + i].array)
 
     def update(self, i: int, delta: Any) -> None:
         """``A_i += delta`` for an arbitrary delta: one product per view on the path, O(p³ log k)."""
@@ -66,9 +68,9 @@ class MatrixChain:
 
     def update_rank1(self, i: int, u: Any, v: Any) -> None:
         """``A_i += u vᵀ`` propagated in factorized form, O(p²) per view on the path."""
-        dtype = self.ring.dtype
-        u = np.asarray(u, dtype=dtype)
-        v = np.asarray(v, dtype=dtype)
+        exact = self.ring.dtype is object
+        u = lift(u, exact)
+        v = lift(v, exact)
         n = self.size + i
         self.views[n] = Matrix(self.views[n].array + np.outer(u, v))
         while n > 1:

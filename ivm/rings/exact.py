@@ -15,13 +15,16 @@ The algebra.  Every finite double ``x`` is an integer times a power of two: ``x 
 
 so sums, differences and products of doubles and ints — everything the SUM, AVG and covariance rings
 compute (§2.4, Def. 32, Def. 37) — are exact in ``D``, and a sequence of updates whose net effect is
-zero brings every payload back to exactly its earlier element: a sum or a product that is 0 is the
-int ``0`` (the rings' zero), so a payload that was 0 before is the same ``0`` after, and zero
-elimination (§9 item 1) is exact.  An element keeps the least exponent that
-went into it (no normalization: an addition costs one shift and one ``int`` addition, O(size in words));
-``m`` has at most ``e_max - e_min + 53 + log2(#terms)`` bits, 2,100 bits for sums that mix 1e308
-and 5e-324, 53 + log2(#terms) for values of one binade.  Ints stay Python ints (already exact); an
-element appears only where a float is lifted (:func:`exact`).
+zero brings every payload back to exactly its earlier element.  A float sum or product that is 0 is the
+zero element ``Dyadic(0, 0)``: it reads ``0.0`` (the type of the input: a float SUM that cancels reads
+``0.0``, not the int ``0``) and equals the rings' zero ``0``, so zero elimination (§9 item 1) is exact.
+An element keeps the least exponent that went into it (no normalization: an addition costs one shift
+and one ``int`` addition, O(size in words)); ``m`` has at most ``e_max - e_min + 53 + log2(#terms)``
+bits, 2,100 bits for sums that mix 1e308 and 5e-324, 53 + log2(#terms) for values of one binade.  Ints
+stay Python ints (already exact); an element appears only where a float is lifted (:func:`exact`).
+This class is the reference; the compiled type of the same values (``_exact_kernel.pyx``) keeps an
+element as up to six doubles (a Shewchuk expansion, one double in the common case) and is what
+:data:`Dyadic` is when built.
 
 The read-out.  The value a user reads is a ``float``: the double nearest to the exact element (ties to
 even), ``float(m·2^e)``.  CPython's ``float(int)`` and ``int / int`` are correctly rounded (subnormal
@@ -136,7 +139,7 @@ class PyDyadic:
             m += n << (f - e)
         else:
             m, e = (m << (e - f)) + n, f
-        return PyDyadic(m, e) if m else 0  # a sum that cancels is the ring's zero, the int 0, as before
+        return PyDyadic(m, e) if m else PyDyadic(0, 0)  # a float sum that cancels is 0.0, not the int 0
 
     __radd__ = __add__
 
@@ -161,16 +164,16 @@ class PyDyadic:
         t = type(other)
         if t is PyDyadic:
             m = self.m * other.m
-            return PyDyadic(m, self.e + other.e) if m else 0
+            return PyDyadic(m, self.e + other.e) if m else PyDyadic(0, 0)
         if t is int or t is bool:
-            return PyDyadic(self.m * other, self.e) if other else 0
+            return PyDyadic(self.m * other, self.e) if other else PyDyadic(0, 0)
         if isinstance(other, float):
             other = _py_of_float(other)
-            return PyDyadic(self.m * other.m, self.e + other.e) if other.m else 0
+            return PyDyadic(self.m * other.m, self.e + other.e) if other.m else PyDyadic(0, 0)
         if isinstance(other, Fraction):
             return self.as_fraction() * other
         if isinstance(other, int):
-            return PyDyadic(self.m * int(other), self.e) if other else 0
+            return PyDyadic(self.m * int(other), self.e) if other else PyDyadic(0, 0)
         return NotImplemented
 
     __rmul__ = __mul__
@@ -273,16 +276,16 @@ def exact(value: Any) -> Any:
     :class:`Dyadic`; ints, Fractions and Dyadics stay as they are (exact already).  A NaN or an
     infinity raises :class:`NotFinite`.
 
-    >>> exact(3), exact(0.75), exact(5e-324), exact(-0.0)
-    (3, Dyadic(3, -2), Dyadic(1, -1074), 0)
+    >>> exact(3), exact(0.75), exact(5e-324), exact(-0.0), float(exact(0.5) - 0.5)
+    (3, Dyadic(3, -2), Dyadic(1, -1074), Dyadic(0, 0), 0.0)
     """
     t = type(value)
     if t is int or t is Dyadic:
         return value
     if t is float or isinstance(value, float):
-        return _of_float(value) if value else 0  # ±0.0: the int 0 (the rings' zero; a NaN is truthy)
+        return _of_float(value)  # ±0.0: the zero Dyadic (reads 0.0, equals the rings' zero 0)
     if isinstance(value, Real) and not isinstance(value, Rational):  # numpy's float32 and float16: exact in a double
-        return _of_float(float(value)) if value else 0
+        return _of_float(float(value))
     return value
 
 
@@ -321,7 +324,10 @@ def _make(m: int, e: int) -> Any:
 
 
 try:  # the same class as a C extension type (``_exact_kernel.pyx``): no Python frame per operation, no GC tracking
-    from ivm.rings._exact_kernel import Dyadic  # type: ignore[no-redef]
+    from ivm.rings._exact_kernel import (
+        Dyadic,  # type: ignore[no-redef]
+        exact,  # type: ignore[no-redef]  # noqa: F401  (the same function, in C)
+    )
     from ivm.rings._exact_kernel import of_float as _of_float  # type: ignore[no-redef]
 except ImportError:  # no compiler at install time: the Python class above
     pass

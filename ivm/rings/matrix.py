@@ -14,6 +14,28 @@ from typing import Any
 import numpy as np
 
 from ivm.rings.base import Ring
+from ivm.rings.exact import exact as _exact
+from ivm.rings.exact import readout as _readout
+
+#: entry-wise :func:`ivm.rings.exact.exact` and read-out over object arrays
+_lift = np.frompyfunc(_exact, 1, 1)
+_read = np.frompyfunc(_readout, 1, 1)
+
+
+def lift(values: Any, exact: bool = True) -> np.ndarray:
+    """``values`` as an array of the ring's entries: exact (object dtype, floats as exact dyadic
+    rationals; a NaN or an infinity raises :class:`~ivm.rings.exact.NotFinite`) or float64."""
+    if not exact:
+        return np.asarray(values, dtype=np.float64)
+    array = np.asarray(values, dtype=object)
+    return _lift(array).astype(object) if array.size else array
+
+
+def readout(array: np.ndarray) -> np.ndarray:
+    """The entries a user reads: exact float entries correctly rounded to floats, ints as they are."""
+    if array.dtype != object or not array.size:
+        return array
+    return _read(array).astype(object)
 
 
 class MatrixRing(Ring):
@@ -33,7 +55,7 @@ class MatrixRing(Ring):
         self.name = f"{p}x{p} matrices"
 
     def element(self, values: Any) -> Matrix:
-        return Matrix(np.array(values, dtype=self.dtype))
+        return Matrix(lift(values, self.dtype is object))
 
     @property
     def zero(self) -> Matrix:

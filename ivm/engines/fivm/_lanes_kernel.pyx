@@ -37,7 +37,13 @@ from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool
 from libc.stdlib cimport free, malloc
 
-from ivm.rings.exact import _of_float as of_float, exact
+from ivm.rings._exact_kernel cimport lift_mul
+from ivm.rings.exact import Dyadic, exact
+from ivm.rings.exact import _of_float as of_float
+
+#: the compiled accumulator is the one in use (:data:`ivm.rings.exact.Dyadic`), so its C entry point gives the
+#: same elements as :func:`ivm.rings.exact.exact`
+cdef bint COMPILED_EXACT = Dyadic.__module__ == "ivm.rings._exact_kernel"
 
 
 cdef extern from "Python.h":
@@ -145,7 +151,7 @@ cdef inline object lifted(object s, tuple lifts, object key, PyObject** slots):
     """``s · Π x^k`` over ``lifts`` = ((position, k), ...): positions in ``key``, or slots if ``key`` is None."""
     cdef Py_ssize_t i, n = len(lifts), p
     cdef tuple pk
-    cdef object x, k
+    cdef object x, k, y
     for i in range(n):
         pk = <tuple>lifts[i]
         p = <Py_ssize_t>pk[0]
@@ -157,6 +163,11 @@ cdef inline object lifted(object s, tuple lifts, object key, PyObject** slots):
                 raise TypeError(f"key {key!r} has no position {p}")
             x = <object>PyTuple_GET_ITEM(key, p)
         if not PyLong_CheckExact(x):  # a float is lifted as its exact dyadic rational (ivm.rings.exact)
+            if k == 1 and COMPILED_EXACT:
+                y = lift_mul(s, x)  # a double: one TwoProduct in C (ivm/rings/_exact_kernel.pyx)
+                if y is not NotImplemented:
+                    s = y
+                    continue
             x = of_float(x) if PyFloat_CheckExact(x) and x else exact(x)
         if k == 1:
             s = PyNumber_Multiply(s, x)

@@ -113,7 +113,8 @@ def test_read_out_edges_of_each_implementation(cls: Any) -> None:
     assert float(tiny * to(cls, 0.5)) == 0.0 and float(tiny * 3 * to(cls, 0.5)) == 1e-323
     assert float(big * 2) == math.inf and float(-big * 2) == -math.inf
     assert float(to(cls, 0.1) + to(cls, 0.2)) == 0.30000000000000004
-    assert to(cls, 0.5) + to(cls, -0.5) == 0 and type(to(cls, 0.5) + to(cls, -0.5)) is int
+    zero = to(cls, 0.5) + to(cls, -0.5)  # a float sum that cancels: the zero element, read 0.0 (not the int 0)
+    assert zero == 0 and type(zero) is cls and float(zero) == 0.0
     assert int(to(cls, -2.5)) == -2 and repr(to(cls, 0.75)) == "Dyadic(3, -2)"
     assert (to(cls, 0.5) == math.nan) is False and to(cls, 0.5) < math.inf
 
@@ -182,7 +183,7 @@ def cancel(view: Any, relation: str, inserted: list[tuple[Any, ...]], batches: i
 
 
 def agrees(got: Any, want: float) -> bool:
-    """``got`` is the oracle's float (bit for bit), or the int 0 where the exact sum is 0 (the rings' zero)."""
+    """``got`` is the oracle's float (bit for bit), or the int 0 where no float went in (the rings' zero)."""
     if isinstance(got, float):
         return bits(got) == bits(want)
     return got == want == 0 and type(got) is int
