@@ -285,7 +285,7 @@ class ShardedView(View):
             for r in results:
                 for k, v in r.items():
                     merged[k] = merged[k] + v
-            return {k: v for k, v in merged.items() if v}
+            return dict(merged)  # a group of some shard has rows (shards drop emptied groups themselves)
         return reduce(operator.add, results)
 
     def enumerate(self) -> Iterator[tuple[Row, int]]:

@@ -192,7 +192,8 @@ class FirstOrderDelta(Engine):
         scale = agg.coefficient if agg.kind == "sum" else 1
         if not self.query.free:
             return self.totals.get((), [0, 0])[t] * scale
-        return {g: v[t] * scale for g, v in self.totals.items() if v[t]}
+        # a group exists while it has join results (its count), as in SQL: a SUM of 0 over rows is a row
+        return {g: v[t] * scale for g, v in self.totals.items() if v[0]}
 
     def enumerate(self) -> Iterator[tuple[Row, int]]:
         for group, vals in self.totals.items():

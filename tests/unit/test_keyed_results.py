@@ -30,15 +30,18 @@ def _config(queries: dict[str, str]) -> PipelineConfig:
 
 
 def _oracle(db) -> tuple[dict, dict]:
-    """(a -> SUM(c), (a, c) -> count) over R(a,b) ⋈ S(b,c), groups with a zero sum or count absent."""
+    """(a -> SUM(c), (a, c) -> count) over R(a,b) ⋈ S(b,c); as in SQL, a group without rows is absent and a
+    group with rows is present, even when its SUM is 0."""
     sums: dict = defaultdict(int)
+    rows: dict = defaultdict(int)
     counts: dict = defaultdict(int)
     for (a, b), m in db.get("R", {}).items():
         for (b2, c), n in db.get("S", {}).items():
             if b == b2:
                 sums[(a,)] += m * n * c
+                rows[(a,)] += m * n
                 counts[(a, c)] += m * n
-    return {k: v for k, v in sums.items() if v}, {k: v for k, v in counts.items() if v}
+    return {k: v for k, v in sums.items() if rows[k]}, {k: v for k, v in counts.items() if v}
 
 
 def _materialized(pipeline: Pipeline, sink: MemorySink, name: str) -> dict:

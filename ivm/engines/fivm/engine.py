@@ -1398,7 +1398,8 @@ class FIVM(Engine):
         return payload
 
     def result(self) -> Any:
-        """The aggregate: a ring value for Boolean queries, else ``{group: value}`` without zeros.
+        """The aggregate: a ring value for Boolean queries, else ``{group: value}`` without zeros (a SUM's
+        group is there while it has rows, its count in Z × Z/R, even when the sum is 0: SQL's GROUP BY).
 
         ``count``: exact ints; ``sum``: ``coefficient · SUM``; ``covariance``: a
         :class:`~ivm.rings.covariance.Covariance`; ``listing``/``factorized``: the
@@ -1430,10 +1431,13 @@ class FIVM(Engine):
             return self._finish_value(payload)
         out_groups: dict[Row, Any] = {}
         for answer, payload in self._answers():
-            value = self._finish_value(payload)
-            if (self._lanes or isinstance(payload, Pair)) and value == 0:
+            # Z × Z/R: a group exists while its count is non-zero, as in SQL (a SUM of 0 over rows is a row)
+            if self._lanes:
+                if payload[0] == 0:
+                    continue
+            elif isinstance(payload, Pair) and payload.first == 0:
                 continue
-            out_groups[answer] = value
+            out_groups[answer] = self._finish_value(payload)
         return out_groups
 
     def enumerate(self) -> Iterator[tuple[Row, int]]:

@@ -89,7 +89,7 @@ def brute(query: Query, base: Base) -> dict[Row, tuple[int, Any]]:
 def expected_result(query: Query, truth: Mapping[Row, tuple[int, Any]]) -> Any:
     if not query.free:
         return truth.get((), (0, 0))[1]
-    return {k: s for k, (_, s) in truth.items() if s != 0}
+    return {k: s for k, (c, s) in truth.items() if c != 0}  # SQL: a group with rows is a row, even when its SUM is 0
 
 
 def random_row(rng: random.Random, query: Query, relation: str, values: Sequence[Any]) -> Row:

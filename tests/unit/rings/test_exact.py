@@ -208,7 +208,7 @@ def sum_oracle(rows: list[tuple[int, float]]) -> dict[tuple[int], float]:
     sums: dict[tuple[int], Fraction] = defaultdict(Fraction)
     for a, x in rows:
         sums[(a,)] += Fraction(x)
-    return {g: rounded(s) for g, s in sums.items() if s}
+    return {g: rounded(s) for g, s in sums.items()}  # SQL: every group with rows, even when its SUM is 0
 
 
 SUM_ENGINES = [
