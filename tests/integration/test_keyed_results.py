@@ -50,13 +50,16 @@ def _oracle(kafka, topics) -> tuple[dict, dict]:
             row, mult = CODECS[rel].decode(value)
             db[rel][row] += mult
     sums: dict = defaultdict(int)
+    rows: dict = defaultdict(int)
     pairs: dict = defaultdict(int)
     for (a, b), m in db["R"].items():
         for (b2, c), n in db["S"].items():
             if b == b2 and m and n:
                 sums[(a,)] += m * n * c
+                rows[(a,)] += m * n
                 pairs[(a, c)] += m * n
-    return {k: v for k, v in sums.items() if v}, {k: v for k, v in pairs.items() if v}
+    # SQL: a group with rows is a row, even when its SUM is 0
+    return {k: v for k, v in sums.items() if rows[k]}, {k: v for k, v in pairs.items() if v}
 
 
 def _consumer_view(kafka, name: str, query: str) -> dict:
