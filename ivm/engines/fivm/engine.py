@@ -75,6 +75,8 @@ from ivm.engines.fivm.view_tree import (
     mu,
     projection,
 )
+from ivm.engines.keys import HIGH as KEY_HIGH
+from ivm.engines.keys import NAN_MESSAGE, KeyDictionary
 from ivm.query.model import Atom, Query
 from ivm.query.variable_order import VariableOrder, _finish, update_exponent, variable_order
 from ivm.rings.base import Pair, PairRing, Ring
@@ -342,6 +344,12 @@ class FIVM(Engine):
         self._relation_index = {r: i for i, r in enumerate(self._relations)}
         for r in self._relations:
             self.base[r] = base_relation.unpack(self.base[r])
+        if getattr(self, "_columnar", False):  # any key value as an int64 code (ivm.engines.keys)
+            if getattr(self, "_keydict", None) is None:  # (a snapshot from before the dictionary)
+                self._keydict = KeyDictionary()
+            for node in self.tree.nodes():
+                if isinstance(node.store, columnar.ColumnStore):
+                    node.store.attach(self._keydict)
         if getattr(self, "_columnar", False) and base_relation.RowTable is not None:
             arity = dict(self.query.relations)
             for r in self._relations:
@@ -356,7 +364,7 @@ class FIVM(Engine):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_paths", "_tables"):
+        for name in ("_paths", "_tables", "_key_positions"):
             state.pop(name, None)
         if any(base_relation.is_table(b) for b in self.base.values()):  # (else the same dict: shared copies stay one)
             state["base"] = {r: base_relation.pack(b) for r, b in self.base.items()}
@@ -524,7 +532,7 @@ class FIVM(Engine):
                 leaves = self.tree.leaves.get(relation, ())
                 path = self._paths.get(id(leaves[0])) if len(leaves) == 1 else None
                 if path is not None and path.ready():  # one occurrence, compiled (the common case)
-                    codes, values = table.gather(rows, path.code_cols, path.value_cols) or (None, None)
+                    codes, values = self._gather(table, rows, path) or (None, None)
                     if codes is not None:
                         self._run_path(path, codes, values, nets)
                     else:
@@ -576,6 +584,8 @@ class FIVM(Engine):
         """
         rebuild = False
         out: dict[str, list[int]] = {}
+        if self._columnar:
+            self._refuse_nan_keys(deltas)
         for relation, delta in deltas.items():
             olds, rows = self._base_apply(relation, delta)
             out[relation] = olds
@@ -608,6 +618,25 @@ class FIVM(Engine):
         if rebuild:
             self._rebuild()
         return out
+
+    def _refuse_nan_keys(self, deltas: dict[str, dict[Row, int]]) -> None:
+        """Refuse, before any change, a batch with NaN where a view is keyed (a NaN key has no code in the
+        :class:`~ivm.engines.keys.KeyDictionary` and could never be found or deleted again: NaN ≠ NaN).
+        Two C-level passes per key column of each relation; the float columns only are compared."""
+        positions = getattr(self, "_key_positions", None)
+        if positions is None:
+            keyed = {v for node in self.tree.nodes() if node.atom is None for v in node.keys}
+            positions = {}
+            for atom in self.query.atoms:
+                found = [p for p, t in enumerate(atom.terms) if t in keyed]
+                positions[atom.relation] = sorted(set(positions.get(atom.relation, [])) | set(found))
+            self._key_positions = positions
+        for relation, delta in deltas.items():
+            rows = list(delta)
+            for p in positions.get(relation, ()):
+                column = list(map(itemgetter(p), rows))
+                if float in set(map(type, column)) and any(x != x for x in column if type(x) is float):
+                    raise ValueError(f"{relation}: a NaN in key position {p}: {NAN_MESSAGE}")
 
     def apply_factorized(self, relation: str, factors: Sequence[Sequence[tuple[Any, Any]]]) -> int:
         """Apply ``δR = ⊎_t ⊗_f factor_{t,f}``, a union of products, keeping each product factorized (F-IVM §6).
@@ -730,9 +759,10 @@ class FIVM(Engine):
                     assert delta is not None
                     nets = [m for m in delta.values() if m]
                 if table is not None and rows is not None:
-                    arrays = table.gather(rows, path.code_cols, path.value_cols)
+                    arrays = self._gather(table, rows, path)
                 elif delta is not None:
-                    arrays = _delta_arrays([r for r, m in delta.items() if m], path.code_cols, path.value_cols)
+                    rows_in = [r for r, m in delta.items() if m]
+                    arrays = _delta_arrays(rows_in, path.code_cols, path.value_cols, self._keydict)
                 if arrays is not None:
                     self._run_path(path, arrays[0], arrays[1], nets)
                     continue
@@ -824,6 +854,37 @@ class FIVM(Engine):
             child, node = node, node.parent
         return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child)
 
+    def _gather(self, table: Any, rows: Any, path: CompiledPath) -> tuple[np.ndarray, np.ndarray] | None:
+        """A delta's ``(codes, values)`` for the compiled path from the table's cells (issue 38).
+
+        An int column's cells are their codes (an int below ``-2**62``, the interned range, is interned);
+        a float column is read as doubles and coded by the engine's :class:`~ivm.engines.keys.KeyDictionary`
+        (an integral float is its int, ``-0.0`` is 0, any other float one interned id): float keys take
+        the same kernel as int keys.  ``None`` if some column cannot be read so (then the numpy path)."""
+        got = table.gather(rows, path.code_cols, path.value_cols)
+        if got is None:
+            kinds = table.kinds_of()
+            cols = path.code_cols.tolist()
+            floats = [c for c in cols if kinds[c] == "float"]
+            ints = [c for c in cols if kinds[c] != "float"]
+            nv = len(path.value_cols)
+            got = table.gather(rows, np.array(ints, np.intp), np.array([*path.value_cols.tolist(), *floats], np.intp))
+            if got is None:
+                return None
+            int_codes, values = got
+            codes = np.empty((len(values), len(cols)), dtype=np.int64)
+            for j, c in enumerate(cols):
+                if c in floats:
+                    codes[:, j] = self._keydict.float_codes(values[:, nv + floats.index(c)])
+                else:
+                    codes[:, j] = int_codes[:, ints.index(c)]
+            return codes, values[:, :nv]
+        codes, values = got
+        if len(codes) and int(codes.min()) < KEY_HIGH:  # ints of the interned range: interned (rare)
+            for j in range(codes.shape[1]):
+                codes[:, j] = self._keydict.codes(codes[:, j].tolist())
+        return codes, values
+
     def _run_path(self, path: CompiledPath, codes: np.ndarray, values: np.ndarray, nets: Any) -> None:
         """One leaf's delta up its compiled path; the root's changes recorded for :meth:`drain_delta`."""
         root = path.kernel.run(codes, values, nets, self._tracking)
@@ -835,7 +896,10 @@ class FIVM(Engine):
         if len(self.tree.roots) > 1 or self._nu:
             return  # diffed at drain time
         names, free = list(root.keys), list(self.query.free)
-        for code, c in zip(codes.tolist(), counts.tolist(), strict=True):
+        values = codes.tolist()
+        if names and len(codes) and int(codes.min()) < KEY_HIGH:
+            values = self._keydict.values(values)
+        for code, c in zip(values, counts.tolist(), strict=True):
             key: tuple[Any, ...] = (code,) if names else ()
             if names != free:
                 binding = dict(zip(names, key, strict=True))
@@ -1638,13 +1702,19 @@ class CompiledPath:
         return self._ready
 
 
-def _delta_arrays(rows: list[Row], code_cols: Any, value_cols: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """A delta's tuples as the compiled path's arrays: int64 codes of ``code_cols`` (Python ints in int64
-    only, else ``None``) and float64 values of ``value_cols`` (as ``float(x)``)."""
+def _delta_arrays(
+    rows: list[Row], code_cols: Any, value_cols: Any, keydict: KeyDictionary | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A delta's tuples as the compiled path's arrays: int64 codes of ``code_cols`` (any value through
+    ``keydict``, :mod:`ivm.engines.keys`; without one Python ints in int64 only, else ``None``) and float64
+    values of ``value_cols`` (as ``float(x)``)."""
     n = len(rows)
     codes = np.empty((n, len(code_cols)), dtype=np.int64)
     for j, col in enumerate(code_cols):
         column = list(map(itemgetter(col), rows))
+        if keydict is not None:
+            codes[:, j] = keydict.codes(column)
+            continue
         if n and set(map(type, column)) != {int}:
             return None
         try:
