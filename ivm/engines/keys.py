@@ -140,10 +140,20 @@ class KeyDictionary:
         out[integral] = x[integral].astype(np.int64)
         rest = np.flatnonzero(~integral)
         ids = self._ids
-        got = list(map(ids.get, x[rest].tolist()))
-        if None in got:
-            values = x[rest].tolist()
-            got = [self.code(v) if g is None else g for g, v in zip(got, values, strict=True)]
+        values = x[rest].tolist()
+        got = list(map(ids.get, values))
+        if None in got:  # new values (non-integral floats, NaN excluded above): ids handed out in order
+            interned = self._values
+            for i, g in enumerate(got):
+                if g is None:
+                    v = values[i]
+                    g = ids.get(v)
+                    if g is None:
+                        g = ids[v] = LOW + len(interned)
+                        interned.append(v)
+                    got[i] = g
+            if len(interned) > HIGH - LOW:
+                raise OverflowError("more than 2**62 distinct non-int key values")
         out[rest] = got
         return out
 

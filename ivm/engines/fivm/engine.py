@@ -880,7 +880,7 @@ class FIVM(Engine):
                     codes[:, j] = int_codes[:, ints.index(c)]
             return codes, values[:, :nv]
         codes, values = got
-        if len(codes) and int(codes.min()) < KEY_HIGH:  # ints of the interned range: interned (rare)
+        if codes.size and int(codes.min()) < KEY_HIGH:  # ints of the interned range: interned (rare)
             for j in range(codes.shape[1]):
                 codes[:, j] = self._keydict.codes(codes[:, j].tolist())
         return codes, values
