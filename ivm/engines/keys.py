@@ -53,6 +53,9 @@ _FHIGH = float(HIGH)
 #: types whose values never equal an int (no :func:`int` probe for them)
 _NEVER_INT: frozenset[type] = frozenset({str, bytes, bytearray, type(None), datetime, date, time, timedelta, tuple})
 
+#: types whose values are always interned (never equal to an int, never NaN): looked up without :meth:`code`
+_INTERNED_ONLY: frozenset[type] = _NEVER_INT - {tuple}
+
 NAN_MESSAGE = "NaN cannot be a key value: it equals no value, itself included (refused by name, as in tuples)"
 
 
@@ -113,7 +116,8 @@ class KeyDictionary:
     def codes(self, values: Sequence[Any]) -> np.ndarray:
         """:meth:`code` of each value as an int64 array (all ints in range: one C-level pass)."""
         n = len(values)
-        if n and set(map(type, values)) == {int}:
+        types = set(map(type, values))
+        if types == {int}:
             try:
                 out = np.fromiter(values, dtype=np.int64, count=n)
             except OverflowError:
@@ -121,6 +125,11 @@ class KeyDictionary:
             else:
                 if out.min() >= HIGH:
                     return out
+        elif types <= _INTERNED_ONLY:  # strings, bytes, dates, None: one dict lookup each, in C
+            got = list(map(self._ids.get, values))
+            if None in got:
+                self._intern_missing(got, values)
+            return np.array(got, dtype=np.int64)
         return np.fromiter(map(self.code, values), dtype=np.int64, count=n)
 
     def find_many(self, values: Sequence[Any]) -> np.ndarray:
@@ -142,20 +151,25 @@ class KeyDictionary:
         ids = self._ids
         values = x[rest].tolist()
         got = list(map(ids.get, values))
-        if None in got:  # new values (non-integral floats, NaN excluded above): ids handed out in order
-            interned = self._values
-            for i, g in enumerate(got):
-                if g is None:
-                    v = values[i]
-                    g = ids.get(v)
-                    if g is None:
-                        g = ids[v] = LOW + len(interned)
-                        interned.append(v)
-                    got[i] = g
-            if len(interned) > HIGH - LOW:
-                raise OverflowError("more than 2**62 distinct non-int key values")
+        if None in got:  # new values (non-integral floats, NaN excluded above)
+            self._intern_missing(got, values)
         out[rest] = got
         return out
+
+    def _intern_missing(self, got: list[Any], values: list[Any]) -> None:
+        """Fill the ``None`` entries of ``got`` (``dict.get`` misses) with new ids, in order; only for values
+        that are interned whatever they are (no int equal to them, no NaN)."""
+        ids, interned = self._ids, self._values
+        for i, g in enumerate(got):
+            if g is None:
+                v = values[i]
+                g = ids.get(v)  # (the same new value earlier in this call)
+                if g is None:
+                    g = ids[v] = LOW + len(interned)
+                    interned.append(v)
+                got[i] = g
+        if LOW + len(interned) > HIGH:
+            raise OverflowError("more than 2**62 distinct non-int key values")
 
     # -- reading back
     def value(self, code: int) -> Any:

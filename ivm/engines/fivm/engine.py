@@ -1725,7 +1725,8 @@ def _delta_arrays(
         return codes, np.zeros((n, 0))
     pick = itemgetter(*value_cols) if len(value_cols) > 1 else (lambda row: (row[value_cols[0]],))
     try:
-        values = np.array(list(map(pick, rows)), dtype=np.float64).reshape(n, len(value_cols))
+        width = len(value_cols)
+        values = np.fromiter(chain.from_iterable(map(pick, rows)), dtype=np.float64, count=n * width).reshape(n, width)
     except (TypeError, ValueError):
         return None
     return codes, values
