@@ -41,6 +41,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # the compiled int64 hash index: a float's bits → its id, probed a whole array at a time
+    from ivm.engines.fivm._int_index import Int64Index
+except ImportError:  # no compiler at install time: floats are looked up in the dict
+    Int64Index = None  # type: ignore[assignment,misc]
+
 #: the reserved range of interned ids, ``[LOW, HIGH)``; ``LOW`` itself is never handed out (a lookup's
 #: "no such value" code, absent from every index)
 LOW = -(2**63)
@@ -62,11 +67,13 @@ NAN_MESSAGE = "NaN cannot be a key value: it equals no value, itself included (r
 class KeyDictionary:
     """Key values ↔ int64 codes (see the module docstring); amortized O(1) per value."""
 
-    __slots__ = ("_ids", "_values")
+    __slots__ = ("_floats", "_ids", "_values")
 
     def __init__(self) -> None:
         self._ids: dict[Any, int] = {}
         self._values: list[Any] = [None]  # index 0 is ABSENT (never a value's id)
+        #: a cache in C of the interned floats met by :meth:`float_codes`: bits → id - LOW (the dict decides)
+        self._floats: Any = Int64Index() if Int64Index is not None else None
 
     # -- coding
     def code(self, value: Any) -> int:
@@ -126,10 +133,7 @@ class KeyDictionary:
                 if out.min() >= HIGH:
                     return out
         elif types <= _INTERNED_ONLY:  # strings, bytes, dates, None: one dict lookup each, in C
-            got = list(map(self._ids.get, values))
-            if None in got:
-                self._intern_missing(got, values)
-            return np.array(got, dtype=np.int64)
+            return self._dict_codes(values)
         return np.fromiter(map(self.code, values), dtype=np.int64, count=n)
 
     def find_many(self, values: Sequence[Any]) -> np.ndarray:
@@ -138,38 +142,59 @@ class KeyDictionary:
 
     def float_codes(self, x: np.ndarray) -> np.ndarray:
         """:meth:`code` of each float of a float64 array, vectorized: integral values in range are their
-        int (``-0.0`` → 0), the others interned one ``dict`` lookup per value (NaN refused)."""
+        int (``-0.0`` → 0), the others found by their bits in a compiled hash index (one C call for the
+        array; the ``dict`` decides for a float the index has not met yet, so equal values keep one id) (NaN
+        refused)."""
         x = np.asarray(x, dtype=np.float64)
-        if np.isnan(x).any():
-            raise ValueError(NAN_MESSAGE)
-        integral = (x == np.floor(x)) & (x >= _FHIGH) & (x < _FTOP)
-        if integral.all():
-            return x.astype(np.int64)
-        out = np.empty(len(x), dtype=np.int64)
-        out[integral] = x[integral].astype(np.int64)
-        rest = np.flatnonzero(~integral)
-        ids = self._ids
-        values = x[rest].tolist()
-        got = list(map(ids.get, values))
-        if None in got:  # new values (non-integral floats, NaN excluded above)
+        whole = x == np.floor(x)  # (False for NaN; True for the infinities, out of range below)
+        if whole.any():
+            whole &= (x >= _FHIGH) & (x < _FTOP)
+            if whole.all():
+                return x.astype(np.int64)
+            if whole.any():
+                out = np.empty(len(x), dtype=np.int64)
+                out[whole] = x[whole].astype(np.int64)
+                rest = np.flatnonzero(~whole)
+                out[rest] = self._interned_floats(x[rest])
+                return out
+        return self._interned_floats(x)
+
+    def _interned_floats(self, floats: np.ndarray) -> np.ndarray:
+        """The ids of floats none of which equals an int64 (NaN refused): one probe of the bits each."""
+        if self._floats is None:
+            if np.isnan(floats).any():
+                raise ValueError(NAN_MESSAGE)
+            return self._dict_codes(floats.tolist())
+        bits = floats.view(np.int64)  # (such a double has one bit pattern: the bits are the value)
+        k = self._floats.get_many(bits)
+        miss = np.flatnonzero(k < 0)
+        if len(miss):  # floats not met here yet (NaN is never entered, so it always lands here)
+            new = floats[miss]
+            if np.isnan(new).any():
+                raise ValueError(NAN_MESSAGE)
+            k[miss] = self._dict_codes(new.tolist()) - LOW
+            self._floats.set_many(bits[miss], k[miss])
+        return k + LOW
+
+    def _dict_codes(self, values: list[Any]) -> np.ndarray:
+        """The ids of values that are interned whatever they are (no int equals them, no NaN), new ones added."""
+        got = list(map(self._ids.get, values))
+        if None in got:
             self._intern_missing(got, values)
-        out[rest] = got
-        return out
+        return np.array(got, dtype=np.int64)
+
 
     def _intern_missing(self, got: list[Any], values: list[Any]) -> None:
-        """Fill the ``None`` entries of ``got`` (``dict.get`` misses) with new ids, in order; only for values
-        that are interned whatever they are (no int equal to them, no NaN)."""
+        """Fill the ``None`` entries of ``got`` (``dict.get`` misses) with new ids, in order of first appearance;
+        only for values that are interned whatever they are (no int equal to them, no NaN).  C-level passes."""
         ids, interned = self._ids, self._values
-        for i, g in enumerate(got):
-            if g is None:
-                v = values[i]
-                g = ids.get(v)  # (the same new value earlier in this call)
-                if g is None:
-                    g = ids[v] = LOW + len(interned)
-                    interned.append(v)
-                got[i] = g
-        if LOW + len(interned) > HIGH:
+        fresh = list(dict.fromkeys([v for v, g in zip(values, got, strict=True) if g is None]))
+        base = LOW + len(interned)
+        if base + len(fresh) > HIGH:
             raise OverflowError("more than 2**62 distinct non-int key values")
+        ids.update(zip(fresh, range(base, base + len(fresh)), strict=True))
+        interned.extend(fresh)
+        got[:] = map(ids.__getitem__, values)
 
     # -- reading back
     def value(self, code: int) -> Any:
@@ -190,7 +215,8 @@ class KeyDictionary:
         n = len(self)
         sample = self._values[1 : 1 + 64]
         per_value = sum(map(sys.getsizeof, sample)) / len(sample) if sample else 0.0
-        return int(sys.getsizeof(self._ids) + sys.getsizeof(self._values) + n * per_value)
+        floats = self._floats.nbytes if self._floats is not None else 0
+        return int(sys.getsizeof(self._ids) + sys.getsizeof(self._values) + n * per_value + floats)
 
     # -- snapshots: the values in id order (the dict is rebuilt)
     def __getstate__(self) -> dict[str, Any]:
@@ -199,6 +225,7 @@ class KeyDictionary:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._values = [None, *state["values"]]
         self._ids = {v: LOW + i for i, v in enumerate(self._values) if i}
+        self._floats = Int64Index() if Int64Index is not None else None
 
     def __repr__(self) -> str:
         return f"KeyDictionary({len(self)} interned values)"
