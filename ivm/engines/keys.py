@@ -183,7 +183,6 @@ class KeyDictionary:
             self._intern_missing(got, values)
         return np.array(got, dtype=np.int64)
 
-
     def _intern_missing(self, got: list[Any], values: list[Any]) -> None:
         """Fill the ``None`` entries of ``got`` (``dict.get`` misses) with new ids, in order of first appearance;
         only for values that are interned whatever they are (no int equal to them, no NaN).  C-level passes."""
