@@ -1661,6 +1661,13 @@ class FIVM(Engine):
             "base_tuples": sum(len(b) for b in self.base.values()),
             "base_bytes": sum(base_relation.nbytes(b) for b in self.base.values()),
         }
+        keydict = getattr(self, "_keydict", None)  # (the column stores' key values, ivm.engines.keys)
+        out["key_dictionary_values"] = len(keydict) if keydict is not None else 0
+        out["key_dictionary_bytes"] = keydict.memory() if keydict is not None else 0
+        # the whole state per stored base tuple (issue 38): views, base relations and the key dictionary
+        out["state_bytes"] = int(total + out["base_bytes"] + out["key_dictionary_bytes"])
+        tuples = out["base_tuples"]
+        out["bytes_per_tuple"] = round(out["state_bytes"] / tuples, 1) if tuples else 0.0
         for name, (_, view_total, per, _) in memory.items():
             out[f"view_bytes[{name}]"] = view_total
             out[f"bytes_per_payload[{name}]"] = round(per, 1)
