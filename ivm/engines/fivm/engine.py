@@ -420,6 +420,9 @@ class FIVM(Engine):
         support = node.layout.support  # type: ignore[attr-defined]
         store = columnar.ColumnStore(len(support), self._dtype, not self.ring.exact, len(node.keys))  # type: ignore[attr-defined]
         store.support = support
+        keydict = getattr(self, "_keydict", None)  # (None while __init__ runs: _init_compiled attaches it)
+        if keydict is not None:
+            store.attach(keydict)
         return store
 
     @classmethod
