@@ -277,13 +277,18 @@ class ColumnStore:
     Amortized O(1) dictionary work per key and O(k²) array work per payload.
 
     Keys.  A view keyed by at most one variable (``arity`` 0 or 1) keeps its keys as int64
-    *codes* while every key is ``()`` (code 0) or a 1-tuple of a Python ``int`` in int64: an
+    *codes* while every key is ``()`` (code 0) or a 1-tuple of a value with a code (an ``int`` in
+    ``[-2**62, 2**63)`` is its own, others as below): an
     :class:`Int64Index` (code → row) and ``keycode`` (row → code), with no Python object per key,
     so a grouped delta finds all its rows in one call (:meth:`lookup`) and the compiled kernel
     (``_covar_kernel.pyx``) reads and writes the store directly.  Lookups keep the dict's
-    equality (``(1.0,)`` finds ``(1,)``); the first new key of another kind (a string, a float
-    that is not already present as an int) moves the store to a dict (``key → row``) for good.
-    Without the compiled index every store uses the dict.
+    equality (``(1.0,)`` finds ``(1,)``).  With the engine's :class:`~ivm.engines.keys.KeyDictionary`
+    attached (:meth:`attach`; F-IVM attaches one to all its stores) every single key value has a
+    code (floats, strings, dates, ``None``, ... interned), so a store keyed by one variable stays in
+    int mode whatever its keys, and keys read back (:meth:`live`, snapshots) are the values again;
+    without it, the first new key of another kind (a string, a float that is not already present as
+    an int) moves the store to a dict (``key → row``) for good.  Without the compiled index every
+    store uses the dict.
     """
 
     def __init__(self, k: int, dtype: Any, tolerance: bool, arity: int | None = None) -> None:
