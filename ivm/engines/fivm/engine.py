@@ -536,7 +536,7 @@ class FIVM(Engine):
                 path = self._paths.get(id(leaves[0])) if len(leaves) == 1 else None
                 if path is not None and path.ready():  # one occurrence, compiled (the common case)
                     codes, values = self._gather(table, rows, path) or (None, None)
-                    if codes is not None:
+                    if codes is not None and path.takes(codes):
                         self._run_path(path, codes, values, nets)
                     else:
                         self._propagate_columnar(relation, None, table, rows, nets)
@@ -766,7 +766,7 @@ class FIVM(Engine):
                 elif delta is not None:
                     rows_in = [r for r, m in delta.items() if m]
                     arrays = _delta_arrays(rows_in, path.code_cols, path.value_cols, self._keydict)
-                if arrays is not None:
+                if arrays is not None and path.takes(arrays[0]):
                     self._run_path(path, arrays[0], arrays[1], nets)
                     continue
             if delta is None:
@@ -813,6 +813,7 @@ class FIVM(Engine):
             return value_cols.index(position)
 
         levels = []
+        lifted_above: list[bool] = []
         written: list[columnar.ColumnStore] = []
         siblings: list[columnar.ColumnStore] = []
         child, node = leaf, leaf.parent
@@ -831,6 +832,7 @@ class FIVM(Engine):
             sib_src = [(code(p[0]) if first else 0) if p else -1 for p in direct.sibling_positions]
             out_src = (code(direct.key_positions[0]) if first else 0) if direct.key_positions else -1
             lift_src = [value(p) if first else 0 for p in direct.lift_positions]
+            lifted_above.append(not first and bool(lift_src))
             layout = node.layout  # type: ignore[attr-defined]
             child_block, sibling_blocks = layout.plans[i]
             blocks = [child_block, *sibling_blocks]
@@ -855,7 +857,9 @@ class FIVM(Engine):
                 written.append(node.store)  # type: ignore[arg-type]
             siblings.extend(stores)  # type: ignore[arg-type]
             child, node = node, node.parent
-        return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child)
+        # a level above the first lifts its key from the key's code (the kernel: value = code, exact for ints)
+        lifts_codes = any(level_lifts for level_lifts in lifted_above)
+        return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child, lifts_codes)
 
     def _gather(self, table: Any, rows: Any, path: CompiledPath) -> tuple[np.ndarray, np.ndarray] | None:
         """A delta's ``(codes, values)`` for the compiled path from the table's cells (issue 38).
@@ -1681,7 +1685,7 @@ class CompiledPath:
     """A leaf's compiled path (:class:`~._covar_kernel.Path`): which tuple columns key the views and
     siblings (``code_cols``) and which are lifted (``value_cols``), the stores it writes and reads."""
 
-    __slots__ = ("_epoch", "_ready", "code_cols", "kernel", "root", "siblings", "value_cols", "written")
+    __slots__ = ("_epoch", "_ready", "code_cols", "kernel", "lifts_codes", "root", "siblings", "value_cols", "written")
 
     def __init__(
         self,
@@ -1691,8 +1695,11 @@ class CompiledPath:
         written: list[columnar.ColumnStore],
         siblings: list[columnar.ColumnStore],
         root: ViewNode,
+        lifts_codes: bool = False,
     ) -> None:
         self.kernel = kernel
+        #: some level above the first lifts its key variable, which the kernel reads off the key's code
+        self.lifts_codes = lifts_codes
         self.code_cols = np.array(code_cols, dtype=np.intp)
         self.value_cols = np.array(value_cols, dtype=np.intp)
         self.written = written
@@ -1700,6 +1707,12 @@ class CompiledPath:
         self.root = root
         self._epoch = -1
         self._ready = False
+
+    def takes(self, codes: np.ndarray) -> bool:
+        """Whether the kernel may run a delta with these codes: always, unless it lifts a key from its code
+        and some code is an interned id (a non-integral float key, whose code is not its value; issue 38):
+        that batch takes the numpy path, which lifts the values themselves."""
+        return not self.lifts_codes or not codes.size or int(codes.min()) >= KEY_HIGH
 
     def ready(self) -> bool:
         """Every store in int mode, and no secondary index on a store it writes (it keeps none); the
