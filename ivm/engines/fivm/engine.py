@@ -792,10 +792,15 @@ class FIVM(Engine):
         if key in self._paths:
             return self._paths[key]
         path = self._build_path(leaf) if self.implementation == "compiled" and Path is not None else None
+        if path is not None and path.lifts_codes:  # a key lifted above the first level: carry its value
+            path = self._build_path(leaf, key_values=True)
         self._paths[key] = path
         return path
 
-    def _build_path(self, leaf: ViewNode) -> CompiledPath | None:
+    def _build_path(self, leaf: ViewNode, key_values: bool = False) -> CompiledPath | None:
+        """The path's levels; ``key_values``: carry each view key's value beside its code (the tuple's key
+        column read as a value at the first level, ``Level.out_val``), for a level that lifts its key variable
+        (the code of an interned key, a non-integral float, is not its value; issue 38)."""
         atom = self.query.atoms[leaf.atom]  # type: ignore[index]
         if atom.constants or len(leaf.keys) != len(atom.terms) or leaf.store is not None:
             return None  # (a stored leaf is keyed by whole tuples: the numpy path keeps it)
@@ -833,6 +838,9 @@ class FIVM(Engine):
             out_src = (code(direct.key_positions[0]) if first else 0) if direct.key_positions else -1
             lift_src = [value(p) if first else 0 for p in direct.lift_positions]
             lifted_above.append(not first and bool(lift_src))
+            out_val = -1
+            if key_values and direct.key_positions:
+                out_val = value(direct.key_positions[0]) if first else 0
             layout = node.layout  # type: ignore[attr-defined]
             child_block, sibling_blocks = layout.plans[i]
             blocks = [child_block, *sibling_blocks]
@@ -851,6 +859,7 @@ class FIVM(Engine):
                     child_block[1],
                     blocks,
                     len(node.keys) == 1,
+                    out_val,
                 )
             )
             if node.store is not None:
@@ -858,7 +867,7 @@ class FIVM(Engine):
             siblings.extend(stores)  # type: ignore[arg-type]
             child, node = node, node.parent
         # a level above the first lifts its key from the key's code (the kernel: value = code, exact for ints)
-        lifts_codes = any(level_lifts for level_lifts in lifted_above)
+        lifts_codes = not key_values and any(lifted_above)
         return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child, lifts_codes)
 
     def _gather(self, table: Any, rows: Any, path: CompiledPath) -> tuple[np.ndarray, np.ndarray] | None:
