@@ -157,6 +157,9 @@ class Metrics:
         self.state_view_entries = Gauge(
             "ivm_state_view_entries", "Entries of a query's materialized views", ["query"], registry=r
         )
+        self.state_bytes_per_tuple = Gauge(  # issue 38: state_bytes over base tuples (shards summed)
+            "ivm_state_bytes_per_tuple", "Bytes of a query's state per stored base tuple", ["query"], registry=r
+        )
         self.engine_stat = Gauge(
             "ivm_engine_stat", "Engine internals as reported by Engine.stats()", ["query", "engine", "stat"],
             registry=r,
@@ -349,6 +352,8 @@ class Metrics:
             self.state_tuples.labels(query).set(tuples)
         if (entries := _first(stats, _VIEW_ENTRY_STATS)) is not None:
             self.state_view_entries.labels(query).set(entries)
+        if "state_bytes" in stats and (tuples := _first(stats, _TUPLE_STATS)):
+            self.state_bytes_per_tuple.labels(query).set(stats["state_bytes"] / tuples)
         for i, s in enumerate(per_shard):
             shard = str(i)
             if (tuples := _first(s, _TUPLE_STATS + _VIEW_ENTRY_STATS)) is not None:

@@ -183,6 +183,9 @@ def test_engine_internals_become_named_metrics() -> None:
     ]
     m.observe_view("tri", tri)  # a cumulative count is not added twice
     assert _sample(m, "ivm_rebalances_total", query="tri", kind="major") == majors
+    if all("state_bytes" in s for s in stats):  # the compiled state (issue 38: state per tuple as a metric)
+        per_tuple = sum(s["state_bytes"] for s in stats) / sum(s["state_tuples"] for s in stats)
+        assert _sample(m, "ivm_state_bytes_per_tuple", query="tri") == pytest.approx(per_tuple)
 
     fivm = ivm.maintain("Q() :- R(a,b), S(b,c)", engine="fivm")
     fivm.apply([u for u in ups if u[0] in "RS"])
@@ -191,6 +194,11 @@ def test_engine_internals_become_named_metrics() -> None:
     assert _sample(m, "ivm_fivm_materialized_views", query="f") == len(views)
     for name, size in views.items():
         assert _sample(m, "ivm_fivm_view_keys", query="f", view=name) == size
+    f_stats = fivm.stats()
+    assert f_stats["state_bytes"] >= f_stats["view_bytes"] + f_stats["base_bytes"] > 0
+    assert _sample(m, "ivm_state_bytes_per_tuple", query="f") == pytest.approx(
+        f_stats["state_bytes"] / f_stats["base_tuples"]
+    )
 
     prop = ivm.maintain("Q(a) :- R(a,b), S(b,c)", engine="propagation", patterns=["R=insert-only", "S=insert-only"])
     prop.apply([u for u in ups if u[0] in "RS"])

@@ -211,6 +211,7 @@ cdef class Level:
     cdef public object store
     cdef public list siblings
     cdef public bint arity_out
+    cdef public Py_ssize_t out_val  # which of the child's values is the view key's value (-1: its code)
     cdef Py_ssize_t nsib, out_src, nlift, k, T, W, child_k, nf, nsized
     cdef bint leaf_lift  # the view over a leaf alone: its delta is m · g_X, every support variable lifted here
     cdef Py_ssize_t sib_src[MAX_FACTORS]
@@ -231,8 +232,9 @@ cdef class Level:
         free(self.run_off)
 
     def __init__(self, store, list siblings, sib_src, Py_ssize_t out_src, lift_src, Py_ssize_t k,
-                 Py_ssize_t child_k, blocks, bint arity_out):
+                 Py_ssize_t child_k, blocks, bint arity_out, Py_ssize_t out_val=-1):
         cdef Py_ssize_t i, f
+        self.out_val = out_val
         self.store = store
         self.siblings = siblings
         self.nsib = len(siblings)
@@ -571,6 +573,8 @@ cdef class Path:
     cdef Py_ssize_t gcodes_cap[2]
     cdef double* vals
     cdef Py_ssize_t vals_cap
+    cdef double* gvals  # the value of each group's key (a level's ``out_val``, else the code)
+    cdef Py_ssize_t gvals_cap
     cdef int64_t* sib_rows
     cdef Py_ssize_t sib_rows_cap
     cdef int64_t* map_code
@@ -590,6 +594,8 @@ cdef class Path:
         self.gcodes[0] = self.gcodes[1] = NULL
         self.gcodes_cap[0] = self.gcodes_cap[1] = 0
         self.vals = NULL
+        self.gvals = NULL
+        self.gvals_cap = 0
         self.sib_rows = NULL
         self.map_code = self.map_group = NULL
         self.Sh = self.Sc = self.Shat = NULL
@@ -606,6 +612,7 @@ cdef class Path:
         free(self.gcodes[0])
         free(self.gcodes[1])
         free(self.vals)
+        free(self.gvals)
         free(self.sib_rows)
         free(self.map_code)
         free(self.map_group)
@@ -684,6 +691,7 @@ cdef class Path:
                 self.map_code = <int64_t*> room(<void**>&self.map_code, &self.map_cap, size, sizeof(int64_t))
                 self.map_group = <int64_t*> room(<void**>&self.map_group, &self.map_cap2, size, sizeof(int64_t))
                 memset(self.map_group, 0xFF, size * sizeof(int64_t))
+                self.gvals = <double*> room(<void**>&self.gvals, &self.gvals_cap, n, sizeof(double))
             else:
                 memset(G, 0, W * sizeof(double))
                 if L.k:
@@ -719,6 +727,7 @@ cdef class Path:
                             self.map_code[h] = code
                             self.map_group[h] = ng
                             gc[ng] = code
+                            self.gvals[ng] = cur_vals[i * Lc + L.out_val] if L.out_val >= 0 else <double>code
                             memset(G + ng * W, 0, W * sizeof(double))
                             ng += 1
                         g = self.map_group[h]
@@ -744,6 +753,8 @@ cdef class Path:
                     continue
                 if t != g:
                     gc[t] = gc[g]
+                    if not single:
+                        self.gvals[t] = self.gvals[g]
                     memcpy(G + t * W, G + g * W, W * sizeof(double))
                 t += 1
             ng = t
@@ -753,7 +764,7 @@ cdef class Path:
             # this level's delta is the next level's input: its key's code (and value) per row
             self.vals = <double*> room(<void**>&self.vals, &self.vals_cap, max(ng, 1), sizeof(double))
             for g in range(ng):
-                self.vals[g] = <double>gc[g]
+                self.vals[g] = <double>gc[g] if single else self.gvals[g]
             Kc = Lc = 1 if L.arity_out else 0
             Wc = W
             cur_codes = gc

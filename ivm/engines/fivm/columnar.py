@@ -81,6 +81,8 @@ from typing import Any
 import numpy as np
 
 from ivm.engines.fivm.view_tree import DeltaPlan, ViewNode, key_projection, projection
+from ivm.engines.keys import HIGH as KEY_HIGH
+from ivm.engines.keys import KeyDictionary
 from ivm.rings.covariance import Covariance
 from ivm.rings.exact import exact
 
@@ -224,9 +226,10 @@ def int_codes(keys: Sequence[Key]) -> np.ndarray | None:
     if set(map(type, values)) != {int}:  # a view's keys share its arity
         return None
     try:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
+        codes = np.fromiter(values, dtype=np.int64, count=len(values))
     except OverflowError:
         return None
+    return codes if codes.min() >= KEY_HIGH else None  # (below: interned ids' range, ivm.engines.keys)
 
 
 def equal_code(value: Any) -> int | None:
@@ -274,13 +277,18 @@ class ColumnStore:
     Amortized O(1) dictionary work per key and O(k²) array work per payload.
 
     Keys.  A view keyed by at most one variable (``arity`` 0 or 1) keeps its keys as int64
-    *codes* while every key is ``()`` (code 0) or a 1-tuple of a Python ``int`` in int64: an
+    *codes* while every key is ``()`` (code 0) or a 1-tuple of a value with a code (an ``int`` in
+    ``[-2**62, 2**63)`` is its own, others as below): an
     :class:`Int64Index` (code → row) and ``keycode`` (row → code), with no Python object per key,
     so a grouped delta finds all its rows in one call (:meth:`lookup`) and the compiled kernel
     (``_covar_kernel.pyx``) reads and writes the store directly.  Lookups keep the dict's
-    equality (``(1.0,)`` finds ``(1,)``); the first new key of another kind (a string, a float
-    that is not already present as an int) moves the store to a dict (``key → row``) for good.
-    Without the compiled index every store uses the dict.
+    equality (``(1.0,)`` finds ``(1,)``).  With the engine's :class:`~ivm.engines.keys.KeyDictionary`
+    attached (:meth:`attach`; F-IVM attaches one to all its stores) every single key value has a
+    code (floats, strings, dates, ``None``, ... interned), so a store keyed by one variable stays in
+    int mode whatever its keys, and keys read back (:meth:`live`, snapshots) are the values again;
+    without it, the first new key of another kind (a string, a float that is not already present as
+    an int) moves the store to a dict (``key → row``) for good.  Without the compiled index every
+    store uses the dict.
     """
 
     def __init__(self, k: int, dtype: Any, tolerance: bool, arity: int | None = None) -> None:
@@ -299,6 +307,8 @@ class ColumnStore:
         self.support: tuple[int, ...] = ()  # ring indices in layout order (set by the engine)
         self.codes: Any = None
         self.keycode: np.ndarray | None = None
+        #: the engine's key dictionary (:mod:`ivm.engines.keys`): with it, any single key value has a code
+        self.keydict: KeyDictionary | None = None
         self._rows: dict[Key, int] | None = {}
         self._keys: list[Key | None] | None = []
         if Int64Index is not None and arity in (0, 1):
@@ -312,14 +322,28 @@ class ColumnStore:
         self._arenas.pop("keycode", None)
         self._rows = self._keys = None
 
+    def attach(self, keydict: KeyDictionary) -> None:
+        """Code keys through ``keydict`` from now on (an int-mode store of ints only keeps its codes, which
+        are the dictionary's codes of those ints; one holding an int of the interned range leaves int mode)."""
+        live = self.codes is not None and self.arity == 1 and self.keydict is None and len(self)
+        if live and int(self.keycode[self.codes.items()[1]].min()) < KEY_HIGH:  # type: ignore[index,union-attr]
+            self.to_dict_keys()
+        self.keydict = keydict
+
     def _key(self, code: int) -> Key:
-        return () if self.arity == 0 else (code,)
+        if self.arity == 0:
+            return ()
+        return (code,) if self.keydict is None or code >= KEY_HIGH else (self.keydict.value(code),)
 
     def _exact_code(self, key: Key) -> int | None:
         """The code a new key is stored under in int mode, or ``None`` if it needs the dict."""
         if self.arity == 0:
             return 0 if key == () else None
-        if len(key) == 1 and type(key[0]) is int and -(2**63) <= key[0] < 2**63:
+        if len(key) != 1:
+            return None
+        if self.keydict is not None:
+            return self.keydict.code(key[0])
+        if type(key[0]) is int and KEY_HIGH <= key[0] < 2**63:
             return key[0]
         return None
 
@@ -327,12 +351,22 @@ class ColumnStore:
         """The code of the stored key equal to ``key`` if there can be one (Python equality)."""
         if self.arity == 0:
             return 0 if len(key) == 0 else None
-        return equal_code(key[0]) if len(key) == 1 else None
+        if len(key) != 1:
+            return None
+        if self.keydict is not None:
+            return self.keydict.find(key[0])  # (ABSENT, a code no index holds, if the value has none)
+        return equal_code(key[0])
 
-    def _int_codes(self, keys: Sequence[Key]) -> np.ndarray | None:
+    def _int_codes(self, keys: Sequence[Key], insert: bool = False) -> np.ndarray | None:
+        """The keys' codes, or ``None`` if some key has none (``insert``: intern new values, for keys being
+        entered; else a value never seen gets :data:`~ivm.engines.keys.ABSENT`)."""
         if self.arity == 0:
             return np.zeros(len(keys), dtype=np.int64) if all(map(tuple.__eq__, keys, repeat(()))) else None
-        return int_codes(keys)
+        codes = int_codes(keys)
+        if codes is None and self.keydict is not None and keys and all(len(k) == 1 for k in keys):
+            values = list(map(_first, keys))
+            return self.keydict.codes(values) if insert else self.keydict.find_many(values)
+        return codes
 
     def live(self) -> tuple[list[Key], np.ndarray]:
         """Every key and its row, in row order."""
@@ -340,7 +374,11 @@ class ColumnStore:
             codes, rows = self.codes.items()
             order = np.argsort(rows, kind="stable")
             codes, rows = codes[order], rows[order]
-            return [() for _ in range(len(rows))] if self.arity == 0 else list(zip(codes.tolist())), rows
+            if self.arity == 0:
+                return [() for _ in range(len(rows))], rows
+            if self.keydict is not None and len(codes) and int(codes.min()) < KEY_HIGH:
+                return list(zip(self.keydict.values(codes.tolist()))), rows
+            return list(zip(codes.tolist())), rows
         assert self._rows is not None
         return list(self._rows), np.fromiter(self._rows.values(), dtype=np.int64, count=len(self._rows))
 
@@ -363,7 +401,7 @@ class ColumnStore:
         if self.codes is not None or Int64Index is None or arity not in (0, 1) or self.indexes:
             return
         keys, rows = self.live()
-        codes = self._int_codes(keys) if keys else np.zeros(0, dtype=np.int64)
+        codes = self._int_codes(keys, insert=True) if keys else np.zeros(0, dtype=np.int64)
         if codes is None:
             return
         self._use_codes()
@@ -538,7 +576,7 @@ class ColumnStore:
         """The row of every key (distinct keys), new keys entered at fresh rows (zero payloads)."""
         if self.codes is not None:
             if codes is None:
-                codes = self._int_codes(keys)
+                codes = self._int_codes(keys, insert=True)
             if codes is None:  # other kinds of keys: equal to stored ints, or new (then the dict)
                 found = [self._equal_code(key) for key in keys]
                 rows = np.array([-1 if c is None else self.codes.get(c) for c in found], dtype=np.int64)
@@ -663,6 +701,8 @@ class ColumnStore:
             state["codes"] = self.keycode[rows]  # type: ignore[index]
         else:
             state["keys"] = keys
+        if self.keydict is not None:
+            state["keydict"] = self.keydict  # (one object for every store of an engine: pickled once)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -671,6 +711,7 @@ class ColumnStore:
         self.__init__(state["k"], state["dtype"], state["tolerance"], None)  # type: ignore[misc]
         self.arity = state["arity"]
         self.support = state["support"]
+        self.keydict = state.get("keydict")
         A = state["A"]
         n = len(A)
         self.A = A.copy() if A.flags.owndata and A.flags.c_contiguous else np.ascontiguousarray(A).copy()
@@ -682,7 +723,7 @@ class ColumnStore:
             keys = [self._key(c) for c in codes.tolist()]
         else:
             keys = list(state["keys"])
-            codes = self._int_codes(keys) if keys and self.arity in (0, 1) else None
+            codes = self._int_codes(keys, insert=True) if keys and self.arity in (0, 1) else None
             if not keys:
                 codes = np.zeros(0, dtype=np.int64)
         self._rows = dict(zip(keys, rows.tolist(), strict=True))

@@ -75,6 +75,8 @@ from ivm.engines.fivm.view_tree import (
     mu,
     projection,
 )
+from ivm.engines.keys import HIGH as KEY_HIGH
+from ivm.engines.keys import NAN_MESSAGE, KeyDictionary
 from ivm.query.model import Atom, Query
 from ivm.query.variable_order import VariableOrder, _finish, update_exponent, variable_order
 from ivm.rings.base import Pair, PairRing, Ring
@@ -342,6 +344,12 @@ class FIVM(Engine):
         self._relation_index = {r: i for i, r in enumerate(self._relations)}
         for r in self._relations:
             self.base[r] = base_relation.unpack(self.base[r])
+        if getattr(self, "_columnar", False):  # any key value as an int64 code (ivm.engines.keys)
+            if getattr(self, "_keydict", None) is None:  # (a snapshot from before the dictionary)
+                self._keydict = KeyDictionary()
+            for node in self.tree.nodes():
+                if isinstance(node.store, columnar.ColumnStore):
+                    node.store.attach(self._keydict)
         if getattr(self, "_columnar", False) and base_relation.RowTable is not None:
             arity = dict(self.query.relations)
             for r in self._relations:
@@ -356,7 +364,7 @@ class FIVM(Engine):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_paths", "_tables"):
+        for name in ("_paths", "_tables", "_key_positions"):
             state.pop(name, None)
         if any(base_relation.is_table(b) for b in self.base.values()):  # (else the same dict: shared copies stay one)
             state["base"] = {r: base_relation.pack(b) for r, b in self.base.items()}
@@ -412,6 +420,9 @@ class FIVM(Engine):
         support = node.layout.support  # type: ignore[attr-defined]
         store = columnar.ColumnStore(len(support), self._dtype, not self.ring.exact, len(node.keys))  # type: ignore[attr-defined]
         store.support = support
+        keydict = getattr(self, "_keydict", None)  # (None while __init__ runs: _init_compiled attaches it)
+        if keydict is not None:
+            store.attach(keydict)
         return store
 
     @classmethod
@@ -524,8 +535,8 @@ class FIVM(Engine):
                 leaves = self.tree.leaves.get(relation, ())
                 path = self._paths.get(id(leaves[0])) if len(leaves) == 1 else None
                 if path is not None and path.ready():  # one occurrence, compiled (the common case)
-                    codes, values = table.gather(rows, path.code_cols, path.value_cols) or (None, None)
-                    if codes is not None:
+                    codes, values = self._gather(table, rows, path) or (None, None)
+                    if codes is not None and path.takes(codes):
                         self._run_path(path, codes, values, nets)
                     else:
                         self._propagate_columnar(relation, None, table, rows, nets)
@@ -576,6 +587,8 @@ class FIVM(Engine):
         """
         rebuild = False
         out: dict[str, list[int]] = {}
+        if self._columnar:
+            self._refuse_nan_keys(deltas)
         for relation, delta in deltas.items():
             olds, rows = self._base_apply(relation, delta)
             out[relation] = olds
@@ -608,6 +621,25 @@ class FIVM(Engine):
         if rebuild:
             self._rebuild()
         return out
+
+    def _refuse_nan_keys(self, deltas: dict[str, dict[Row, int]]) -> None:
+        """Refuse, before any change, a batch with NaN where a view is keyed (a NaN key has no code in the
+        :class:`~ivm.engines.keys.KeyDictionary` and could never be found or deleted again: NaN ≠ NaN).
+        Two C-level passes per key column of each relation; the float columns only are compared."""
+        positions = getattr(self, "_key_positions", None)
+        if positions is None:
+            keyed = {v for node in self.tree.nodes() if node.atom is None for v in node.keys}
+            positions = {}
+            for atom in self.query.atoms:
+                found = [p for p, t in enumerate(atom.terms) if t in keyed]
+                positions[atom.relation] = sorted(set(positions.get(atom.relation, [])) | set(found))
+            self._key_positions = positions
+        for relation, delta in deltas.items():
+            rows = list(delta)
+            for p in positions.get(relation, ()):
+                column = list(map(itemgetter(p), rows))
+                if float in set(map(type, column)) and any(x != x for x in column if type(x) is float):
+                    raise ValueError(f"{relation}: a NaN in key position {p}: {NAN_MESSAGE}")
 
     def apply_factorized(self, relation: str, factors: Sequence[Sequence[tuple[Any, Any]]]) -> int:
         """Apply ``δR = ⊎_t ⊗_f factor_{t,f}``, a union of products, keeping each product factorized (F-IVM §6).
@@ -730,10 +762,11 @@ class FIVM(Engine):
                     assert delta is not None
                     nets = [m for m in delta.values() if m]
                 if table is not None and rows is not None:
-                    arrays = table.gather(rows, path.code_cols, path.value_cols)
+                    arrays = self._gather(table, rows, path)
                 elif delta is not None:
-                    arrays = _delta_arrays([r for r, m in delta.items() if m], path.code_cols, path.value_cols)
-                if arrays is not None:
+                    rows_in = [r for r, m in delta.items() if m]
+                    arrays = _delta_arrays(rows_in, path.code_cols, path.value_cols, self._keydict)
+                if arrays is not None and path.takes(arrays[0]):
                     self._run_path(path, arrays[0], arrays[1], nets)
                     continue
             if delta is None:
@@ -759,10 +792,15 @@ class FIVM(Engine):
         if key in self._paths:
             return self._paths[key]
         path = self._build_path(leaf) if self.implementation == "compiled" and Path is not None else None
+        if path is not None and path.lifts_codes:  # a key lifted above the first level: carry its value
+            path = self._build_path(leaf, key_values=True)
         self._paths[key] = path
         return path
 
-    def _build_path(self, leaf: ViewNode) -> CompiledPath | None:
+    def _build_path(self, leaf: ViewNode, key_values: bool = False) -> CompiledPath | None:
+        """The path's levels; ``key_values``: carry each view key's value beside its code (the tuple's key
+        column read as a value at the first level, ``Level.out_val``), for a level that lifts its key variable
+        (the code of an interned key, a non-integral float, is not its value; issue 38)."""
         atom = self.query.atoms[leaf.atom]  # type: ignore[index]
         if atom.constants or len(leaf.keys) != len(atom.terms) or leaf.store is not None:
             return None  # (a stored leaf is keyed by whole tuples: the numpy path keeps it)
@@ -780,6 +818,7 @@ class FIVM(Engine):
             return value_cols.index(position)
 
         levels = []
+        lifted_above: list[bool] = []
         written: list[columnar.ColumnStore] = []
         siblings: list[columnar.ColumnStore] = []
         child, node = leaf, leaf.parent
@@ -798,6 +837,10 @@ class FIVM(Engine):
             sib_src = [(code(p[0]) if first else 0) if p else -1 for p in direct.sibling_positions]
             out_src = (code(direct.key_positions[0]) if first else 0) if direct.key_positions else -1
             lift_src = [value(p) if first else 0 for p in direct.lift_positions]
+            lifted_above.append(not first and bool(lift_src))
+            out_val = -1
+            if key_values and direct.key_positions:
+                out_val = value(direct.key_positions[0]) if first else 0
             layout = node.layout  # type: ignore[attr-defined]
             child_block, sibling_blocks = layout.plans[i]
             blocks = [child_block, *sibling_blocks]
@@ -816,13 +859,47 @@ class FIVM(Engine):
                     child_block[1],
                     blocks,
                     len(node.keys) == 1,
+                    out_val,
                 )
             )
             if node.store is not None:
                 written.append(node.store)  # type: ignore[arg-type]
             siblings.extend(stores)  # type: ignore[arg-type]
             child, node = node, node.parent
-        return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child)
+        # a level above the first lifts its key from the key's code (the kernel: value = code, exact for ints)
+        lifts_codes = not key_values and any(lifted_above)
+        return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child, lifts_codes)
+
+    def _gather(self, table: Any, rows: Any, path: CompiledPath) -> tuple[np.ndarray, np.ndarray] | None:
+        """A delta's ``(codes, values)`` for the compiled path from the table's cells (issue 38).
+
+        An int column's cells are their codes (an int below ``-2**62``, the interned range, is interned);
+        a float column is read as doubles and coded by the engine's :class:`~ivm.engines.keys.KeyDictionary`
+        (an integral float is its int, ``-0.0`` is 0, any other float one interned id): float keys take
+        the same kernel as int keys.  ``None`` if some column cannot be read so (then the numpy path)."""
+        got = table.gather(rows, path.code_cols, path.value_cols)
+        if got is None:
+            kinds = table.kinds_of()
+            cols = path.code_cols.tolist()
+            floats = [c for c in cols if kinds[c] == "float"]
+            ints = [c for c in cols if kinds[c] != "float"]
+            nv = len(path.value_cols)
+            got = table.gather(rows, np.array(ints, np.intp), np.array([*path.value_cols.tolist(), *floats], np.intp))
+            if got is None:
+                return None
+            int_codes, values = got
+            codes = np.empty((len(values), len(cols)), dtype=np.int64)
+            for j, c in enumerate(cols):
+                if c in floats:
+                    codes[:, j] = self._keydict.float_codes(values[:, nv + floats.index(c)])
+                else:
+                    codes[:, j] = int_codes[:, ints.index(c)]
+            return codes, values[:, :nv]
+        codes, values = got
+        if codes.size and int(codes.min()) < KEY_HIGH:  # ints of the interned range: interned (rare)
+            for j in range(codes.shape[1]):
+                codes[:, j] = self._keydict.codes(codes[:, j].tolist())
+        return codes, values
 
     def _run_path(self, path: CompiledPath, codes: np.ndarray, values: np.ndarray, nets: Any) -> None:
         """One leaf's delta up its compiled path; the root's changes recorded for :meth:`drain_delta`."""
@@ -835,7 +912,10 @@ class FIVM(Engine):
         if len(self.tree.roots) > 1 or self._nu:
             return  # diffed at drain time
         names, free = list(root.keys), list(self.query.free)
-        for code, c in zip(codes.tolist(), counts.tolist(), strict=True):
+        values = codes.tolist()
+        if names and len(codes) and int(codes.min()) < KEY_HIGH:
+            values = self._keydict.values(values)
+        for code, c in zip(values, counts.tolist(), strict=True):
             key: tuple[Any, ...] = (code,) if names else ()
             if names != free:
                 binding = dict(zip(names, key, strict=True))
@@ -1601,6 +1681,13 @@ class FIVM(Engine):
             "base_tuples": sum(len(b) for b in self.base.values()),
             "base_bytes": sum(base_relation.nbytes(b) for b in self.base.values()),
         }
+        keydict = getattr(self, "_keydict", None)  # (the column stores' key values, ivm.engines.keys)
+        out["key_dictionary_values"] = len(keydict) if keydict is not None else 0
+        out["key_dictionary_bytes"] = keydict.memory() if keydict is not None else 0
+        # the whole state per stored base tuple (issue 38): views, base relations and the key dictionary
+        out["state_bytes"] = int(total + out["base_bytes"] + out["key_dictionary_bytes"])
+        tuples = out["base_tuples"]
+        out["bytes_per_tuple"] = round(out["state_bytes"] / tuples, 1) if tuples else 0.0
         for name, (_, view_total, per, _) in memory.items():
             out[f"view_bytes[{name}]"] = view_total
             out[f"bytes_per_payload[{name}]"] = round(per, 1)
@@ -1611,7 +1698,7 @@ class CompiledPath:
     """A leaf's compiled path (:class:`~._covar_kernel.Path`): which tuple columns key the views and
     siblings (``code_cols``) and which are lifted (``value_cols``), the stores it writes and reads."""
 
-    __slots__ = ("_epoch", "_ready", "code_cols", "kernel", "root", "siblings", "value_cols", "written")
+    __slots__ = ("_epoch", "_ready", "code_cols", "kernel", "lifts_codes", "root", "siblings", "value_cols", "written")
 
     def __init__(
         self,
@@ -1621,8 +1708,11 @@ class CompiledPath:
         written: list[columnar.ColumnStore],
         siblings: list[columnar.ColumnStore],
         root: ViewNode,
+        lifts_codes: bool = False,
     ) -> None:
         self.kernel = kernel
+        #: some level above the first lifts its key variable, which the kernel reads off the key's code
+        self.lifts_codes = lifts_codes
         self.code_cols = np.array(code_cols, dtype=np.intp)
         self.value_cols = np.array(value_cols, dtype=np.intp)
         self.written = written
@@ -1630,6 +1720,12 @@ class CompiledPath:
         self.root = root
         self._epoch = -1
         self._ready = False
+
+    def takes(self, codes: np.ndarray) -> bool:
+        """Whether the kernel may run a delta with these codes: always, unless it lifts a key from its code
+        and some code is an interned id (a non-integral float key, whose code is not its value; issue 38):
+        that batch takes the numpy path, which lifts the values themselves."""
+        return not self.lifts_codes or not codes.size or int(codes.min()) >= KEY_HIGH
 
     def ready(self) -> bool:
         """Every store in int mode, and no secondary index on a store it writes (it keeps none); the
@@ -1642,13 +1738,19 @@ class CompiledPath:
         return self._ready
 
 
-def _delta_arrays(rows: list[Row], code_cols: Any, value_cols: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """A delta's tuples as the compiled path's arrays: int64 codes of ``code_cols`` (Python ints in int64
-    only, else ``None``) and float64 values of ``value_cols`` (as ``float(x)``)."""
+def _delta_arrays(
+    rows: list[Row], code_cols: Any, value_cols: Any, keydict: KeyDictionary | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A delta's tuples as the compiled path's arrays: int64 codes of ``code_cols`` (any value through
+    ``keydict``, :mod:`ivm.engines.keys`; without one Python ints in int64 only, else ``None``) and float64
+    values of ``value_cols`` (as ``float(x)``)."""
     n = len(rows)
     codes = np.empty((n, len(code_cols)), dtype=np.int64)
     for j, col in enumerate(code_cols):
         column = list(map(itemgetter(col), rows))
+        if keydict is not None:
+            codes[:, j] = keydict.codes(column)
+            continue
         if n and set(map(type, column)) != {int}:
             return None
         try:
@@ -1659,7 +1761,8 @@ def _delta_arrays(rows: list[Row], code_cols: Any, value_cols: Any) -> tuple[np.
         return codes, np.zeros((n, 0))
     pick = itemgetter(*value_cols) if len(value_cols) > 1 else (lambda row: (row[value_cols[0]],))
     try:
-        values = np.array(list(map(pick, rows)), dtype=np.float64).reshape(n, len(value_cols))
+        width = len(value_cols)
+        values = np.fromiter(chain.from_iterable(map(pick, rows)), dtype=np.float64, count=n * width).reshape(n, width)
     except (TypeError, ValueError):
         return None
     return codes, values

@@ -356,6 +356,9 @@ class SkewHybrid(Engine):
                 "updates_applied": self.updates_applied,
             }
         )
+        for key in ("state_bytes", "bytes_per_tuple"):  # the running engine's, unprefixed (issue 38's metric)
+            if f"{self.mode}.{key}" in out:
+                out[key] = out[f"{self.mode}.{key}"]
         return out
 
     def choice(self) -> dict[str, Any]:

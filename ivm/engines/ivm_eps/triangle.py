@@ -274,6 +274,8 @@ class IVMEpsTriangle(IVMEps):
         self.views = tuple(views)  # type: ignore[assignment]
 
     def stats(self) -> dict[str, int | float]:
+        from ivm.engines.first_order import compact_memory  # (first_order imports this package)
+
         heavy_keys = sum(len(p.hf) for p in self.parts)
         return {
             "result": self.count,
@@ -288,7 +290,7 @@ class IVMEpsTriangle(IVMEps):
             "major_rebalances": self.major_rebalances,
             "minor_rebalances": self.minor_rebalances,
             "tuples_moved": self.tuples_moved,
-        }
+        } | compact_memory(self.parts, self.size)  # state_bytes, bytes_per_tuple (the compiled state)
 
     # -- OnUpdate / ApplyUpdate (Figures 3 and 4) --------------------------------------
 

@@ -130,7 +130,7 @@ def test_int_codes_only_for_plain_ints_in_range() -> None:
         assert columnar.int_codes(odd) is None, odd
 
 
-def test_a_store_drops_its_int_index_at_the_first_other_key_and_stays_right() -> None:
+def test_a_store_keeps_its_int_index_at_a_key_of_another_kind_and_stays_right() -> None:
     query = parse("Q(COVAR(x, y)) :- R(k, x), S(k, y)")
     engine = FIVM(query, exact=True)
     rng = random.Random(3)
@@ -139,10 +139,11 @@ def test_a_store_drops_its_int_index_at_the_first_other_key_and_stays_right() ->
     engine.apply(rows)
     stores = [n.store for n in engine.tree.nodes() if n.store is not None and n.keys == ("k",)]
     assert stores and all(s.codes is not None for s in stores)
-    # a string key and True (== 1 for the dict) arrive: the int index goes, the dict decides
+    # a string key and True (== 1 for the dict) arrive: the string is interned, True is 1 (issue 38: the
+    # engine's KeyDictionary), the int index stays
     more = [("R", ("a", 1), 1), ("S", ("a", 2), 1), ("R", (True, 3), 1), ("S", (1, 4), -1)]
     engine.apply(more)
-    assert all(s.codes is None for s in stores)
+    assert all(s.codes is not None for s in stores) and len(engine._keydict) == 1
     ref = FIVM(query, implementation="python", exact=True)
     ref.apply(rows + more)
     assert np.array_equal(engine.result().matrix(), ref.result().matrix())
