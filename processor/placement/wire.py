@@ -305,6 +305,8 @@ def _encode(value: Any, put: Callable[[bytes], Any]) -> None:
         for item in value:
             _encode(item, put)
     elif kind is dict:
+        if len(value) >= _COLUMNAR and _encode_columns(value, put):
+            return
         put(b"d" + _U32.pack(len(value)))
         for k, v in value.items():
             _encode(k, put)
@@ -344,6 +346,47 @@ def _encode(value: Any, put: Callable[[bytes], Any]) -> None:
         raise TypeError(f"a shard host message cannot hold a {kind.__module__}.{kind.__qualname__}")
 
 
+_COLUMNAR = 16  # a dict this large whose keys are ints or int tuples goes in columns
+
+
+def _encode_columns(value: dict[Any, Any], put: Callable[[bytes], Any]) -> bool:
+    """A group-by result (keys: tuples of ints of one length, or ints) as an int64 key array and its values
+    (an int64 or float64 array when they are all ints or all floats, else a list); ``False`` (nothing
+    written) for any other dict.  Decoding gives back the same types: only exact ``int``/``float`` pass."""
+    keys = list(value)
+    first = keys[0]
+    if type(first) is tuple:
+        width = len(first)
+        if not width or not all(type(k) is tuple and len(k) == width for k in keys):
+            return False
+        if not all(type(x) is int for k in keys for x in k):
+            return False
+    elif type(first) is int:
+        width = 0
+        if not all(type(k) is int for k in keys):
+            return False
+    else:
+        return False
+    try:
+        key_array = np.array(keys, dtype=np.int64)
+    except OverflowError:
+        return False
+    values = list(value.values())
+    put(b"D" + bytes([width]))
+    _encode_array(key_array, put)
+    if all(type(v) is int for v in values):
+        try:
+            _encode_array(np.array(values, dtype=np.int64), put)
+            return True
+        except OverflowError:
+            pass
+    if all(type(v) is float for v in values):
+        _encode_array(np.array(values, dtype=np.float64), put)
+    else:
+        _encode(values, put)
+    return True
+
+
 def _encode_array(array: np.ndarray, put: Callable[[bytes], Any]) -> None:
     if array.dtype.kind not in _NUMERIC_KINDS:
         raise TypeError(f"a shard host message cannot hold a numpy array of dtype {array.dtype}")
@@ -367,11 +410,13 @@ def _int_column(values: list[Any]) -> np.ndarray | None:
 def _bytes_column(values: list[bytes | None]) -> tuple[np.ndarray, bytes] | None:
     """Lengths (-1 for ``None``) and the concatenated values, if every value is bytes or ``None``."""
     try:
-        lengths = np.fromiter((-1 if v is None else len(v) for v in values), dtype=np.int64, count=len(values))
-        data = b"".join(v for v in values if v is not None)
-    except TypeError:  # a str or an int among them
-        return None
-    if not all(type(v) is bytes for v in values if v is not None):
+        if None in values:
+            lengths = np.fromiter((-1 if v is None else len(v) for v in values), dtype=np.int32, count=len(values))
+            data = b"".join(v for v in values if v is not None)
+        else:
+            data = b"".join(values)  # type: ignore[arg-type]  # TypeError for a str or an int among them
+            lengths = np.fromiter(map(len, values), dtype=np.int32, count=len(values))  # type: ignore[arg-type]
+    except (TypeError, OverflowError):
         return None
     return lengths, data
 
@@ -380,10 +425,14 @@ def _encode_batch(batch: Any, put: Callable[[bytes], Any]) -> None:
     """A RecordBatch in columns: topics as names and indexes, int columns and byte columns as buffers; a
     column holding other values (a test's ``None`` timestamp) goes as a plain list."""
     put(b"R" + _U32.pack(len(batch)))
-    names: dict[str, int] = {}
-    indexes = [names.setdefault(t, len(names)) for t in batch.topic]
+    topics = batch.topic
+    if topics and topics.count(topics[0]) == len(topics):  # a piece: one partition's records
+        names, indexes = {topics[0]: 0}, np.zeros(len(topics), dtype=np.int32)
+    else:
+        names = {}
+        indexes = np.array([names.setdefault(t, len(names)) for t in topics], dtype=np.int32)
     _encode(list(names), put)
-    _encode_array(np.array(indexes, dtype=np.int32), put)
+    _encode_array(indexes, put)
     for column in (batch.partition, batch.offset, batch.timestamp_ms):
         array = _int_column(column)
         if array is None:
@@ -424,57 +473,100 @@ class _Reader:
     def value(self, depth: int) -> Any:
         if depth > self.MAX_DEPTH:
             raise WireError("not a valid message: nested too deep")
-        tag = self.take(1)
-        if tag == b"N":
-            return None
-        if tag == b"T":
-            return True
-        if tag == b"F":
-            return False
-        if tag == b"i":
-            return _I64.unpack(self.take(8))[0]
-        if tag == b"J":
-            return int.from_bytes(self.take(self.u32()), "little", signed=True)
-        if tag == b"f":
-            return _F64.unpack(self.take(8))[0]
-        if tag == b"s":
-            return self.take(self.u32()).decode("utf-8", "surrogatepass")
-        if tag == b"b":
-            return self.take(self.u32())
-        if tag in (b"l", b"t", b"e", b"z"):
-            items = [self.value(depth + 1) for _ in range(self.u32())]
-            return items if tag == b"l" else {b"t": tuple, b"e": set, b"z": frozenset}[tag](items)
-        if tag == b"d":
+        data, at = self.data, self.at
+        if at >= len(data):
+            raise WireError("not a valid message: it ends inside a value")
+        tag = data[at]
+        self.at = at + 1
+        if tag == 0x69:  # i
+            self.at = at + 9
+            return _I64.unpack_from(data, at + 1)[0]
+        if tag == 0x73:  # s
+            return self.take(_U32.unpack_from(data, at + 1)[0] + 4)[4:].decode("utf-8", "surrogatepass")
+        if tag == 0x74 or tag == 0x6C or tag == 0x65 or tag == 0x7A:  # t l e z
+            (n,) = _U32.unpack_from(data, at + 1)
+            self.at = at + 5
+            value = self.value
+            items = [value(depth + 1) for _ in range(n)]
+            return (
+                items
+                if tag == 0x6C
+                else tuple(items)
+                if tag == 0x74
+                else set(items)
+                if tag == 0x65
+                else frozenset(items)
+            )
+        if tag == 0x64:  # d
+            (n,) = _U32.unpack_from(data, at + 1)
+            self.at = at + 5
+            value = self.value
             out = {}
-            for _ in range(self.u32()):
-                k = self.value(depth + 1)
-                out[k] = self.value(depth + 1)
+            for _ in range(n):
+                k = value(depth + 1)
+                out[k] = value(depth + 1)
             return out
-        if tag == b"a":
+        if tag == 0x66:  # f
+            self.at = at + 9
+            return _F64.unpack_from(data, at + 1)[0]
+        if tag == 0x4E:  # N
+            return None
+        if tag == 0x54:  # T
+            return True
+        if tag == 0x46:  # F
+            return False
+        if tag == 0x62:  # b
+            return self.take(_U32.unpack_from(data, at + 1)[0] + 4)[4:]
+        if tag == 0x4A:  # J
+            return int.from_bytes(self.take(self.u32()), "little", signed=True)
+        if tag == 0x61:  # a
             return self.array()
-        if tag == b"g":
+        if tag == 0x67:  # g
             if self.take(1) != b"a":
                 raise WireError("not a valid message: a numpy scalar without its array")
             return self.array()[()]
-        if tag == b"q":
+        if tag == 0x71:  # q
             return Fraction(self.integer(depth), self.integer(depth))
-        if tag == b"m":
+        if tag == 0x6D:  # m
             text = self.value(depth + 1)
             if type(text) is not str:
                 raise WireError("not a valid message: a Decimal that is not a string")
             return Decimal(text)
-        if tag == b"y":
-            from ivm.rings import exact
-
-            return exact.Dyadic(self.integer(depth), self.integer(depth))
-        if tag == b"o":
+        if tag == 0x79:  # y
+            return _DYADICS[-1](self.integer(depth), self.integer(depth))
+        if tag == 0x6F:  # o
             return self.instance(depth)
-        if tag == b"x":
+        if tag == 0x78:  # x
             kind, message = self.value(depth + 1), self.value(depth + 1)
             return RemoteError(str(kind), str(message))
-        if tag == b"R":
+        if tag == 0x52:  # R
             return self.batch(depth)
-        raise WireError(f"not a valid message: unknown tag {tag!r} at byte {self.at - 1}")
+        if tag == 0x44:  # D
+            return self.columns(depth)
+        raise WireError(f"not a valid message: unknown tag {bytes([tag])!r} at byte {at}")
+
+    def columns(self, depth: int) -> dict[Any, Any]:
+        """A dict written by :func:`_encode_columns`."""
+        width = self.take(1)[0]
+        if self.take(1) != b"a":
+            raise WireError("not a valid message: a columnar dict without its keys")
+        keys = self.array()
+        if keys.dtype != np.int64 or keys.ndim != (2 if width else 1) or (width and keys.shape[1] != width):
+            raise WireError("not a valid message: a columnar dict's keys do not match their width")
+        if self.data[self.at : self.at + 1] == b"a":
+            self.at += 1
+            array = self.array()
+            if array.dtype not in (np.int64, np.float64) or array.ndim != 1:
+                raise WireError("not a valid message: a columnar dict's values are not int64 or float64")
+            values = array.tolist()
+        else:
+            values = self.value(depth + 1)
+            if type(values) is not list:
+                raise WireError("not a valid message: a columnar dict's values are not a list")
+        if len(values) != len(keys):
+            raise WireError("not a valid message: a columnar dict with more keys than values or fewer")
+        rows = keys.tolist()
+        return dict(zip(map(tuple, rows) if width else rows, values, strict=True))
 
     def integer(self, depth: int) -> int:
         value = self.value(depth + 1)
@@ -527,17 +619,16 @@ class _Reader:
         data = self.value(depth + 1)
         if type(data) is not bytes:
             raise WireError("not a valid message: a byte column without its data")
-        lengths = array.tolist()
-        out: list[bytes | None] = []
-        at = 0
-        for length in lengths:
-            if length < 0:
-                out.append(None)
-            else:
-                out.append(data[at : at + length])
-                at += length
-        if at != len(data):
+        if int(array.sum(dtype=np.int64)) + int((array < 0).sum()) != len(data):
             raise WireError("not a valid message: a byte column whose lengths do not add up")
+        if n and array.min() < -1:
+            raise WireError("not a valid message: a byte column with a negative length")
+        ends = np.cumsum(np.maximum(array, 0), dtype=np.int64).tolist()
+        starts = [0, *ends[:-1]]
+        out = [data[a:b] for a, b in zip(starts, ends, strict=True)]
+        if n and array.min() < 0:
+            for i in np.flatnonzero(array < 0).tolist():
+                out[i] = None
         return out
 
     def batch(self, depth: int) -> Any:
@@ -552,7 +643,7 @@ class _Reader:
         indexes = self.array()
         if len(indexes) != n or (n and (indexes.min() < 0 or indexes.max() >= len(names))):
             raise WireError("not a valid message: a record batch's topic column does not match its topics")
-        topics = list(map(names.__getitem__, indexes.tolist()))
+        topics = [names[0]] * n if len(names) == 1 else list(map(names.__getitem__, indexes.tolist()))
         partition, offset, timestamp = (self.column(n, depth, "int") for _ in range(3))
         key, value = (self.column(n, depth, "bytes") for _ in range(2))
         return RecordBatch(topics, partition, offset, key, value, timestamp)

@@ -115,6 +115,19 @@ def test_values_keep_their_types_and_contents() -> None:
         else:
             assert got == v, k
     assert again["batch"].topic[0] is again["batch"].topic[2]  # type: ignore[index]  # one str per topic
+    # group-by parts go in columns when their keys are int tuples (or ints): same keys, values, types
+    groups = {
+        "ints": {(i, -i): i * 2**40 for i in range(40)}, "floats": {i: i / 3 for i in range(40)},
+        "gone": {(i,): None if i % 2 else i for i in range(40)}, "bools": {(True, i): 1 for i in range(40)},
+        "wide": {(2**70, i): 1 for i in range(40)}, "mixed": {(i,): 1 if i % 2 else 1.5 for i in range(40)},
+    }  # fmt: skip
+    for name, part in groups.items():
+        again = _roundtrip(part)
+        assert again == part, name
+        assert [type(x) for k, v in again.items() for x in (*(k if isinstance(k, tuple) else (k,)), v)] == [
+            type(x) for k, v in part.items() for x in (*(k if isinstance(k, tuple) else (k,)), v)
+        ], name
+    assert wire.encode(groups["ints"])[:1] == b"D" and wire.encode(groups["bools"])[:1] == b"d"
     error = _roundtrip(KeyError("slice 3"))
     assert isinstance(error, wire.RemoteError) and error.kind == "KeyError" and "slice 3" in str(error)
 
