@@ -288,7 +288,7 @@ def serve(folder: Path, handover: bytes) -> None:
     """The shard host's main loop: serve requests until told to stop, its executor ends, or idle (module
     docstring).  ``handover`` is what :func:`_start` wrote to the host's stdin: the pickled
     ``(spec, executor)`` (a pipe from the process that started it, never a file or a socket)."""
-    spec, executor_process = pickle.loads(handover)
+    spec, watched = pickle.loads(handover)
     table = SliceTable(spec)
     bind = bind_address()
     listener = wire.Listener((bind, 0), spec.authkey)
@@ -371,11 +371,11 @@ def serve(folder: Path, handover: bytes) -> None:
     _private_write(folder / "host.txt", f"{address[0]}\n{address[1]}\n{os.getpid()}\n")
     log.warning(
         "shard host %s:%d (pid %d) serving run %s, for executor process %d",
-        address[0], address[1], os.getpid(), spec.run, executor_process[0],
+        address[0], address[1], os.getpid(), spec.run, watched[0],
     )  # fmt: skip
     while not stopping.wait(WATCH_SECONDS):
-        if not process_alive(*executor_process):
-            log.warning("executor process %d ended: this host ends with it", executor_process[0])
+        if not process_alive(*watched):
+            log.warning("executor process %d ended: this host ends with it", watched[0])
             break
         if time.monotonic() - last[0] > spec.idle_seconds:
             log.warning("no request for %.0fs: the driver is gone; exiting", spec.idle_seconds)

@@ -22,7 +22,10 @@ its snapshot and a replay first.  A Spark task that fails (an executor lost, a
 Python worker killed) is retried by Spark and sends its pieces again; they
 replace the first attempt's.  The hosts are started at the first batch by a
 small job with one task per core (:func:`start_hosts`), and again whenever none
-answers; the slices are spread over them.  Speculative execution is off
+answers; the slices are spread over them.  When the executors change (one added,
+one gone) the hosts are looked for again and the fewest slices move to spread
+them evenly (:func:`rebalance`): a moved slice is rebuilt on its new host at the
+next seal, as a lost host's is.  Speculative execution is off
 (``spark_session``): a second attempt would only cost.
 """
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,19 @@ def _hosts(tmp: Path) -> list[int]:
         except (OSError, IndexError, ValueError):
             continue
     return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+def _slice_hosts(port: int) -> dict[str, str]:
+    """Each slice's shard host as the metrics show it (``ivm_slice_tuples``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        lines = [line for line in answer.read().decode().splitlines() if line.startswith("ivm_slice_tuples{")]
+    return {line.split('slice="')[1].split('"')[0]: line.split('host="')[1].split('"')[0] for line in lines}
+
+
+def _behind(bootstrap: str, config, topics: dict[str, str]) -> bool:
+    """Whether the committed progress is short of the input topics' ends."""
+    committed = read_committed_progress(bootstrap, config.progress_topic)
+    return committed is None or not reflects(committed, end_offsets(bootstrap, list(topics.values())))
 
 
 def _watched(tmp: Path) -> dict[int, int]:
@@ -107,6 +121,25 @@ def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, t
         os.kill(executor, signal.SIGKILL)
         orphans = [pid for pid, jvm in watched.items() if jvm == executor]
         _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in orphans), "a host outlived its executor", 15)
+        # Spark relaunches the executor; as the stream goes on the slices spread over both executors' hosts again
+        seed = 30
+        while len(_slice_hosts(proc.metrics_port)) < 2:
+            assert seed < 60, f"the slices stayed on {_slice_hosts(proc.metrics_port)}"
+            _produce(kafka.bootstrap, topics, 300, domain, seed=seed)
+            seed += 1
+            _wait_for(
+                lambda: proc.batches_logged() > 0 and not _behind(kafka.bootstrap, config, topics), "a batch", 120
+            )
+        assert sorted(Counter(_slice_hosts(proc.metrics_port).values()).values()) == [2, 2]
+        final = end_offsets(kafka.bootstrap, list(topics.values()))
+        _wait_for(
+            lambda: (
+                (c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
+                and reflects(c, final)
+            ),
+            "the stream did not complete after the executor was killed",
+            timeout=300,
+        )
     finally:
         proc.stop()
     results = read_until(kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
