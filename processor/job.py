@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from processor import leftovers
 from processor.collector import CollectorWatch, freeze_state
 from processor.config import PipelineConfig, QueryConfig, TopicSettings, shown
 from processor.control import Command, control_topic, effective, fold, read_log, refusals
@@ -260,8 +261,12 @@ def run_job(
     )
     snapshots = BackgroundSnapshots(store) if store is not None else None
     own_session = spark is None
+    leftovers.clean(config.name)  # a killed run's scratch folders (processor.leftovers)
     if spark is None:
         spark = spark_session("ivm-processor", config.spark_master, conf=config.spark_conf)
+        scratch = spark.conf.get("spark.local.dir", None)
+        if scratch:
+            leftovers.claim(scratch, config.name)
         if stop is not None and threading.current_thread() is threading.main_thread():
             # pyspark's SparkContext installs a SIGINT handler that cancels every job and raises
             # KeyboardInterrupt; Ctrl-C stops the job like SIGTERM instead: cleanly, with a report
@@ -357,6 +362,7 @@ def run_job(
             handoff.put(batch, stopping)
 
     checkpoint = temporary_checkpoint()
+    leftovers.claim(checkpoint, config.name)
     writer = (
         stream.writeStream.foreachBatch(process)
         .trigger(processingTime=f"{config.trigger_ms} milliseconds")

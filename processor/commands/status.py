@@ -43,7 +43,12 @@ and produced_at for a scalar query, groups for a keyed one, null when nothing
 is published yet), snapshots (file names), state_dir, queries (the configured
 names), dead_letters ({topic, total, by_reason: {reason: count}, error}: the
 records of the pipeline's relation and control topics its dead-letter topic
-holds, per reason up to its first colon).
+holds, per reason up to its first colon); with placement = "executors" also
+slice_snapshots ([{slice, fingerprint, snapshots}]: each slice's snapshot file
+names, per configuration fingerprint) and process.slices (each slice's shard
+host, pid, executor, batch, tuples, last snapshot, rebuilds).  A partition whose
+position is short of its end only by transaction markers (or an aborted
+transaction's records) has a lag of 0.
 
 A broker that cannot be reached ends the command within seconds with one line
 naming its address (exit 1).
@@ -111,6 +116,72 @@ def status_document(
             "queries": [q.name for q in config.queries],
         }
     )
+
+
+def settled_ends(
+    kafka: Any,
+    positions: Mapping[tuple[str, int], int],
+    ends: Mapping[tuple[str, int], int],
+    isolation: str = "read_committed",
+    timeout: float = 10.0,
+) -> dict[tuple[str, int], int]:
+    """``ends`` with every partition whose committed position is short of its end only by offsets that hold
+    no record a reader sees (a committed transaction's marker, an aborted transaction's records) moved back
+    to that position: its lag is 0, not the number of markers.  A pipeline's position is the offset after
+    its last record (either placement), so a transactional producer's input ends one marker past it.
+
+    One consumer over the partitions behind, each read from its position until its first record (a
+    real lag: left as it is) or its end; a partition not settled within ``timeout`` keeps its end."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from processor.kafka_clients import consumer
+
+    behind = {tp: position for tp, position in positions.items() if tp in ends and 0 <= position < ends[tp]}
+    out = dict(ends)
+    if not behind:
+        return out
+    reader = consumer(
+        kafka,
+        {"group.id": "ivm-status", "enable.auto.commit": False, "isolation.level": isolation,
+         "enable.partition.eof": True},
+    )  # fmt: skip
+    try:
+        reader.assign([TopicPartition(t, p, position) for (t, p), position in behind.items()])
+        pending = set(behind)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            msg = reader.poll(0.2)
+            if msg is None:
+                continue
+            tp = (msg.topic(), msg.partition())
+            if tp not in pending:
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[tp]:
+                    out[tp] = behind[tp]  # nothing readable between the position and the end
+                    pending.discard(tp)
+                continue
+            pending.discard(tp)
+            if msg.offset() >= ends[tp]:  # the first record after the position is past the end read before
+                out[tp] = behind[tp]
+    finally:
+        reader.close()
+    return out
+
+
+def slice_snapshots(location: str) -> list[dict[str, Any]]:
+    """The snapshots of every slice of a ``placement = "executors"`` pipeline under its snapshot location:
+    per slice folder, its configuration fingerprint, slice index and snapshot names (oldest first)."""
+    from processor.placement.host import slice_stores, slices_root
+
+    out = []
+    prefix = slices_root(location) + "/"
+    for store in slice_stores(location):
+        fingerprint, _, index = store.location[len(prefix) :].rpartition("/")
+        names = [path.rsplit("/", 1)[-1] for path in store.snapshots()]
+        out.append({"slice": int(index) if index.isdigit() else index, "fingerprint": fingerprint, "snapshots": names})
+    return sorted(out, key=lambda s: (str(s["fingerprint"]), str(s["slice"]).zfill(6)))
 
 
 @dataclass
@@ -233,6 +304,8 @@ def render_text(status: Mapping[str, Any], partitions: bool = False, now: float 
                 f"  slice {s['slice']}: shard host {s['host']} (pid {s.get('pid')}), executor {s['executor']}, "
                 f"batch {s['batch']}, {s['tuples']:,} tuples, last snapshot {snapshot}, {s['rebuilds']} rebuilds"
             )
+    for s in status.get("slice_snapshots", []):
+        lines.append(f"  slice {s['slice']} snapshots ({s['fingerprint']}): {', '.join(s['snapshots']) or 'none'}")
     lines.append(f"snapshots in {status['state_dir']}: {', '.join(status['snapshots']) or 'none'}")
     return lines
 
@@ -437,7 +510,11 @@ def run(args: argparse.Namespace) -> int:
     url = metrics_url(config, process)
     metrics = check_metrics(url) if url is not None else None
     snapshots = [path.rsplit("/", 1)[-1] for path in StateStore(snapshot_location(config)).snapshots()]
+    positions = {(o["topic"], o["partition"]): o["offset"] for o in (committed or {}).get("offsets", [])}
+    ends = settled_ends(config.kafka, positions, ends, config.isolation_level)  # no lag of a marker
     status = watch_document(status_document(config, committed, ends, snapshots), committed, process, metrics, results)
+    if config.placement == "executors":
+        status["slice_snapshots"] = slice_snapshots(snapshot_location(config))
     status["dead_letters"] = dead_letter_document(config)
     if args.json:
         print(json.dumps(status, indent=2, allow_nan=False))

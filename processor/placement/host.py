@@ -4,8 +4,8 @@ Spark's Python workers come and go (idle ones exit after a minute, a failed task
 ends its worker, a stage's task may land on any executor), so the slices do not
 live in them.  A *shard host* is a process of its own, started by the first task
 that needs one on its executor (:func:`connect`), detached from the worker, and
-reached over a socket (``multiprocessing.connection``: pickled messages,
-authenticated by the run's key).  It holds any number of slices
+reached over a socket (``wire.py``: a handshake that proves the run's key, a
+MAC on every frame, and messages that hold data only, never pickles).  It holds any number of slices
 (:class:`SliceTable`); the driver remembers which host holds which slice and
 sends the next batch's request there, from whatever executor the task runs on,
 so a slice stays where it was built.
@@ -19,8 +19,17 @@ topics' whole history when it has no snapshot.  Before applying ``v`` it
 snapshots the committed ``v - 1`` every ``snapshot_every`` batches, in a forked
 child, so the stream does not wait for the write.
 
-A host exits when the driver says so (a clean stop), or when no request came for
-``idle_seconds`` (a driver that died): its folder is removed either way.
+A host lives and dies with its executor: it watches the executor's process (the
+JVM its worker was started from, :func:`executor_process`) every
+``WATCH_SECONDS`` and exits when it is gone, so a killed or removed executor
+leaves no state Spark does not know about.  It also exits when the driver says so
+(a clean stop), or when no request came for ``idle_seconds`` (a driver that
+died): its folder is removed either way.
+
+Security: the run's key reaches a host through its stdin (a pipe from the task
+that starts it), never a file; its folder is this user's only (0700, files
+0600); it listens on its executor's address (:func:`bind_address`), not on every
+interface; and a peer without the key gets nothing decoded (``wire.py``).
 """
 
 from __future__ import annotations
@@ -33,18 +42,19 @@ import os
 import pickle
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
 from processor.config import PipelineConfig
 from processor.pipeline import Record, RecordBatch
+from processor.placement import wire
 from processor.placement.routing import slice_count
 from processor.placement.slices import Piece, Seal, Slice, SlicePipeline, SliceRequest, SliceResponse
 from processor.relations import fingerprint
@@ -54,6 +64,7 @@ log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 300.0  # a host no request reached for this long exits (its driver is gone)
 START_TIMEOUT = 60.0
+WATCH_SECONDS = 0.5  # how often a host looks whether its executor still runs
 
 
 @dataclass(frozen=True)
@@ -273,34 +284,46 @@ class SliceTable:
 # --- the host process ---------------------------------------------------------------------------------
 
 
-def serve(folder: Path) -> None:
-    """The shard host's main loop: serve requests until told to stop or idle (module docstring)."""
-    spec: HostSpec = pickle.loads((folder / "spec.pickle").read_bytes())
+def serve(folder: Path, handover: bytes) -> None:
+    """The shard host's main loop: serve requests until told to stop, its executor ends, or idle (module
+    docstring).  ``handover`` is what :func:`_start` wrote to the host's stdin: the pickled
+    ``(spec, executor)`` (a pipe from the process that started it, never a file or a socket)."""
+    spec, watched = pickle.loads(handover)
     table = SliceTable(spec)
-    bind = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
-    listener = Listener((bind, 0), authkey=spec.authkey)
-    advertised = bind if bind != "0.0.0.0" else socket.gethostname()
-    address = (advertised, listener.address[1])
+    bind = bind_address()
+    listener = wire.Listener((bind, 0), spec.authkey)
+    address = (bind, listener.address[1])
     where = f"{address[0]}:{address[1]}"
     executor = executor_name()  # the host runs in its executor's folder (started from its worker)
     last = [time.monotonic()]
     stopping = threading.Event()
 
-    def handle(conn: Connection) -> None:
+    def handle(sock: socket.socket) -> None:
+        try:
+            conn = listener.handshake(sock)
+        except (OSError, EOFError) as err:  # WireError is an OSError: a peer without the key
+            log.warning("refused a connection: %s", err)
+            return
         with contextlib.closing(conn):
             while not stopping.is_set():
                 try:
-                    kind, body = conn.recv()
+                    message = conn.recv()
+                except wire.WireError as err:
+                    log.warning("closed a connection: %s", err)
+                    return
                 except (EOFError, OSError):
                     return
                 last[0] = time.monotonic()
                 try:
+                    if type(message) is not tuple or len(message) != 2 or type(message[0]) is not str:
+                        raise ValueError(f"a request is a (kind, body) pair, not a {type(message).__name__}")
+                    kind, body = message
                     if kind == "stage":
-                        table.stage(body)
+                        table.stage(_checked(body, Piece, kind))
                         reply: Any = where
                     elif kind == "seal":
                         reply = []
-                        for seal in body:
+                        for seal in _checked(body, Seal, kind):
                             try:
                                 response = table.seal(seal)
                             except Exception as err:  # this slice's seal fails; the others' stand
@@ -310,45 +333,50 @@ def serve(folder: Path) -> None:
                             response.host, response.pid, response.executor = where, os.getpid(), executor
                             reply.append(response)
                     elif kind == "drop":
-                        table.drop(body)
+                        table.drop(_checked(body, int, kind))
                         reply = "dropped"
                     elif kind == "status":
-                        reply = {"host": where, "pid": os.getpid(), "slices": table.status()}
+                        reply = {"host": where, "pid": os.getpid(), "executor": executor, "slices": table.status()}
                     elif kind == "stop":
                         stopping.set()
                         reply = "stopping"
                     else:
                         reply = ValueError(f"unknown request {kind!r}")
                 except Exception as err:  # the task that asked fails with it; the host goes on
-                    log.exception("request %s failed", kind)
+                    log.exception("request failed")
                     reply = err
                 last[0] = time.monotonic()
                 try:
                     conn.send(reply)
-                except (OSError, pickle.PicklingError) as err:
-                    log.warning("could not answer %s: %s", kind, err)
+                except (OSError, TypeError) as err:
+                    log.warning("could not answer: %s", err)
                     return
                 if stopping.is_set():
-                    _wake(address, spec.authkey)
+                    _wake(address)
 
     def accept() -> None:
         while not stopping.is_set():
             try:
-                conn = listener.accept()
-            except Exception:  # a client that failed the authentication, or the listener closed
+                sock = listener.accept()
+            except OSError:  # the listener closed
                 if stopping.is_set():
                     return
                 continue
             if stopping.is_set():
-                conn.close()
+                sock.close()
                 return
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+            threading.Thread(target=handle, args=(sock,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True, name="accept").start()
-    (folder / "host.tmp").write_text(f"{address[0]}\n{address[1]}\n{os.getpid()}\n")
-    os.replace(folder / "host.tmp", folder / "host.txt")
-    log.warning("shard host %s:%d (pid %d) serving run %s", address[0], address[1], os.getpid(), spec.run)
-    while not stopping.wait(1.0):
+    _private_write(folder / "host.txt", f"{address[0]}\n{address[1]}\n{os.getpid()}\n")
+    log.warning(
+        "shard host %s:%d (pid %d) serving run %s, for executor process %d",
+        address[0], address[1], os.getpid(), spec.run, watched[0],
+    )  # fmt: skip
+    while not stopping.wait(WATCH_SECONDS):
+        if not process_alive(*watched):
+            log.warning("executor process %d ended: this host ends with it", watched[0])
+            break
         if time.monotonic() - last[0] > spec.idle_seconds:
             log.warning("no request for %.0fs: the driver is gone; exiting", spec.idle_seconds)
             break
@@ -360,18 +388,117 @@ def serve(folder: Path) -> None:
         folder.parent.rmdir()  # the last host of the machine leaves no folder behind
 
 
-def _wake(address: tuple[str, int], authkey: bytes) -> None:
-    """Unblock the accepting thread (it is waiting in ``accept``)."""
-    with contextlib.suppress(Exception):
-        Client(address, authkey=authkey).close()
+def _checked(body: Any, kind: type, request: str) -> list[Any]:
+    """``body`` if it is a list of ``kind`` (a request's body); ``ValueError`` otherwise."""
+    if type(body) is not list or not all(type(item) is kind for item in body):
+        raise ValueError(f"a {request} request's body is a list of {kind.__name__}")
+    return body
+
+
+def _wake(address: tuple[str, int]) -> None:
+    """Unblock the accepting thread (it is waiting in ``accept``): a bare connection, closed at once."""
+    with contextlib.suppress(OSError), socket.create_connection(address, timeout=2.0):
+        pass
+
+
+def _private_write(path: Path, text: str) -> None:
+    """Write ``path`` readable by this user only (0600), atomically (a temporary file renamed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
+
+
+# --- the executor a host belongs to ---------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, str, int, int] | None:
+    """``(command, state, parent pid, start time in clock ticks)`` of process ``pid`` (``/proc``, Linux)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    command = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()
+    return command, fields[0], int(fields[1]), int(fields[19])
+
+
+def executor_process() -> tuple[int, int | None]:
+    """This worker's executor: the nearest ancestor process that is a JVM (an executor's, or in local mode
+    the driver's: Spark starts the Python workers from it), as ``(pid, start time)``; the start time tells
+    a reused pid apart.  Without a JVM among the ancestors (a test, or no ``/proc``): this process."""
+    pid = os.getpid()
+    for _ in range(32):
+        found = _stat(pid)
+        if found is None:
+            break
+        command, _state, parent, started = found
+        if command == "java":
+            return pid, started
+        if parent <= 1:
+            break
+        pid = parent
+    me = _stat(os.getpid())
+    return os.getpid(), me[3] if me else None
+
+
+def process_alive(pid: int, started: int | None) -> bool:
+    """Whether process ``pid`` (started at ``started`` clock ticks, if known) still runs; a zombie (killed,
+    not reaped yet) does not."""
+    found = _stat(pid)
+    if found is not None:
+        return found[1] != "Z" and (started is None or found[3] == started)
+    if Path("/proc/self/stat").exists():  # Linux: no such process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def bind_address() -> str:
+    """The address a host listens on: its executor's (never every interface).  ``SPARK_LOCAL_IP`` when set
+    (Spark binds its own services there); else the ``--hostname`` of the executor JVM's command line (a
+    cluster's executor); else the loopback address (local mode: the driver is on this machine)."""
+    local = os.environ.get("SPARK_LOCAL_IP")
+    if local:
+        return local
+    pid, _ = executor_process()
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        args = []
+    if b"--hostname" in args[:-1]:
+        name = args[args.index(b"--hostname") + 1].decode()
+        with contextlib.suppress(OSError):
+            return socket.gethostbyname(name)
+        return name
+    return "127.0.0.1"
 
 
 # --- reaching a host from a task ----------------------------------------------------------------------
 
 
 def hosts_root() -> Path:
-    """The machine's folder of shard hosts (one subfolder per host)."""
+    """The machine's folder of shard hosts (one subfolder per host), this user's only (0700)."""
     return Path(tempfile.gettempdir()) / "ivm-hosts"
+
+
+def private_folder(path: Path) -> Path:
+    """``path`` created if needed as a folder only this user can enter (0700); an existing one of another
+    user, or a link, is refused by name (a host's files are no one else's to read or to plant)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=False)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{path} is not a folder of this user (uid {os.getuid()}): remove it or set TMPDIR")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
 
 
 def executor_key() -> str:
@@ -393,10 +520,10 @@ def host_folder(spec: HostSpec) -> Path:
     return hosts_root() / f"{spec.config.name}-{spec.run}-{digest}"
 
 
-_CONNECTIONS: dict[tuple[str, int], Connection] = {}
+_CONNECTIONS: dict[tuple[str, int], wire.Channel] = {}
 
 
-def connect(spec: HostSpec, owner: tuple[str, int] | None = None) -> tuple[Connection, tuple[str, int]]:
+def connect(spec: HostSpec, owner: tuple[str, int] | None = None) -> tuple[wire.Channel, tuple[str, int]]:
     """A connection to the host that holds the slice (``owner``, if it answers), else to this executor's
     own host, started now if it is not running.  Connections are kept for the worker's next tasks."""
     if owner is not None:
@@ -405,8 +532,10 @@ def connect(spec: HostSpec, owner: tuple[str, int] | None = None) -> tuple[Conne
         except (OSError, EOFError) as err:
             log.warning("shard host %s:%d does not answer (%s): this executor's host takes the slice", *owner, err)
     folder = host_folder(spec)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "w") as lock:
+    private_folder(folder.parent)
+    private_folder(folder)
+    fd = os.open(folder / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         address = _running(folder)
         if address is not None:
@@ -415,11 +544,11 @@ def connect(spec: HostSpec, owner: tuple[str, int] | None = None) -> tuple[Conne
         return _start(spec, folder)
 
 
-def _open(address: tuple[str, int], authkey: bytes) -> Connection:
+def _open(address: tuple[str, int], authkey: bytes) -> wire.Channel:
     conn = _CONNECTIONS.get(address)
     if conn is not None and not conn.closed:
         return conn
-    conn = Client(address, authkey=authkey)
+    conn = wire.connect(address, authkey)
     _CONNECTIONS[address] = conn
     return conn
 
@@ -428,8 +557,7 @@ def forget(address: tuple[str, int]) -> None:
     """Drop a kept connection (it failed)."""
     conn = _CONNECTIONS.pop(address, None)
     if conn is not None:
-        with contextlib.suppress(OSError):
-            conn.close()
+        conn.close()
 
 
 def _running(folder: Path) -> tuple[str, int] | None:
@@ -440,22 +568,48 @@ def _running(folder: Path) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def _start(spec: HostSpec, folder: Path) -> tuple[Connection, tuple[str, int]]:
-    """Start this executor's shard host, detached from the worker, and connect to it."""
+#: the hosts this process started: their handles, so that one that died is seen (and reaped)
+_STARTED: list[subprocess.Popen] = []
+
+
+def _start(spec: HostSpec, folder: Path, timeout: float = START_TIMEOUT) -> tuple[wire.Channel, tuple[str, int]]:
+    """Start this executor's shard host, detached from the worker, and connect to it.  The spec (with the
+    run's key) and the executor process to watch go through the host's stdin, never a file.  A host that
+    exits before it serves fails the start at once, with its exit status and the end of its log."""
     (folder / "host.txt").unlink(missing_ok=True)
-    (folder / "spec.pickle").write_bytes(pickle.dumps(spec))
-    with open(folder / "host.log", "ab") as out:
-        subprocess.Popen(
+    handover = pickle.dumps((spec, executor_process()))
+    fd = os.open(folder / "host.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as out:
+        child = subprocess.Popen(
             [sys.executable, "-m", "processor.placement.host", str(folder)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True, close_fds=True,
         )  # fmt: skip
-    deadline = time.monotonic() + START_TIMEOUT
+    _STARTED[:] = [p for p in _STARTED if p.poll() is None]
+    _STARTED.append(child)
+    assert child.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # a host that died at once: its exit status says why
+        child.stdin.write(handover)
+        child.stdin.close()
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         address = _running(folder)
         if address is not None:
             return _open(address, spec.authkey), address
-        time.sleep(0.05)
-    raise TimeoutError(f"the shard host in {folder} did not start within {START_TIMEOUT:.0f}s (see host.log)")
+        code = child.poll()
+        if code is not None:
+            raise RuntimeError(
+                f"the shard host in {folder} exited with status {code} before it served:\n{_tail(folder / 'host.log')}"
+            )
+        time.sleep(0.02)
+    child.kill()
+    raise TimeoutError(f"the shard host in {folder} did not start within {timeout:.0f}s (see host.log)")
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def stage(spec: HostSpec, pieces: list[Piece], owner: tuple[str, int] | None) -> tuple[str, int]:
@@ -481,14 +635,11 @@ def stage(spec: HostSpec, pieces: list[Piece], owner: tuple[str, int] | None) ->
 def request(address: tuple[str, int], authkey: bytes, kind: str, body: Any = None, timeout: float | None = None) -> Any:
     """One request to the host at ``address`` on a connection of its own (from the driver): its reply,
     ``TimeoutError`` after ``timeout`` seconds."""
-    conn = Client(address, authkey=authkey)
-    try:
+    with wire.connect(address, authkey, timeout=timeout or wire.HANDSHAKE_TIMEOUT) as conn:
         conn.send((kind, body))
         if timeout is not None and not conn.poll(timeout):
             raise TimeoutError(f"shard host {address[0]}:{address[1]} did not answer {kind} in {timeout:.0f}s")
         return conn.recv()
-    finally:
-        conn.close()
 
 
 def tell(address: tuple[str, int], authkey: bytes, kind: str, timeout: float = 5.0) -> Any:
@@ -498,4 +649,4 @@ def tell(address: tuple[str, int], authkey: bytes, kind: str, timeout: float = 5
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(Path(sys.argv[1]))
+    serve(Path(sys.argv[1]), sys.stdin.buffer.read())

@@ -22,7 +22,10 @@ its snapshot and a replay first.  A Spark task that fails (an executor lost, a
 Python worker killed) is retried by Spark and sends its pieces again; they
 replace the first attempt's.  The hosts are started at the first batch by a
 small job with one task per core (:func:`start_hosts`), and again whenever none
-answers; the slices are spread over them.  Speculative execution is off
+answers; the slices are spread over them.  When the executors change (one added,
+one gone) the hosts are looked for again and the fewest slices move to spread
+them evenly (:func:`rebalance`): a moved slice is rebuilt on its new host at the
+next seal, as a lost host's is.  Speculative execution is off
 (``spark_session``): a second attempt would only cost.
 """
 
@@ -179,6 +182,19 @@ def send_batch(
         hosts = start_hosts(spark, spec)
         known.update(hosts)
         _spread(owners, slices, hosts)
+        _BALANCE[spec.run] = (_executors(spark), time.monotonic())
+    elif _unbalanced(spark, spec, owners, slices):
+        hosts = start_hosts(spark, spec)
+        known.update(hosts)
+        moves = rebalance(owners, slices, hosts)
+        if moves:
+            log.warning(
+                "batch %d: slices moved to spread them over the live executors' hosts: %s",
+                version, ", ".join(f"{i} {a[0]}:{a[1]} -> {b[0]}:{b[1]}" for i, (a, b) in sorted(moves.items())),
+            )  # fmt: skip
+            retired = _RETIRED.setdefault(spec.run, {})
+            for index, (old, _new) in moves.items():
+                retired.setdefault(index, old)
     started = time.perf_counter()
     sent = df.mapInArrow(RouteFn(spec, version, before, dict(owners)), SENT).toArrow().to_pylist()
     summaries = [
@@ -231,6 +247,9 @@ def seal_batch(
         sent.version, sent.seconds, time.perf_counter() - started, max(r.seconds for r in responses),
     )  # fmt: skip
     _forget_moved(spec, previous, owners)
+    retired = _RETIRED.pop(spec.run, {})
+    if retired:  # slices a rebalance moved: their earlier hosts drop them (they hold an older version)
+        _forget_moved(spec, retired, owners)
     return assemble(pipeline, responses, sent.summaries), responses
 
 
@@ -293,6 +312,74 @@ def _seal_on(spec: HostSpec, address: Address, seals: list[Seal], replies: dict[
         replies[address] = request(address, spec.authkey, "seal", seals, SEAL_TIMEOUT)
     except (OSError, EOFError, TimeoutError) as err:
         replies[address] = err
+
+
+#: per run: the executors seen when the slices were last spread, and when (``_unbalanced``)
+_BALANCE: dict[str, tuple[frozenset[str], float]] = {}
+#: per run: slices moved by a rebalance whose earlier host is told to drop them after the next seal
+_RETIRED: dict[str, dict[int, Address]] = {}
+RESPREAD_SECONDS = 30.0  # at most this often, hosts are looked for while fewer hold slices than could
+
+
+def _executors(spark: SparkSession) -> frozenset[str]:
+    """The live executors (``host:port`` of each; the driver's entry included), from Spark's status tracker."""
+    try:
+        infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()  # type: ignore[union-attr]
+        return frozenset(f"{i.host()}:{i.port()}" for i in infos)
+    except Exception as err:  # a session being stopped
+        log.debug("executors: %s", err)
+        return frozenset()
+
+
+def _unbalanced(spark: SparkSession, spec: HostSpec, owners: dict[int, Address], slices: int) -> bool:
+    """Whether the slices should be spread again: the executors changed since they last were (one came or
+    went), or fewer hosts hold slices than there are executors (a host was lost and its slices went to the
+    others; looked at once per ``RESPREAD_SECONDS``)."""
+    executors = _executors(spark)
+    seen, when = _BALANCE.get(spec.run, (frozenset(), 0.0))
+    if not executors:
+        return False
+    workers = max(1, len(executors) - 1)  # the driver's entry is not an executor (but in local mode)
+    crowded = len(set(owners.values())) < min(slices, workers) and time.monotonic() - when > RESPREAD_SECONDS
+    if executors != seen or crowded:
+        _BALANCE[spec.run] = (executors, time.monotonic())
+        return True
+    return False
+
+
+def rebalance(owners: dict[int, Address], slices: int, hosts: list[Address]) -> dict[int, tuple[Address, Address]]:
+    """Spread the slices evenly over ``hosts`` (the live ones) moving as few as possible: a slice whose host
+    is not among them moves to the least loaded one, then one slice at a time from the most loaded host to
+    the least loaded until their counts differ by at most one.  Returns the moves (slice -> (from, to));
+    each moved slice is rebuilt on its new host from its snapshot and a replay, at the next seal."""
+    if not hosts:
+        return {}
+    live = sorted(set(hosts))
+    held: dict[Address, list[int]] = {h: [] for h in live}
+    moves: dict[int, tuple[Address, Address]] = {}
+    orphans = []
+    for index in range(slices):
+        owner = owners.get(index)
+        if owner in held:
+            held[owner].append(index)  # type: ignore[index]
+        else:
+            orphans.append(index)
+    for index in orphans:
+        target = min(live, key=lambda h: (len(held[h]), h))
+        held[target].append(index)
+        if index in owners:
+            moves[index] = (owners[index], target)
+        owners[index] = target
+    while True:
+        most = max(live, key=lambda h: (len(held[h]), h))
+        least = min(live, key=lambda h: (len(held[h]), h))
+        if len(held[most]) - len(held[least]) <= 1:
+            break
+        index = held[most].pop()
+        held[least].append(index)
+        moves[index] = (moves[index][0] if index in moves else most, least)
+        owners[index] = least
+    return {i: m for i, m in moves.items() if m[0] != m[1]}
 
 
 def _spread(owners: dict[int, Address], slices: int, hosts: list[Address]) -> None:

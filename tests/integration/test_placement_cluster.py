@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,34 @@ def _hosts(tmp: Path) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
+def _slice_hosts(port: int) -> dict[str, str]:
+    """Each slice's shard host as the metrics show it (``ivm_slice_tuples``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        lines = [line for line in answer.read().decode().splitlines() if line.startswith("ivm_slice_tuples{")]
+    return {line.split('slice="')[1].split('"')[0]: line.split('host="')[1].split('"')[0] for line in lines}
+
+
+def _behind(bootstrap: str, config, topics: dict[str, str]) -> bool:
+    """Whether the committed progress is short of the input topics' ends."""
+    committed = read_committed_progress(bootstrap, config.progress_topic)
+    return committed is None or not reflects(committed, end_offsets(bootstrap, list(topics.values())))
+
+
+def _watched(tmp: Path) -> dict[int, int]:
+    """Each running shard host's pid -> the executor JVM's pid it watches (from its log)."""
+    out = {}
+    for folder in (tmp / "ivm-hosts").glob("*"):
+        try:
+            pid = int((folder / "host.txt").read_text().split()[2])
+            text = (folder / "host.log").read_text(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        marks = [line for line in text.splitlines() if f"(pid {pid}) serving" in line and "executor process" in line]
+        if marks and Path(f"/proc/{pid}").exists():
+            out[pid] = int(marks[-1].rsplit("executor process ", 1)[1].split()[0].rstrip(","))
+    return out
+
+
 def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, tmp_path, monkeypatch) -> None:
     domain = 200
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
@@ -63,8 +92,14 @@ def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, t
             assert family in exported, f"{family} not exported"
         tuples = [line for line in exported.splitlines() if line.startswith("ivm_slice_tuples{")]
         assert len(tuples) == 4 and all('executor="' in line and 'host="' in line for line in tuples)
+        executors = {line.split('executor="')[1].split('"')[0] for line in tuples}
+        assert all(e and not e.startswith("driver@") for e in executors), executors  # the executors' ids
         hosts = _hosts(tmp)
         assert hosts, "the executors' tasks started shard hosts"
+        for folder in (tmp / "ivm-hosts").glob("*"):  # no key on disk; private folders; not every interface
+            assert oct(folder.stat().st_mode & 0o777) == oct(0o700) and not list(folder.glob("*.pickle"))
+            address = (folder / "host.txt").read_text().split()[0]
+            assert address not in ("0.0.0.0", ""), address
         for pid in hosts:
             os.kill(pid, signal.SIGKILL)
         _produce(kafka.bootstrap, topics, 6_000, domain, seed=22)
@@ -79,6 +114,32 @@ def test_executors_placement_survives_a_killed_shard_host(kafka, topic_prefix, t
         )
         log = proc.log_path.read_text(errors="replace")
         assert "rebuilt" in log, "the slices were rebuilt after their hosts were killed"
+        # a host lives and dies with its executor: kill -9 one executor JVM, its hosts exit within seconds
+        watched = _watched(tmp)
+        assert watched, "the new hosts name the executor process they watch"
+        executor = sorted(set(watched.values()))[0]
+        os.kill(executor, signal.SIGKILL)
+        orphans = [pid for pid, jvm in watched.items() if jvm == executor]
+        _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in orphans), "a host outlived its executor", 15)
+        # Spark relaunches the executor; as the stream goes on the slices spread over both executors' hosts again
+        seed = 30
+        while len(_slice_hosts(proc.metrics_port)) < 2:
+            assert seed < 60, f"the slices stayed on {_slice_hosts(proc.metrics_port)}"
+            _produce(kafka.bootstrap, topics, 300, domain, seed=seed)
+            seed += 1
+            _wait_for(
+                lambda: proc.batches_logged() > 0 and not _behind(kafka.bootstrap, config, topics), "a batch", 120
+            )
+        assert sorted(Counter(_slice_hosts(proc.metrics_port).values()).values()) == [2, 2]
+        final = end_offsets(kafka.bootstrap, list(topics.values()))
+        _wait_for(
+            lambda: (
+                (c := read_committed_progress(kafka.bootstrap, config.progress_topic)) is not None
+                and reflects(c, final)
+            ),
+            "the stream did not complete after the executor was killed",
+            timeout=300,
+        )
     finally:
         proc.stop()
     results = read_until(kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
