@@ -35,9 +35,10 @@ class DecodeError(ValueError):
 
 
 def schemas_dir() -> Path:
-    """``$IVM_SCHEMAS`` or the ``schemas/`` folder of this checkout."""
-    env = os.environ.get("IVM_SCHEMAS")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "schemas"
+    """``$IVM_SCHEMAS`` or the shipped ``schemas/`` folder (:func:`ivm.resources.schemas_dir`)."""
+    from ivm.resources import schemas_dir as shipped_schemas
+
+    return shipped_schemas()
 
 
 def load_schema(path: Path) -> dict[str, Any]:
