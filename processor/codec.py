@@ -16,7 +16,6 @@ import io
 import json
 import math
 import numbers
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass

@@ -16,7 +16,7 @@ import pytest
 import ivm.kernels
 import ivm.resources
 from ivm.kernels import Kernel, KernelsMissing, discover, kernels, require_compiled, summary
-from ivm.query.schemas import registered_schemas
+from ivm.query.schemas import load_avro_schemas, registered_schemas
 from processor.cli import EXTRA_MODULES, main
 from processor.local import stack
 
@@ -83,6 +83,13 @@ def test_base_install_names_the_missing_extra_in_one_line() -> None:
     )
 
 
+def test_the_produce_parser_offers_what_the_producer_reads() -> None:
+    from processor import produce
+    from processor.commands import produce as command
+
+    assert command.FORMATS == produce.FORMATS and command.SEPARATORS == produce.SEPARATORS
+
+
 def test_every_extra_module_is_declared_in_pyproject() -> None:
     import tomllib
 
@@ -102,10 +109,14 @@ def test_shipped_files_are_read_through_the_package_from_any_folder(
     monkeypatch.delenv("IVM_SCHEMAS", raising=False)
     monkeypatch.delenv("IVM_DATA", raising=False)
     monkeypatch.chdir(tmp_path)  # no schemas/ here: the old default ./schemas found nothing
-    assert registered_schemas() == {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "A"]}
+    registered = registered_schemas()
+    assert registered == load_avro_schemas(ROOT / "schemas")
+    assert {k: registered[k] for k in "RST"} == {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "A"]}
     package = Path(ivm.resources.__file__).parent
     assert ivm.resources.schemas_dir() == package / "schemas"
-    assert (ivm.resources.schemas_dir() / "control.avsc").read_bytes() == (ROOT / "schemas" / "control.avsc").read_bytes()
+    assert (ivm.resources.schemas_dir() / "control.avsc").read_bytes() == (
+        ROOT / "schemas" / "control.avsc"
+    ).read_bytes()
     assert ivm.resources.example_config().read_text() == (ROOT / "config" / "demo.toml").read_text()
     assert (ivm.resources.data_dir() / "graphs" / "facebook_combined.edges.gz").is_file()
     assert sorted(p.name for p in (ivm.resources.monitoring_dir() / "rules").glob("*.yml")) == sorted(
@@ -118,9 +129,15 @@ def test_shipped_files_are_read_through_the_package_from_any_folder(
     assert sample_graph().is_relative_to(package)
 
 
-def test_the_environment_overrides_the_shipped_schemas_and_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_overrides_the_shipped_schemas_and_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "relations").mkdir()
-    record = {"type": "record", "name": "E", "fields": [{"name": "X", "type": "long"}, {"name": "mult", "type": "long"}]}
+    record = {
+        "type": "record",
+        "name": "E",
+        "fields": [{"name": "X", "type": "long"}, {"name": "mult", "type": "long"}],
+    }
     (tmp_path / "relations" / "E.avsc").write_text(json.dumps(record))
     monkeypatch.setenv("IVM_SCHEMAS", str(tmp_path))
     monkeypatch.setenv("IVM_DATA", str(tmp_path / "data"))
@@ -244,7 +261,7 @@ def test_ivm_check_prints_the_kernels(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["check", "-c", str(ivm.resources.example_config())]) == 0
     out = capsys.readouterr().out
     assert out.rstrip().splitlines()[-1] == summary(kernels())
-    assert str(ivm.resources.schemas_dir() / "relations" / "R.avsc") in out
+    assert f"schema:   {(ivm.resources.schemas_dir() / 'relations' / 'R.avsc').resolve()}" in out
 
 
 def test_ivm_status_renders_the_kernels() -> None:
@@ -262,8 +279,7 @@ def test_ivm_status_renders_the_kernels() -> None:
         "kernels": [Kernel("ivm.a._k", True, "/k.so").as_json(), Kernel("ivm.b._j", False, error="x").as_json()],
     }
     assert render_text(status)[-1] == (
-        "compiled kernels: 1 of 2 loaded; missing (their Python loops run, 5-10x slower): ivm.b._j "
-        "(this installation)"
+        "compiled kernels: 1 of 2 loaded; missing (their Python loops run, 5-10x slower): ivm.b._j (this installation)"
     )
 
 
