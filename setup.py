@@ -8,7 +8,8 @@ reference loops (``implementation="auto"`` falls back to them); ``ivm check``,
 the start-up log and the metric ``ivm_kernel_compiled`` say so (``ivm/kernels.py``).
 A new kernel is a new ``_name.pyx`` file beside the module that uses it; no edit here.
 
-The extensions compile in parallel, one per CPU (``build_ext --parallel``).
+The extensions compile in parallel, one per CPU (``build_ext --parallel``), each cythonized when it is
+built (one at a time: the Cython compiler is not thread-safe), so an sdist cythonizes nothing.
 
 ``$IVM_PREBUILT_KERNELS``, a folder holding compiled kernels (a checkout after
 ``pip install -e .``), lets a build reuse them instead of compiling: a kernel's
@@ -22,6 +23,7 @@ seconds; without the variable every build compiles.
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 from Cython.Build import cythonize
@@ -43,11 +45,17 @@ KERNELS = [
 
 
 class BuildKernels(build_ext):
-    """``build_ext`` that copies a kernel from ``$IVM_PREBUILT_KERNELS`` when it is the same build (see above)."""
+    """``build_ext`` that cythonizes each kernel as it builds it, or copies it from ``$IVM_PREBUILT_KERNELS`` when
+    it is the same build (see above)."""
+
+    _cython = threading.Lock()
 
     def build_extension(self, ext: Extension) -> None:
         prebuilt = self._prebuilt(ext)
         if prebuilt is None:
+            with self._cython:
+                (generated,) = cythonize([ext], compiler_directives={"language_level": 3}, quiet=True)
+            ext.sources = generated.sources  # the .c file: ext keeps what build_ext's finalize gave it
             super().build_extension(ext)
             return
         target = Path(self.get_ext_fullpath(ext.name))
@@ -77,7 +85,7 @@ class BuildKernels(build_ext):
 
 
 setup(
-    ext_modules=cythonize(KERNELS, language_level=3, quiet=True),
+    ext_modules=KERNELS,
     cmdclass={"build_ext": BuildKernels},
     options={"build_ext": {"parallel": os.cpu_count() or 1}},
 )
