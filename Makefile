@@ -11,10 +11,19 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP) .local/.prometheus .local/.artifacts
 
+# A line per step, and per package and kernel while pip works (its verbose log, filtered): the kernels take
+# minutes to compile on a small machine, which should not pass in silence.
 $(STAMP): pyproject.toml setup.py $(wildcard ivm/*/_*.pyx ivm/*/*/_*.pyx processor/_*.pyx)
+	@echo "setup 1/3: the virtualenv $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "setup 2/3: pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	@echo "setup 3/3: the project with its extras test and bench, then its compiled kernels (ivm/**/_*.pyx, \
+	processor/_*.pyx: a few minutes on 2 cores; a line as each starts)"
+	@bash -o pipefail -c "$(BIN)/pip install -v -e '.[test,bench]' 2>&1 | grep --line-buffered -E \
+	  \"^ *(Collecting |Building editable for|building '|Successfully installed|ERROR|error:)\" \
+	  | sed -u -e \"s/^ *building '\\(.*\\)' extension/  compiling the kernel \\1/\""
+	@$(BIN)/python -c "from ivm.kernels import installed_kernels, summary; print(summary(installed_kernels()))"
 	touch $@
 
 # Prometheus from Debian's package (the integration tests scrape the processor with it).
@@ -32,6 +41,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard ivm/*/_*.pyx ivm/*/*/_*.pyx process
 	@touch $@
 
 demo: setup
+	@echo "setup done; starting the demo"
 	$(BIN)/ivm demo
 
 test: setup

@@ -76,6 +76,8 @@ def user_error(err: BaseException) -> tuple[int, list[str]] | None:
     """
     if isinstance(err, CommandError):
         return err.exit_code, str(err).splitlines() or [type(err).__name__]
+    if isinstance(err, ModuleNotFoundError) and missing_extra(err) is not None:
+        return 2, [missing_extra(err) or ""]
     if _instance(err, "processor.config.ConfigError"):
         return 2, list(err.errors)
     if _instance(err, *_USAGE):
@@ -110,6 +112,39 @@ _RUNTIME = (
     "processor.local.artifacts.ArtifactError",
     "processor.local.ports.PortInUse",
 )
+
+
+#: The top-level modules of the optional dependencies (pyproject.toml's extras) -> the extra that declares them.
+EXTRA_MODULES = {
+    "pyspark": "processor",
+    "pyarrow": "processor",
+    "confluent_kafka": "processor",
+    "fastavro": "processor",
+    "prometheus_client": "processor",
+    "yaml": "processor",
+    "pydantic": "processor",
+    "pydantic_core": "processor",
+    "matplotlib": "bench",
+    "duckdb": "bench",
+}
+
+
+def missing_extra(err: ModuleNotFoundError) -> str | None:
+    """The line for a command that needs an optional dependency the install lacks, ``None`` for any other.
+
+    The base install (``pip install ivm-kafka``) has the engine library and ``ivm --help``; the streaming
+    commands need the ``processor`` extra.
+
+    >>> missing_extra(ModuleNotFoundError("No module named 'pydantic'", name="pydantic"))
+    "needs pydantic, of the 'processor' extra, which this install lacks: pip install 'ivm-kafka[processor]'"
+    >>> missing_extra(ModuleNotFoundError("No module named 'nothing'", name="nothing")) is None
+    True
+    """
+    top = (err.name or "").partition(".")[0]
+    extra = EXTRA_MODULES.get(top)
+    if extra is None:
+        return None
+    return f"needs {top}, of the {extra!r} extra, which this install lacks: pip install 'ivm-kafka[{extra}]'"
 
 
 def _instance(err: BaseException, *names: str) -> bool:

@@ -16,7 +16,6 @@ import io
 import json
 import math
 import numbers
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,9 +35,10 @@ class DecodeError(ValueError):
 
 
 def schemas_dir() -> Path:
-    """``$IVM_SCHEMAS`` or the ``schemas/`` folder of this checkout."""
-    env = os.environ.get("IVM_SCHEMAS")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "schemas"
+    """``$IVM_SCHEMAS`` or the shipped ``schemas/`` folder (:func:`ivm.resources.schemas_dir`)."""
+    from ivm.resources import schemas_dir as shipped_schemas
+
+    return shipped_schemas()
 
 
 def load_schema(path: Path) -> dict[str, Any]:

@@ -190,7 +190,7 @@ class PipelineConfig:
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a container
     name: str = "ivm"  # the pipeline: its transactional id, progress topic and state folder
-    state_dir: str = ""  # snapshots; empty: .local/state/<name>
+    state_dir: str = ""  # snapshots; empty: <local_dir>/state/<name> (processor.local.stack.local_dir)
     snapshot_every: int = 50  # batches between snapshots (0: never)
     snapshot_location: str = ""  # a folder or a pyarrow.fs URL (s3://, hdfs://) for snapshots; empty: state_dir
     exactly_once: bool = True  # outputs in Kafka transactions, recovery from snapshot + replay

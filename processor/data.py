@@ -7,7 +7,6 @@ the unit tests read it from here, so a clone of the repository is all they need.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 FACEBOOK_EDGES = 88_234
@@ -15,9 +14,10 @@ FACEBOOK_TRIANGLES = 1_612_010
 
 
 def data_dir() -> Path:
-    """``$IVM_DATA`` (the Docker image sets ``/app/data``) or the ``data/`` folder of this checkout."""
-    env = os.environ.get("IVM_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "data"
+    """``$IVM_DATA`` or the shipped ``data/`` folder (:func:`ivm.resources.data_dir`)."""
+    from ivm.resources import data_dir as shipped_data
+
+    return shipped_data()
 
 
 def sample_graph() -> Path:
@@ -35,5 +35,5 @@ def facebook_edges() -> list[tuple[int, int]]:
 
     path = sample_graph()
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: a checkout of the repository has it (or set IVM_DATA)")
+        raise FileNotFoundError(f"{path} is missing: the package data lacks it (or set IVM_DATA)")
     return list(read_edges(path))

@@ -16,9 +16,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from ivm.kernels import installed_kernels, summary
+from ivm.resources import example_config
 from processor.codec import load_relation_codecs
 from processor.data import FACEBOOK_TRIANGLES
-from processor.local.stack import ProcessorProcess, local_dir, project_root, start_broker
+from processor.local.stack import ProcessorProcess, local_dir, start_broker
 from processor.produce import UpdateProducer, edge_updates, read_edges, sample
 from processor.subscribe import follow, reflects
 from processor.topics import create_topics, end_offsets
@@ -97,6 +99,7 @@ def run_demo(
     """
     t0 = time.monotonic()
     edges = list(read_edges(edges_path))  # a bad file stops the demo before anything starts
+    print(summary(installed_kernels()), flush=True)  # the processor's log says it too (ivm run)
     print("starting a local Kafka broker (KRaft) ...", flush=True)
     broker = start_broker("demo")
     processor = None
@@ -107,7 +110,7 @@ def run_demo(
         create_topics(bootstrap, [*RELATIONS, "triangle.result", "ivm.dead-letter"])
         log = broker.workdir / "processor.log"
         processor = ProcessorProcess(
-            project_root() / "config" / "demo.toml",
+            example_config(),
             bootstrap,
             log,
             extra=["--state-dir", str(broker.workdir / "state")],

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 if TYPE_CHECKING:
+    from ivm.kernels import Kernel
     from processor.kafka_clients import Kafka
 
 log = logging.getLogger(__name__)
@@ -284,6 +285,14 @@ class Metrics:
         self.gc_frozen_objects = Gauge(
             "ivm_gc_frozen_objects", "Objects moved out of the collector's reach by the last gc.freeze()", registry=r
         )
+        # -- the installation (ivm/kernels.py) ---------------------------------------------------------
+        self.kernel_compiled = Gauge(
+            "ivm_kernel_compiled",
+            "Whether a compiled kernel loads (1) or its Python loop runs instead, 5-10x slower (0)",
+            ["kernel"],
+            registry=r,
+        )
+        self.observe_kernels()
         self._seen: dict[tuple[Any, ...], float] = {}  # last value of each engine-side cumulative count
         self._slice_places: dict[tuple[str, str, str], bool] = {}  # (slice, host, executor) exported
 
@@ -293,6 +302,13 @@ class Metrics:
         return server.server_port
 
     # -- observations ----------------------------------------------------------------------------
+
+    def observe_kernels(self, report: Sequence[Kernel] | None = None) -> None:
+        """``ivm_kernel_compiled{kernel}`` for each kernel of the installation (:func:`ivm.kernels.kernels`)."""
+        from ivm.kernels import installed_kernels
+
+        for kernel in installed_kernels() if report is None else report:
+            self.kernel_compiled.labels(kernel.module).set(1 if kernel.compiled else 0)
 
     def observe_inputs(self, records: Iterable[_Record], now: float | None = None) -> None:
         """A committed batch's input records: consumed records per topic and the end-to-end latency

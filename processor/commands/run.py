@@ -17,9 +17,6 @@ import signal
 import sys
 import threading
 
-from processor.config import ConfigError, load_config
-from processor.logs import collapse_repeats
-
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("run", help="run the streaming job of a pipeline configuration")
@@ -43,11 +40,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def kernels_at_start() -> bool:
+    """Log which compiled kernels load (``ivm.kernels``: a warning naming the missing ones); ``False`` after
+    printing why when one is missing under CI, where that fails the run."""
+    from ivm.kernels import KernelsMissing, installed_kernels, require_compiled, summary
+
+    report = installed_kernels()
+    missing = any(not k.compiled for k in report)
+    logging.getLogger("processor.kernels").log(logging.WARNING if missing else logging.INFO, summary(report))
+    try:
+        require_compiled(report)
+    except KernelsMissing as err:
+        print(f"ivm run: {err}", file=sys.stderr)
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
     from processor.commands.check import report, validate
+    from processor.config import ConfigError, load_config
     from processor.job import run_job
+    from processor.logs import collapse_repeats
     from processor.recovery import RecoveryError
 
     try:
@@ -68,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if validate(config, "run") is None:
         return 2
     logging.getLogger("processor").setLevel(logging.INFO)
+    if not kernels_at_start():
+        return 1
     collapse_repeats()  # an outage's repeated warnings: one line, then a count
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

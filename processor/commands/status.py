@@ -43,12 +43,13 @@ and produced_at for a scalar query, groups for a keyed one, null when nothing
 is published yet), snapshots (file names), state_dir, queries (the configured
 names), dead_letters ({topic, total, by_reason: {reason: count}, error}: the
 records of the pipeline's relation and control topics its dead-letter topic
-holds, per reason up to its first colon); with placement = "executors" also
-slice_snapshots ([{slice, fingerprint, snapshots}]: each slice's snapshot file
-names, per configuration fingerprint) and process.slices (each slice's shard
-host, pid, executor, batch, tuples, last snapshot, rebuilds).  A partition whose
-position is short of its end only by transaction markers (or an aborted
-transaction's records) has a lag of 0.
+holds, per reason up to its first colon), kernels ([{module, compiled, path,
+error}]: the compiled kernels of this installation, ivm.kernels); with
+placement = "executors" also slice_snapshots ([{slice, fingerprint, snapshots}]:
+each slice's snapshot file names, per configuration fingerprint) and
+process.slices (each slice's shard host, pid, executor, batch, tuples, last
+snapshot, rebuilds).  A partition whose position is short of its end only by
+transaction markers (or an aborted transaction's records) has a lag of 0.
 
 A broker that cannot be reached ends the command within seconds with one line
 naming its address (exit 1).
@@ -307,7 +308,19 @@ def render_text(status: Mapping[str, Any], partitions: bool = False, now: float 
     for s in status.get("slice_snapshots", []):
         lines.append(f"  slice {s['slice']} snapshots ({s['fingerprint']}): {', '.join(s['snapshots']) or 'none'}")
     lines.append(f"snapshots in {status['state_dir']}: {', '.join(status['snapshots']) or 'none'}")
+    if status.get("kernels") is not None:
+        from ivm.kernels import Kernel, summary
+
+        lines.append(summary([Kernel(**k) for k in status["kernels"]]) + " (this installation)")
     return lines
+
+
+def kernels_document() -> list[dict[str, Any]]:
+    """The compiled kernels of this installation (:func:`ivm.kernels.kernels`): ``[{module, compiled, path,
+    error}]``; the running job's are its metric ``ivm_kernel_compiled``."""
+    from ivm.kernels import installed_kernels
+
+    return [k.as_json() for k in installed_kernels()]
 
 
 def dead_letter_document(config: Any, timeout: float = RESULT_TIMEOUT) -> dict[str, Any]:
@@ -516,6 +529,7 @@ def run(args: argparse.Namespace) -> int:
     if config.placement == "executors":
         status["slice_snapshots"] = slice_snapshots(snapshot_location(config))
     status["dead_letters"] = dead_letter_document(config)
+    status["kernels"] = kernels_document()
     if args.json:
         print(json.dumps(status, indent=2, allow_nan=False))
     else:

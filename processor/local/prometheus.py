@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ivm.resources import monitoring_dir
 from processor.local.ports import free_port, wait_for_port
 from processor.local.process import stop_group
 
-RULES_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "rules"
+RULES_DIR = monitoring_dir() / "rules"  # the shipped alert rules (ivm.resources)
 
 
 def prometheus_binary() -> str:

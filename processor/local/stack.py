@@ -17,12 +17,44 @@ from processor.local.process import stop_group
 
 
 def project_root() -> Path:
+    """The folder holding the ``processor`` package: the checkout, or ``site-packages`` when installed."""
     return Path(__file__).resolve().parents[2]
 
 
+def in_checkout() -> bool:
+    """Whether this code runs from a checkout of the repository (editable install or ``PYTHONPATH``), not
+    from an installed wheel: the folder holding the package has the project's ``pyproject.toml``."""
+    return (project_root() / "pyproject.toml").is_file()
+
+
+def user_state_dir() -> Path:
+    """``$XDG_STATE_HOME/ivm-kafka``, by default ``~/.local/state/ivm-kafka`` (the XDG base directories)."""
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / "ivm-kafka"
+
+
 def local_dir() -> Path:
-    """``$IVM_LOCAL`` or ``.local/`` in the checkout: service data and logs."""
-    return Path(os.environ.get("IVM_LOCAL", project_root() / ".local"))
+    """Where service data, logs and (without ``state_dir``) the pipelines' state go.
+
+    ``$IVM_LOCAL``; else, in a checkout, its ``.local/`` folder (git-ignored, beside the code being worked
+    on); else (an installed wheel) the user's state folder :func:`user_state_dir`, never inside the
+    installed package.
+    """
+    env = os.environ.get("IVM_LOCAL")
+    if env:
+        return Path(env)
+    return project_root() / ".local" if in_checkout() else user_state_dir()
+
+
+def _child_cwd() -> Path:
+    """The working folder of a child ``python -m processor.cli``: the checkout (whose code it must import),
+    else the state folder (not a folder of the user's that might hold a ``processor`` package of its own)."""
+    if in_checkout():
+        return project_root()
+    folder = local_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 class ProcessorProcess:
@@ -48,7 +80,7 @@ class ProcessorProcess:
                 "--metrics-port", str(self.metrics_port),
                 *(extra or []),
             ],
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, cwd=project_root(),
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, cwd=_child_cwd(),
         )  # fmt: skip
 
     def alive(self) -> bool:
