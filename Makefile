@@ -47,8 +47,9 @@ demo: setup
 test: setup
 	$(BIN)/pytest
 
+# two pytest-xdist workers: the unit tests are CPU-bound and independent
 test-fast: setup
-	$(BIN)/pytest -m "not integration and not slow"
+	$(BIN)/pytest -n 2 -m "not integration and not slow"
 
 test-integration: setup
 	$(BIN)/pytest -m integration

@@ -281,8 +281,10 @@ def test_status_json_has_every_field_as_json(tmp_path: Path) -> None:
 
 
 def test_ivm_status_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import processor.deadletters
     import processor.recovery
     import processor.topics
+    from processor.deadletters import DeadLetters
 
     committed = progress_record()
     monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, timeout=5.0: None)
@@ -293,8 +295,13 @@ def test_ivm_status_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
         lambda bootstrap, topics, isolation="read_committed": {(t, 0): 10 for t in topics},
     )
     monkeypatch.setattr("processor.commands.status.read_results", lambda bootstrap, config, **_: [])  # no broker
+    # no broker: without this the dead-letter read waits its 30 s timeout out (twice)
+    held = DeadLetters("dead-letter", total=3, by_reason={"negative multiplicity": 2, "malformed Avro": 1})
+    monkeypatch.setattr(processor.deadletters, "read_dead_letters", lambda bootstrap, topic, inputs, timeout: held)
     assert main(["status", "-c", str(DEMO), "--json"]) == 0
     status = strict_loads(capsys.readouterr().out)
+    reasons = {"negative multiplicity": 2, "malformed Avro": 1}
+    assert status["dead_letters"] == {"topic": "dead-letter", "total": 3, "by_reason": reasons, "error": None}
     assert status["committed_at"].endswith("Z") and status["last_committed_batch"] == committed["batch_id"]
     assert set(status["lag"]) == {"R[0]", "S[0]", "T[0]"}
     assert main(["status", "-c", str(DEMO)]) == 0

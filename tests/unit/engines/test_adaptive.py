@@ -132,6 +132,7 @@ def test_batches_equal_one_by_one_and_snapshot(seed: int, promote: str) -> None:
     assert restored.result() == brute(restored)
 
 
+@pytest.mark.slow  # ~13 s: the longest unit test (make test runs it, make test-fast does not)
 def test_default_cutoff_partitions_a_hub_and_returns_when_it_fades() -> None:
     """The degree rule with its default cutoff (8·√N); the work rule does not partition this stream: a
     hub alone costs the first-order loop little (δR(0,v) walks S(v,·), a spoke's row)."""
