@@ -64,7 +64,8 @@ def shipped(name: str, check: bool = True) -> Path:
             f"{path} is missing: the installed package lacks its package data "
             "(a wheel built without it?) or the checkout's symbolic link is broken"
         )
-    return path
+    # a checkout links the top-level folders here: the real path, as every other path the config dumps or prints
+    return path.resolve() if path.exists() else path
 
 
 def schemas_dir() -> Path:
