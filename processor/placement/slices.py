@@ -24,10 +24,10 @@ from typing import Any
 
 from ivm.shards import ShardedView, ShardSlice
 from ivm.view import Outcome
+from processor.codec import PackedDecoded
 from processor.config import PipelineConfig, QueryConfig
 from processor.control import ACKS as CONTROL_ACKS
 from processor.control import decode as decode_control
-from processor.codec import PackedDecoded
 from processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Positions, Record, RecordBatch
 from processor.placement.routing import Placement
 from processor.planning import build_view

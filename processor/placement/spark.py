@@ -90,7 +90,8 @@ class RouteFn:
                 rows[name].append(value)
 
         for s in routed.summaries:  # updates: -1 for one-update records, else those the packed records carry
-            row(_SUMMARY, (s.topic, s.partition), s.last_offset, s.records, s.oldest_ms, "", -1 if s.updates is None else s.updates)
+            updates = -1 if s.updates is None else s.updates
+            row(_SUMMARY, (s.topic, s.partition), s.last_offset, s.records, s.oldest_ms, "", updates)
         for index, where in sorted(routed.rows.items()):
             quiet = routed.quiet.get(index, set())
             pieces = []

@@ -254,7 +254,8 @@ def _fill() -> None:
     from processor.pipeline import PackedUpdate, Record
     from processor.placement.slices import Piece, Seal, SliceResponse
 
-    for cls in (Piece, Seal, SliceResponse, Record, PackedUpdate, Pair, Covariance, GeneralizedCovariance, Matrix, Relation):
+    messages = (Piece, Seal, SliceResponse, Record, PackedUpdate)
+    for cls in (*messages, Pair, Covariance, GeneralizedCovariance, Matrix, Relation):
         _register(cls)
 
 

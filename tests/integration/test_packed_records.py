@@ -36,9 +36,7 @@ PACKED = {name: PackedCodec(codec) for name, codec in load_relation_codecs().ite
 @pytest.mark.parametrize(
     "placement", ["driver", pytest.param("executors", marks=pytest.mark.slow)], ids=["driver", "executors"]
 )
-def test_packed_pipeline_matches_a_recount(
-    kafka, topic_prefix, tmp_path, monkeypatch, request, placement
-) -> None:
+def test_packed_pipeline_matches_a_recount(kafka, topic_prefix, tmp_path, monkeypatch, request, placement) -> None:
     """In both placements; in the executors' one over 3 slices on two executor JVMs (a packed record's
     updates spread over several slices, each reporting the dead letters it is primary for)."""
     rng = random.Random(37)

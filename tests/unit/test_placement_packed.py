@@ -16,12 +16,11 @@ import pytest
 
 from processor.codec import PackedCodec
 from processor.config import PipelineConfig
-from processor.pipeline import Pipeline, Record, RecordBatch
+from processor.pipeline import PackedUpdate, Pipeline, Record, RecordBatch
 from processor.placement.driver import assemble
 from processor.placement.routes import Router
 from processor.placement.slices import SlicePipeline
 from processor.placement.wire import decode, encode
-from processor.pipeline import PackedUpdate
 from tests.unit.test_pipeline import MemorySink
 from tests.unit.test_placement import CODECS, QUERIES, InProcess, _config, _outputs
 
