@@ -545,7 +545,7 @@ class Pipeline:
             if getattr(codec, "packed", False):
                 flat = codec.decode_many(values)
                 rows = _gather(rows, flat.source)  # update j -> its record's row in the batch
-                units[topic] = units.get(topic, 0) + len(index) - len(values)
+                units[topic] = units.get(topic, 0) + len(flat.index) - len(values)
                 rows, flat = self._select_packed(batch, relation, rows, flat)
                 decoded, mults, errors, index = flat.rows, flat.mults, flat.errors, flat.index
             else:
