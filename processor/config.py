@@ -976,12 +976,6 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
         confluent = r.ok("encoding") and rel.encoding in ("confluent", "confluent-packed")
         if confluent and kafka.ok("schema_registry") and not kafka.table.schema_registry:
             errors.append(f'{r.where} encoding: "{rel.encoding}" needs [kafka] schema_registry (the registry URL)')
-        packed = r.ok("encoding") and rel.encoding.endswith("-packed")
-        if packed and processor.ok("placement") and processor.table.placement == "executors":
-            errors.append(
-                f"{r.where} encoding: {rel.encoding!r} (packed records) is read in the driver placement only: "
-                'set [processor] placement = "driver" or a one-update encoding ("avro", "confluent")'
-            )
         if r.ok(*windowed) and rel.window_count is not None and rel.window_seconds is not None:
             errors.append(f"{r.where} window_seconds: give window_count or window_seconds, not both")
         unwindowed = r.ok(*windowed) and rel.window_count is None and rel.window_seconds is None

@@ -248,14 +248,6 @@ def run_job(
     collections = CollectorWatch(lambda gen, seconds: metrics.gc_pause_seconds.labels(str(gen)).observe(seconds))
     collections.start()
     placed = config.placement == "executors"  # the state lives in shard hosts (processor.placement)
-    packed = [r for r in config.relations if r.encoding.endswith("-packed")]
-    if placed and packed:  # the shard hosts route one-update records; parse_config refuses this too
-        from processor.config import ConfigError
-
-        raise ConfigError(
-            f"relation {packed[0].name}: packed records (encoding {packed[0].encoding!r}) are read in the "
-            'driver placement only: set [processor] placement = "driver" or a one-update encoding'
-        )
     store = (
         StateStore(snapshot_location(config)) if config.exactly_once and config.snapshot_every and not placed else None
     )

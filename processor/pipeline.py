@@ -43,6 +43,7 @@ from ivm.updates import Row, Update
 from processor.codec import (
     OutputCodec,
     PackedCodec,
+    PackedDecoded,
     RelationCodec,
     is_packed,
     json_value,
@@ -543,9 +544,10 @@ class Pipeline:
             index: list[int | None] | None = None  # packed records: update j is update index[j] of its record
             if getattr(codec, "packed", False):
                 flat = codec.decode_many(values)
-                decoded, mults, errors, index = flat.rows, flat.mults, flat.errors, flat.index
                 rows = _gather(rows, flat.source)  # update j -> its record's row in the batch
-                units[topic] = units.get(topic, 0) + len(index) - len(values)
+                units[topic] = units.get(topic, 0) + len(flat.index) - len(values)
+                rows, flat = self._select_packed(batch, relation, rows, flat)
+                decoded, mults, errors, index = flat.rows, flat.mults, flat.errors, flat.index
             else:
                 decoded, mults, errors = codec.decode_many(values)
             origin = _Origins(batch, rows, index)
@@ -592,6 +594,13 @@ class Pipeline:
         outcomes = {name: self._apply_view(name, view, updates, segments)
                     for name, view in self.views.items()}  # fmt: skip
         return Applied(outcomes, dead, per_topic, oldest, accepted, refusals, acks, units)
+
+    def _select_packed(
+        self, batch: RecordBatch, relation: str, rows: list[int], flat: PackedDecoded
+    ) -> tuple[list[int], PackedDecoded]:
+        """The updates of packed records this pipeline applies, with their rows in ``batch``: all of them here;
+        a slice of the executors' placement keeps those routed to it (``processor.placement.slices``)."""
+        return rows, flat
 
     def _apply_view(
         self,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ivm.view import Outcome
 from processor.config import PipelineConfig, QueryConfig
-from processor.pipeline import ADMITTED, Applied, Pipeline, Positions, Record, RecordBatch
+from processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Positions, Record, RecordBatch
 from processor.placement.routing import slice_count
 from processor.placement.slices import SliceResponse
 from processor.planning import build_view, engine_of
@@ -162,6 +162,12 @@ class PartitionSummary:
     last_offset: int
     records: int
     oldest_ms: int
+    updates: int | None = None  # packed records: the updates in them (None: one update per record)
+
+    @property
+    def consumed(self) -> int:
+        """The updates the records carry: a packed record counts as its updates (consumed = applied + dead)."""
+        return self.records if self.updates is None else self.updates
 
 
 def assemble(
@@ -172,13 +178,16 @@ def assemble(
     positions: Positions = pipeline.state.positions
     per_topic: dict[str, int] = {}
     consumed: dict[str, int] = {}
+    extra: dict[str, int] = {}  # per packed topic: its updates less its records (Applied.packed_extra)
     oldest = 0
     for s in summaries:
         positions[(s.topic, s.partition)] = max(positions.get((s.topic, s.partition), 0), s.last_offset + 1)
         per_topic[s.topic] = per_topic.get(s.topic, 0) + s.records
+        if s.updates is not None:
+            extra[s.topic] = extra.get(s.topic, 0) + s.updates - s.records
         relation = pipeline.relation_of_topic.get(s.topic)
         if relation is not None:
-            consumed[relation] = consumed.get(relation, 0) + s.records
+            consumed[relation] = consumed.get(relation, 0) + s.consumed
         if s.oldest_ms and (not oldest or s.oldest_ms < oldest):
             oldest = s.oldest_ms
     dead: list[tuple[Record, str, str, str | None, str | None]] = []
@@ -189,7 +198,8 @@ def assemble(
         for name, view in pipeline.views.items():
             if name in response.parts:
                 view.absorb(name, response)
-    dead.sort(key=lambda d: (d[0].topic, d[0].partition, d[0].offset))
+    # in (topic, partition, offset) order, a packed record's updates in their order (its whole record first)
+    dead.sort(key=lambda d: (d[0].topic, d[0].partition, d[0].offset, _item(d[0])))
     dead_per_relation: dict[str, int] = {}
     refused: dict[str, int] = {}
     for _record, _reason, kind, _query, relation in dead:
@@ -208,7 +218,13 @@ def assemble(
             if accepted.get(relation):
                 pipeline.metrics.updates_applied.labels(name, relation).inc(accepted[relation])
     control.sort(key=lambda c: (c[0].partition, c[0].offset))
-    return Applied(outcomes, dead, per_topic, oldest, accepted, refused, control)
+    return Applied(outcomes, dead, per_topic, oldest, accepted, refused, control, extra)
+
+
+def _item(record: Record | PackedUpdate) -> int:
+    """A dead letter's place in its record: the update's index in a packed record, else -1."""
+    item = getattr(record, "item", None)
+    return -1 if item is None else item
 
 
 def recover_positions(pipeline: PlacedPipeline, bootstrap: Kafka) -> None:

@@ -11,8 +11,10 @@ per tuple) plus the decoding.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from processor.config import PipelineConfig
 from processor.control import control_topic
@@ -51,12 +53,15 @@ class Router:
             if not rows:
                 continue
             stamps = [t for t in (batch.timestamp_ms[i] for i in rows) if t > 0]
-            out.summaries.append(
-                PartitionSummary(tp[0], tp[1], batch.offset[rows[-1]], len(rows), min(stamps, default=0))
-            )
+            summary = PartitionSummary(tp[0], tp[1], batch.offset[rows[-1]], len(rows), min(stamps, default=0))
+            out.summaries.append(summary)
             codec = self.codecs.get(tp[0])
             if codec is None or tp[0] == self.control_topic:
                 out.rows.setdefault(0, []).extend(rows)
+                continue
+            if getattr(codec, "packed", False):
+                updates = self._split_packed(codec, batch, rows, out)
+                out.summaries[-1] = dataclasses.replace(summary, updates=updates)
                 continue
             decoded, _mults, errors = codec.decode_many([batch.value[i] for i in rows])
             relation = codec.relation
@@ -75,3 +80,23 @@ class Router:
                     if k:
                         out.quiet.setdefault(s, set()).add(i)
         return out
+
+    def _split_packed(self, codec: Any, batch: RecordBatch, rows: list[int], out: Routed) -> int:
+        """Route packed records (``encoding = "avro-packed"``): a record goes, whole, to every slice holding one
+        of its updates, and to slice 0 if one of them is not an update (or the record is not a packed record);
+        each slice keeps its own updates and knows which of them it is primary for
+        (``SlicePipeline._select_packed``), so no copy is quiet as a whole.  Returns the updates in them."""
+        flat = codec.decode_many([batch.value[i] for i in rows])
+        errors = flat.errors
+        good = [j for j in range(len(flat.rows)) if j not in errors] if errors else range(len(flat.rows))
+        many = self.placement.slices_of_many(codec.relation, [flat.rows[j] for j in good]) if good else []
+        targets: list[set[int]] = [set() for _ in rows]
+        source = flat.source
+        for j in errors:
+            targets[source[j]].add(0)
+        for j, slices in zip(good, many, strict=True):
+            targets[source[j]].update(slices)
+        for r, i in enumerate(rows):
+            for s in sorted(targets[r]):
+                out.rows.setdefault(s, []).append(i)
+        return len(flat.rows)

@@ -24,10 +24,11 @@ from typing import Any
 
 from ivm.shards import ShardedView, ShardSlice
 from ivm.view import Outcome
+from processor.codec import PackedDecoded
 from processor.config import PipelineConfig, QueryConfig
 from processor.control import ACKS as CONTROL_ACKS
 from processor.control import decode as decode_control
-from processor.pipeline import ADMITTED, Applied, Pipeline, Positions, Record, RecordBatch
+from processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Positions, Record, RecordBatch
 from processor.placement.routing import Placement
 from processor.planning import build_view
 from processor.sink import Sink
@@ -59,6 +60,8 @@ class SlicePipeline(Pipeline):
         super().__init__(config, NoSink())
         self.placement = Placement(config, self._schema_of)
         self.quiet: set[tuple[str, int, int]] = set()
+        # the updates of packed records whose dead letters another slice reports: (topic, partition, offset, index)
+        self.quiet_updates: set[tuple[str, int, int, int | None]] = set()
 
     def _maintain(self, q: QueryConfig, schema_of: Mapping[str, Sequence[str]], windows: Any) -> Any:
         view = build_view(self.config, q, schema_of, windows, ADMITTED)
@@ -102,10 +105,57 @@ class SlicePipeline(Pipeline):
             acks.append((record, name, reason))
 
     def _apply(self, records: Iterable[Record] | RecordBatch) -> Applied:
+        self.quiet_updates = set()
         applied = super()._apply(records)
-        if self.quiet:
-            applied.dead = [d for d in applied.dead if (d[0].topic, d[0].partition, d[0].offset) not in self.quiet]
+        if self.quiet or self.quiet_updates:
+            applied.dead = [d for d in applied.dead if not self._muted(d[0])]
         return applied
+
+    def _muted(self, record: Record | PackedUpdate) -> bool:
+        """Whether another slice reports ``record``'s dead letter: a packed record's update by its own index
+        (:meth:`_select_packed`), any other record by its offset (``quiet``, from the routing)."""
+        if isinstance(record, PackedUpdate):
+            return (record.topic, record.partition, record.offset, record.item) in self.quiet_updates
+        return (record.topic, record.partition, record.offset) in self.quiet
+
+    def _select_packed(
+        self, batch: RecordBatch, relation: str, rows: list[int], flat: PackedDecoded
+    ) -> tuple[list[int], PackedDecoded]:
+        """The updates of packed records that go to this slice: a packed record comes to every slice holding
+        one of its updates (``routes.py``), and each slice keeps the updates routed to it, each by its own
+        tuple (``routing.py``), exactly the updates the driver's pipeline would hand this slice's shards.
+        An update that is not one (or a record that is not a packed record) goes to slice 0, which
+        dead-letters it; an update whose primary is another slice is kept quiet (``quiet_updates``).
+        O(updates · slices per tuple)."""
+        n = len(flat.rows)
+        errors = flat.errors
+        good = [j for j in range(n) if j not in errors] if errors else range(n)
+        many = self.placement.slices_of_many(relation, [flat.rows[j] for j in good]) if good else []  # type: ignore[misc]
+        where: list[list[int] | None] = [None] * n
+        for j, targets in zip(good, many, strict=True):
+            where[j] = targets
+        me = self.index
+        keep: list[int] = []
+        for j in range(n):
+            targets = where[j]
+            if targets is None:
+                if me == 0:
+                    keep.append(j)
+            elif me in targets:
+                keep.append(j)
+                if targets[0] != me:
+                    i = rows[j]
+                    self.quiet_updates.add((batch.topic[i], batch.partition[i], batch.offset[i], flat.index[j]))
+        if len(keep) == n:
+            return rows, flat
+        kept = PackedDecoded(
+            [flat.rows[j] for j in keep],
+            [flat.mults[j] for j in keep],
+            {k: errors[j] for k, j in enumerate(keep) if j in errors},
+            [flat.source[j] for j in keep],
+            [flat.index[j] for j in keep],
+        )
+        return [rows[j] for j in keep], kept
 
     def replay(self, records: Iterable[Record] | RecordBatch) -> int:
         """Apply committed input again (a rebuild): only the records routed to this slice."""
@@ -120,6 +170,13 @@ class SlicePipeline(Pipeline):
         codec = self.codecs.get(record.topic)
         if codec is None or record.topic == self.control_topic:
             return [0]
+        if getattr(codec, "packed", False):  # every slice holding one of its updates (slice 0: an invalid one)
+            flat = codec.decode_many([record.value])
+            out = {0} if flat.errors else set()
+            good = [row for j, row in enumerate(flat.rows) if j not in flat.errors]
+            for targets in self.placement.slices_of_many(codec.relation, good) if good else []:  # type: ignore[arg-type]
+                out.update(targets)
+            return sorted(out)
         decoded, _mults, errors = codec.decode_many([record.value])
         if errors:
             return [0]

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-SENT = "slice int, topic string, partition int, last long, n long, oldest long, host string"
+SENT = "slice int, topic string, partition int, last long, n long, oldest long, host string, updates long"
 SEAL_TIMEOUT = 600.0  # a host that does not answer a seal this long is taken for lost
 _ROUTERS: dict[bytes, Any] = {}  # per worker process: the router of each configuration
 _SUMMARY = -1  # the slice column of a partition's summary row
@@ -82,15 +82,16 @@ class RouteFn:
         batch = RecordBatch.from_arrow(pa.Table.from_batches(arrow))
         routed = router.split(batch, self.positions)
         rows: dict[str, list[Any]] = {
-            name: [] for name in ("slice", "topic", "partition", "last", "n", "oldest", "host")
+            name: [] for name in ("slice", "topic", "partition", "last", "n", "oldest", "host", "updates")
         }
 
-        def row(index: int, tp: tuple[str, int], last: int, n: int, oldest: int, host: str) -> None:
-            for name, value in zip(rows, (index, tp[0], tp[1], last, n, oldest, host), strict=True):
+        def row(index: int, tp: tuple[str, int], last: int, n: int, oldest: int, host: str, updates: int = -1) -> None:
+            for name, value in zip(rows, (index, tp[0], tp[1], last, n, oldest, host, updates), strict=True):
                 rows[name].append(value)
 
-        for s in routed.summaries:
-            row(_SUMMARY, (s.topic, s.partition), s.last_offset, s.records, s.oldest_ms, "")
+        for s in routed.summaries:  # updates: -1 for one-update records, else those the packed records carry
+            updates = -1 if s.updates is None else s.updates
+            row(_SUMMARY, (s.topic, s.partition), s.last_offset, s.records, s.oldest_ms, "", updates)
         for index, where in sorted(routed.rows.items()):
             quiet = routed.quiet.get(index, set())
             pieces = []
@@ -114,6 +115,7 @@ class RouteFn:
                     ("n", pa.int64()),
                     ("oldest", pa.int64()),
                     ("host", pa.string()),
+                    ("updates", pa.int64()),
                 ]
             ),
         )
@@ -198,7 +200,11 @@ def send_batch(
     started = time.perf_counter()
     sent = df.mapInArrow(RouteFn(spec, version, before, dict(owners)), SENT).toArrow().to_pylist()
     summaries = [
-        PartitionSummary(r["topic"], r["partition"], r["last"], r["n"], r["oldest"]) for r in sent if r["slice"] < 0
+        PartitionSummary(
+            r["topic"], r["partition"], r["last"], r["n"], r["oldest"], None if r["updates"] < 0 else r["updates"]
+        )
+        for r in sent
+        if r["slice"] < 0
     ]
     after = dict(before)
     for s in summaries:

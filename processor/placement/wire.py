@@ -251,10 +251,11 @@ def _fill() -> None:
     from ivm.rings.generalized_covariance import GeneralizedCovariance
     from ivm.rings.matrix import Matrix
     from ivm.rings.relational import Relation
-    from processor.pipeline import Record
+    from processor.pipeline import PackedUpdate, Record
     from processor.placement.slices import Piece, Seal, SliceResponse
 
-    for cls in (Piece, Seal, SliceResponse, Record, Pair, Covariance, GeneralizedCovariance, Matrix, Relation):
+    messages = (Piece, Seal, SliceResponse, Record, PackedUpdate)
+    for cls in (*messages, Pair, Covariance, GeneralizedCovariance, Matrix, Relation):
         _register(cls)
 
 

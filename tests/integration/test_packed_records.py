@@ -24,6 +24,7 @@ from processor.produce import PackedProducer
 from processor.subscribe import reflects
 from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import consume_raw, pipeline_config, read_until
+from tests.integration.test_stops import _start
 from tests.oracles import apply_stream, count
 
 pytestmark = pytest.mark.integration
@@ -32,13 +33,27 @@ TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 PACKED = {name: PackedCodec(codec) for name, codec in load_relation_codecs().items()}
 
 
-def test_packed_pipeline_matches_a_recount(kafka, start_job, topic_prefix, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "placement", ["driver", pytest.param("executors", marks=pytest.mark.slow)], ids=["driver", "executors"]
+)
+def test_packed_pipeline_matches_a_recount(kafka, topic_prefix, tmp_path, monkeypatch, request, placement) -> None:
+    """In both placements; in the executors' one over 3 slices on two executor JVMs (a packed record's
+    updates spread over several slices, each reporting the dead letters it is primary for)."""
     rng = random.Random(37)
-    config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path, max_offsets_per_trigger=40)
+    extra = {"placement": "executors", "shards": 3, "spark_master": "local-cluster[2,1,1024]", "engine": "auto"}
+    config = pipeline_config(
+        kafka.bootstrap, topic_prefix, tmp_path / "state", max_offsets_per_trigger=40,
+        **(extra if placement == "executors" else {}),
+    )  # fmt: skip
     config = replace(config, relations=tuple(replace(r, encoding="avro-packed") for r in config.relations))
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     create_topics(kafka.bootstrap, [*topics.values(), config.dead_letter_topic], partitions=3)
-    job = start_job(config)
+    if placement == "executors":
+        monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+        job = _start(tmp_path, config, kafka.bootstrap, "run", monkeypatch)
+        request.addfinalizer(lambda: job.alive() and job.stop(kill=True))  # a failed test leaves no job behind
+    else:  # the in-process job of the shared Spark session (local[2])
+        job = request.getfixturevalue("start_job")(config)
     producer = PackedProducer(kafka.bootstrap, PACKED, topics, pack=25, buckets=dict.fromkeys(topics.values(), 3))
     live: dict[tuple[str, tuple], int] = {}
     for _chunk in range(4):
@@ -62,7 +77,11 @@ def test_packed_pipeline_matches_a_recount(kafka, start_job, topic_prefix, tmp_p
     producer.send_raw(topics["T"], None, b"\x03garbage")
     producer.flush()
     final = end_offsets(kafka.bootstrap, list(topics.values()))
-    results = read_until(kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
+    results = read_until(
+        kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final), idle_timeout=300
+    )
+    if placement == "executors":
+        assert job.alive(), job.tail()
     job.stop()
     assert reflects(results[-1], final), "the last result does not reflect all input"
 

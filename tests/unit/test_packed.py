@@ -163,15 +163,15 @@ def test_same_results_as_one_update_records() -> None:
     assert last["triangle"] == count(parse("Q() :- R(a,b), S(b,c), T(c,a)"), db)
 
 
-def test_config_accepts_packed_encodings_and_refuses_them_in_the_executors_placement() -> None:
+def test_config_accepts_packed_encodings_in_both_placements() -> None:
     base = {
         "kafka": {"bootstrap": "127.0.0.1:9092"},
         "relations": [{"name": "R", "schema": str(ROOT / "schemas/relations/R.avsc"), "encoding": "avro-packed"}],
         "queries": [{"name": "q", "query": "Q() :- R(a,b)"}],
     }
     assert parse_config(base).relations[0].encoding == "avro-packed"
-    with pytest.raises(ConfigError, match=r"packed records.*driver placement only"):
-        parse_config({**base, "processor": {"placement": "executors"}})
+    placed = parse_config({**base, "processor": {"placement": "executors"}})  # the shard hosts read them too
+    assert placed.placement == "executors" and placed.relations[0].encoding == "avro-packed"
     confluent = {**base, "relations": [{**base["relations"][0], "encoding": "confluent-packed"}]}
     with pytest.raises(ConfigError, match='"confluent-packed" needs \\[kafka\\] schema_registry'):
         parse_config(confluent)
