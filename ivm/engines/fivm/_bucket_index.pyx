@@ -32,6 +32,7 @@ from libc.string cimport memset
 
 
 cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
     bint PyLong_CheckExact(object o)
     bint PyTuple_CheckExact(object o)
     Py_ssize_t PyTuple_GET_SIZE(object o)
@@ -129,6 +130,7 @@ cdef class BucketIndex:
     # the codes of non-int key values (ivm.engines.keys.KeyDictionary), or None: int64 ints only
     cdef readonly object keydict
     cdef list interned  # keydict's values by id - LOW (read back in C, no method call per output key)
+    cdef dict ids  # keydict's interned value -> id (probed in C before any method call)
 
     def __cinit__(self, Py_ssize_t bound, keydict=None):
         if bound not in (0, 1):
@@ -148,6 +150,7 @@ cdef class BucketIndex:
         self.hi = INT64_MIN
         self.keydict = keydict
         self.interned = None if keydict is None else keydict._values
+        self.ids = None if keydict is None else keydict._ids
         self._grow_blocks()
 
     # -- key values as int64 codes -------------------------------------------------------
@@ -159,6 +162,7 @@ cdef class BucketIndex:
         code).  ``False`` when it has no code here (no dictionary, or NaN: the dictionary refuses it)."""
         cdef int overflow = 0
         cdef long long x
+        cdef PyObject* found
         if PyLong_CheckExact(<object>obj):
             x = PyLong_AsLongLongAndOverflow(<object>obj, &overflow)
             if overflow == 0 and (self.keydict is None or x >= KEY_HIGH):
@@ -166,6 +170,10 @@ cdef class BucketIndex:
                 return True
         if self.keydict is None:
             return False
+        found = PyDict_GetItemWithError(self.ids, <object>obj)  # interned already: its id, no call
+        if found != NULL:
+            out[0] = PyLong_AsLongLongAndOverflow(<object>found, &overflow)
+            return True
         try:
             out[0] = self.keydict.code(<object>obj) if intern else self.keydict.find(<object>obj)
         except ValueError:  # NaN: the index cannot hold it, the Python store (the reference) decides

@@ -52,12 +52,17 @@ cdef int64_t KEY_HIGH = -(2**62)  # ivm.engines.keys.HIGH: codes below it are in
 cdef int64_t KEY_LOW = -(2**63)  # ivm.engines.keys.LOW
 
 
-cdef inline int key_code(PyObject* obj, object keydict, long long* out) except -1:
+cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
+
+
+cdef inline int key_code(PyObject* obj, object keydict, dict ids, long long* out) except -1:
     """``obj``'s int64 code: a plain int in int64 is itself without ``keydict``, in ``[HIGH, 2**63)``
     with one; any other value is interned by ``keydict`` (:class:`~ivm.engines.keys.KeyDictionary`).
     0 when it has none (no dictionary, or NaN)."""
     cdef int overflow = 0
     cdef long long x
+    cdef PyObject* found
     if PyLong_CheckExact(<object>obj):
         x = PyLong_AsLongLongAndOverflow(<object>obj, &overflow)
         if overflow == 0 and (keydict is None or x >= KEY_HIGH):
@@ -65,6 +70,10 @@ cdef inline int key_code(PyObject* obj, object keydict, long long* out) except -
             return 1
     if keydict is None:
         return 0
+    found = PyDict_GetItemWithError(ids, <object>obj)  # interned already (``ids``: keydict's): no call
+    if found != NULL:
+        out[0] = PyLong_AsLongLongAndOverflow(<object>found, &overflow)
+        return 1
     try:
         out[0] = keydict.code(<object>obj)
     except ValueError:  # NaN: the caller's Python rule (the reference) decides
@@ -95,6 +104,7 @@ def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t row
     cdef object tuple_key
     cdef bint ok = True
     cdef list interned = None if keydict is None else keydict._values
+    cdef dict ids = None if keydict is None else keydict._ids
     if len(multipliers) != n:
         raise ValueError("one multiplier per bucket")
     while size < 2 * rows + 2:
@@ -119,7 +129,7 @@ def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t row
                 if not PyTuple_CheckExact(tuple_key) or PyTuple_GET_SIZE(tuple_key) <= position:
                     ok = False
                     break
-                if not key_code(PyTuple_GET_ITEM(tuple_key, position), keydict, &key) or not as_int64(v, &value):
+                if not key_code(PyTuple_GET_ITEM(tuple_key, position), keydict, ids, &key) or not as_int64(v, &value):
                     ok = False
                     break
                 if mul_overflow(value, m, &product):
@@ -183,7 +193,6 @@ def sum_by_key(list keys, list values):
 
 
 cdef extern from "Python.h":
-    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
     object PyTuple_New(Py_ssize_t n)
     void PyTuple_SET_ITEM(object t, Py_ssize_t i, object o)
     void Py_INCREF(PyObject* o)
