@@ -5,9 +5,15 @@ round-robin in batches), then a random half deleted.  Each query runs in a fresh
 process; updates/s for inserts, deletes and all, peak RSS, and the count checked
 against an independent numpy computation (degree products over the live edges).
 
+``--keys int float string`` runs each query once per key type: the same graph with every vertex ``v``
+as ``v`` (int), ``v + 0.5`` (a non-integral float: an interned code) or ``"v0000123"`` (a string), so the
+count and the oracle are the same (issue 38).  ``--old DIR`` runs the same cells against another
+checkout's ``ivm`` (e.g. ``../main``), alternating new and old.  Rates are also given per CPU second of
+the worker (``time.process_time``), the fair measure on a loaded machine.
+
 Run::
 
-    .venv/bin/python bench/line3.py [--batch 1000] [--queries line3 path4]
+    .venv/bin/python bench/line3.py [--batch 1000] [--queries line3 path4] [--keys int float string] [--old ../main]
 """
 
 from __future__ import annotations
@@ -54,27 +60,42 @@ def oracle(live: list[tuple[int, int]], k: int) -> int:
     return sum(vec)
 
 
-def worker(name: str, batch: int, seed: int) -> dict:
+KEYS = {
+    "int": lambda v: v,
+    "float": lambda v: v + 0.5,
+    "string": lambda v: f"v{v:07d}",
+}
+
+
+def worker(name: str, batch: int, seed: int, keys: str = "int", code: str | None = None) -> dict:
+    if code:  # another checkout's engine (before/after comparisons)
+        sys.path.insert(0, str(Path(code).resolve()))
     import ivm
 
     es = edges()
     rels = [f"R{i + 1}" for i in range(QUERIES[name].count("R"))]
     rng = random.Random(seed)
     doomed = rng.sample(es, len(es) // 2)
-    inserts = [(r, e, 1) for i in range(0, len(es), batch) for r in rels for e in es[i : i + batch]]
-    deletes = [(r, e, -1) for i in range(0, len(doomed), batch) for r in rels for e in doomed[i : i + batch]]
+    key = KEYS[keys]
+    inserts = [(r, (key(a), key(b)), 1) for i in range(0, len(es), batch) for r in rels for a, b in es[i : i + batch]]
+    deletes = [
+        (r, (key(a), key(b)), -1) for i in range(0, len(doomed), batch) for r in rels for a, b in doomed[i : i + batch]
+    ]
     view = ivm.maintain(QUERIES[name], engine="auto")
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for i in range(0, len(inserts), batch):
         view.apply(inserts[i : i + batch])
     t1 = time.perf_counter()
     for i in range(0, len(deletes), batch):
         view.apply(deletes[i : i + batch])
-    t2 = time.perf_counter()
+    c2, t2 = time.process_time(), time.perf_counter()
     gone = set(doomed)
     want = oracle([e for e in es if e not in gone], len(rels))
     return {
         "query": name,
+        "keys": keys,
+        "checkout": Path(ivm.__file__).resolve().parents[1].name,
+        "cpu_per_s": (len(inserts) + len(deletes)) / (c2 - c0),
         "engine": view.engine.name,
         "batch": batch,
         "inserts_per_s": len(inserts) / (t1 - t0),
@@ -91,22 +112,34 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--queries", nargs="+", default=list(QUERIES))
-    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--keys", nargs="+", default=["int"], choices=list(KEYS))
+    ap.add_argument("--old", help="another checkout to run the same cells against (alternating)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker[0], int(args.worker[1]), 1)))
+        name, batch, keys, code = args.worker
+        print(json.dumps(worker(name, int(batch), 1, keys, code if code != "-" else None)))
         return
     print(f"load average before: {os.getloadavg()}")
-    print("| query | engine | batch | updates | inserts/s | deletes/s | all/s | peak MB | exact |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    head = (
+        "| query | keys | checkout | engine | batch | updates | inserts/s | deletes/s | all/s | all/CPU-s | peak MB |"
+    )
+    print(head + " exact |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for name in args.queries:
-        cmd = [sys.executable, __file__, "--worker", name, str(args.batch)]
-        r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-        print(
-            f"| {name} | {r['engine']} | {r['batch']:,} | {r['updates']:,} | {r['inserts_per_s']:,.0f} | "
-            f"{r['deletes_per_s']:,.0f} | {r['all_per_s']:,.0f} | {r['peak_mb']:,.0f} | {r['exact']} |",
-            flush=True,
-        )
+        for keys in args.keys:
+            for _ in range(args.repeats):
+                for code in ["-", *([args.old] if args.old else [])]:
+                    cmd = [sys.executable, __file__, "--worker", name, str(args.batch), keys, code]
+                    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                    r = json.loads(out.strip().splitlines()[-1])
+                    print(
+                        f"| {name} | {keys} | {r['checkout']} | {r['engine']} | {r['batch']:,} | {r['updates']:,} | "
+                        f"{r['inserts_per_s']:,.0f} | {r['deletes_per_s']:,.0f} | {r['all_per_s']:,.0f} | "
+                        f"{r['cpu_per_s']:,.0f} | {r['peak_mb']:,.0f} | {r['exact']} |",
+                        flush=True,
+                    )
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -12,7 +12,12 @@ so an update or delete is O(1) expected (a delete moves the block's last row int
 :meth:`BucketIndex.scan` is the delta rule ``δV(y) = Σ_i Σ_{(x_i, y) ∈ V} V[x_i, y] · m_i`` in one
 C loop over the blocks, summed per ``y`` in a growing open-addressing table: O(|δ| + |join|)
 expected, every product and sum checked for int64 overflow (``None`` then, and the caller takes
-the Python rule, exact over Python ints).  Linear probing over power-of-two tables at most half
+the Python rule, exact over Python ints).  Keys of any type (issue 38): built with a
+:class:`~ivm.engines.keys.KeyDictionary`, the index holds each key value's int64 code (an int in
+``[-2**62, 2**63)`` is its own code, a value equal to an int that int's, any other value an interned id
+below ``-2**62``; NaN refused) and :meth:`BucketIndex.scan` / :meth:`BucketIndex.block` answer values
+again (codes never leave the index; equal values share a code, as they share a ``dict`` key in the
+view).  Linear probing over power-of-two tables at most half
 full, splitmix64 hashing, backward-shift deletion (no tombstones).  Memory: 16 bytes per row in
 the blocks (doubling capacity) plus 24 bytes per slot of the row table (a slot's bound value,
 other value and place together, one cache line per probe) and 16 per slot of the bound table.
@@ -27,6 +32,7 @@ from libc.string cimport memset
 
 
 cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
     bint PyLong_CheckExact(object o)
     bint PyTuple_CheckExact(object o)
     Py_ssize_t PyTuple_GET_SIZE(object o)
@@ -75,20 +81,19 @@ cdef inline bint as_int64(PyObject* obj, long long* out):
     return overflow == 0
 
 
-cdef inline bint pair_of(object key, Py_ssize_t bound_pos, Py_ssize_t other_pos, long long* bound, long long* other):
-    """The bound and other value of a key that is a 2-tuple of plain int64 ints."""
-    if not PyTuple_CheckExact(key) or PyTuple_GET_SIZE(key) != 2:
-        return False
-    return as_int64(PyTuple_GET_ITEM(key, bound_pos), bound) and as_int64(PyTuple_GET_ITEM(key, other_pos), other)
+cdef int64_t KEY_HIGH = -(2**62)  # ivm.engines.keys.HIGH: codes below it are interned ids
+cdef int64_t KEY_LOW = INT64_MIN  # ivm.engines.keys.LOW: the id of the first interned value is LOW + 1
 
 
 cdef class BucketIndex:
     """``σ_{key[bound] = x} V`` for a count view with keys ``(int, int)``: one block of rows per ``x``.
 
-    ``bound`` is the key position the index is on, the other position is ``1 - bound``.  The
+    ``bound`` is the key position the index is on, the other position is ``1 - bound``.  With
+    ``keydict`` (a :class:`~ivm.engines.keys.KeyDictionary`, owned by the index's store) the key values
+    may be of any hashable type, coded on the way in and translated back on the way out.  The
     methods that take Python keys answer ``False`` (or ``None``) when a key is not a 2-tuple of
-    int64 ints or a payload not an int64 int: the caller then drops the index and keeps the dict
-    index of the Python store (the reference).
+    codable values (int64 ints without a dictionary; NaN never) or a payload not an int64 int: the
+    caller then drops the index and keeps the dict index of the Python store (the reference).
 
     >>> ix = BucketIndex(1)
     >>> ix.update([(1, 7), (2, 7), (1, 8)], [2, 1, 3])
@@ -122,8 +127,12 @@ cdef class BucketIndex:
     # the least and the greatest other value ever indexed (lo > hi: none yet); never narrowed
     cdef int64_t lo
     cdef int64_t hi
+    # the codes of non-int key values (ivm.engines.keys.KeyDictionary), or None: int64 ints only
+    cdef readonly object keydict
+    cdef list interned  # keydict's values by id - LOW (read back in C, no method call per output key)
+    cdef dict ids  # keydict's interned value -> id (probed in C before any method call)
 
-    def __cinit__(self, Py_ssize_t bound):
+    def __cinit__(self, Py_ssize_t bound, keydict=None):
         if bound not in (0, 1):
             raise ValueError("a key has two positions: bound must be 0 or 1")
         self.bound_pos = bound
@@ -139,7 +148,51 @@ cdef class BucketIndex:
         self.nfree = 0
         self.lo = INT64_MAX
         self.hi = INT64_MIN
+        self.keydict = keydict
+        self.interned = None if keydict is None else keydict._values
+        self.ids = None if keydict is None else keydict._ids
         self._grow_blocks()
+
+    # -- key values as int64 codes -------------------------------------------------------
+
+    cdef int _code(self, PyObject* obj, long long* out, bint intern) except -1:
+        """``obj``'s int64 code: a plain int in int64 is itself (without a dictionary), or in
+        ``[HIGH, 2**63)`` (with one); any other value is coded by the dictionary (interned when
+        ``intern``, else looked up: :data:`~ivm.engines.keys.ABSENT`, found in no block, if it has no
+        code).  ``False`` when it has no code here (no dictionary, or NaN: the dictionary refuses it)."""
+        cdef int overflow = 0
+        cdef long long x
+        cdef PyObject* found
+        if PyLong_CheckExact(<object>obj):
+            x = PyLong_AsLongLongAndOverflow(<object>obj, &overflow)
+            if overflow == 0 and (self.keydict is None or x >= KEY_HIGH):
+                out[0] = x
+                return True
+        if self.keydict is None:
+            return False
+        found = PyDict_GetItemWithError(self.ids, <object>obj)  # interned already: its id, no call
+        if found != NULL:
+            out[0] = PyLong_AsLongLongAndOverflow(<object>found, &overflow)
+            return True
+        try:
+            out[0] = self.keydict.code(<object>obj) if intern else self.keydict.find(<object>obj)
+        except ValueError:  # NaN: the index cannot hold it, the Python store (the reference) decides
+            return False
+        return True
+
+    cdef inline object _value(self, int64_t code):
+        """The key value of a code (:meth:`_code`'s inverse)."""
+        if self.interned is None or code >= KEY_HIGH:
+            return code
+        return self.interned[<Py_ssize_t>(<uint64_t>code - <uint64_t>KEY_LOW)]
+
+    cdef inline int _pair(self, object key, long long* bound, long long* other) except -1:
+        """The bound and other code of a 2-tuple key (interned if new)."""
+        if not PyTuple_CheckExact(key) or PyTuple_GET_SIZE(key) != 2:
+            return False
+        return self._code(PyTuple_GET_ITEM(key, self.bound_pos), bound, True) and self._code(
+            PyTuple_GET_ITEM(key, self.other_pos), other, True
+        )
 
     def __dealloc__(self):
         cdef Py_ssize_t i
@@ -372,7 +425,7 @@ cdef class BucketIndex:
             raise ValueError("one payload per key")
         if type(keys) is dict:
             while PyDict_Next(keys, &pos, &key, &value):
-                if not pair_of(<object>key, self.bound_pos, self.other_pos, &bound, &other):
+                if not self._pair(<object>key, &bound, &other):
                     return False
                 item = payloads[k]
                 if not as_int64(<PyObject*>item, &payload):
@@ -381,7 +434,7 @@ cdef class BucketIndex:
                 k += 1
             return True
         for k in range(n):
-            if not pair_of(keys[k], self.bound_pos, self.other_pos, &bound, &other):
+            if not self._pair(keys[k], &bound, &other):
                 return False
             item = payloads[k]
             if not as_int64(<PyObject*>item, &payload):
@@ -392,7 +445,7 @@ cdef class BucketIndex:
     def set(self, key, payload) -> bool:
         """``V[key] = payload`` for one key (0 removes it); ``False`` as in :meth:`update`."""
         cdef long long bound, other, value
-        if not pair_of(key, self.bound_pos, self.other_pos, &bound, &other):
+        if not self._pair(key, &bound, &other):
             return False
         if not as_int64(<PyObject*>payload, &value):
             return False
@@ -431,7 +484,7 @@ cdef class BucketIndex:
                 key = <object>k
                 if not PyTuple_CheckExact(key) or PyTuple_GET_SIZE(key) <= position:
                     return None
-                if not as_int64(PyTuple_GET_ITEM(key, position), &x) or not as_int64(v, &m):
+                if not self._code(PyTuple_GET_ITEM(key, position), &x, False) or not as_int64(v, &m):
                     return None
                 b = self._block_of(x)
                 if b == EMPTY:
@@ -468,7 +521,7 @@ cdef class BucketIndex:
             out = {}
             for r in range(span):
                 if sums[r] != 0:
-                    out[(self.lo + r,)] = sums[r]
+                    out[(self._value(self.lo + r),)] = sums[r]
             return out
         finally:
             free(sums)
@@ -540,7 +593,7 @@ cdef class BucketIndex:
             out = {}
             for i in range(size):
                 if used[i] and sums[i] != 0:
-                    out[(keys[i],)] = sums[i]
+                    out[(self._value(keys[i]),)] = sums[i]
             return out
         finally:
             free(keys)
@@ -550,12 +603,12 @@ cdef class BucketIndex:
     def block(self, bound):
         """``[(other, payload), ...]`` of one bound value, in block order (empty if absent)."""
         cdef long long x
-        if not as_int64(<PyObject*>bound, &x):
+        if not self._code(<PyObject*>bound, &x, False):
             return []
         cdef int64_t b = self._block_of(x)
         if b == EMPTY:
             return []
-        return [(self.blocks[b][r].other, self.blocks[b][r].payload) for r in range(self.lengths[b])]
+        return [(self._value(self.blocks[b][r].other), self.blocks[b][r].payload) for r in range(self.lengths[b])]
 
     def __len__(self) -> int:
         return self.rused

@@ -48,10 +48,46 @@ cdef inline bint as_int64(PyObject* obj, long long* out):
     return overflow == 0
 
 
-def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t rows):
+cdef int64_t KEY_HIGH = -(2**62)  # ivm.engines.keys.HIGH: codes below it are interned ids
+cdef int64_t KEY_LOW = -(2**63)  # ivm.engines.keys.LOW
+
+
+cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
+
+
+cdef inline int key_code(PyObject* obj, object keydict, dict ids, long long* out) except -1:
+    """``obj``'s int64 code: a plain int in int64 is itself without ``keydict``, in ``[HIGH, 2**63)``
+    with one; any other value is interned by ``keydict`` (:class:`~ivm.engines.keys.KeyDictionary`).
+    0 when it has none (no dictionary, or NaN)."""
+    cdef int overflow = 0
+    cdef long long x
+    cdef PyObject* found
+    if PyLong_CheckExact(<object>obj):
+        x = PyLong_AsLongLongAndOverflow(<object>obj, &overflow)
+        if overflow == 0 and (keydict is None or x >= KEY_HIGH):
+            out[0] = x
+            return 1
+    if keydict is None:
+        return 0
+    found = PyDict_GetItemWithError(ids, <object>obj)  # interned already (``ids``: keydict's): no call
+    if found != NULL:
+        out[0] = PyLong_AsLongLongAndOverflow(<object>found, &overflow)
+        return 1
+    try:
+        out[0] = keydict.code(<object>obj)
+    except ValueError:  # NaN: the caller's Python rule (the reference) decides
+        return 0
+    return 1
+
+
+def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t rows, keydict=None):
     """``{(key[position],): Σ bucket[key] · multipliers[i]}`` over every bucket ``i``, zero sums
-    left out; ``rows`` is the number of bucket entries (the table's size).  ``None`` when a value
-    is not a plain int in int64 or a product or sum overflows.  O(rows) expected.
+    left out; ``rows`` is the number of bucket entries (the table's size).  ``None`` when a
+    multiplier or payload is not a plain int in int64, a product or sum overflows, or a key value
+    has no code: without ``keydict`` only int64 ints have one; with a
+    :class:`~ivm.engines.keys.KeyDictionary` every value but NaN (summed by code, answered as the
+    value: issue 38).  O(rows) expected.
 
     >>> sorted(scan_sum([{(1, 7): 2, (2, 7): 1}, {(1, 8): 3}], [5, -1], 0, 3).items())
     [((1,), 7), ((2,), 5)]
@@ -67,6 +103,8 @@ def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t row
     cdef dict bucket
     cdef object tuple_key
     cdef bint ok = True
+    cdef list interned = None if keydict is None else keydict._values
+    cdef dict ids = None if keydict is None else keydict._ids
     if len(multipliers) != n:
         raise ValueError("one multiplier per bucket")
     while size < 2 * rows + 2:
@@ -91,7 +129,7 @@ def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t row
                 if not PyTuple_CheckExact(tuple_key) or PyTuple_GET_SIZE(tuple_key) <= position:
                     ok = False
                     break
-                if not as_int64(PyTuple_GET_ITEM(tuple_key, position), &key) or not as_int64(v, &value):
+                if not key_code(PyTuple_GET_ITEM(tuple_key, position), keydict, ids, &key) or not as_int64(v, &value):
                     ok = False
                     break
                 if mul_overflow(value, m, &product):
@@ -114,7 +152,10 @@ def scan_sum(list buckets, list multipliers, Py_ssize_t position, Py_ssize_t row
         out = {}
         for i in range(size):
             if used[i] and sums[i] != 0:
-                out[(keys[i],)] = sums[i]
+                if interned is None or keys[i] >= KEY_HIGH:
+                    out[(keys[i],)] = sums[i]
+                else:
+                    out[(interned[<Py_ssize_t>(<uint64_t>keys[i] - <uint64_t>KEY_LOW)],)] = sums[i]
         return out
     finally:
         free(keys)
@@ -152,7 +193,6 @@ def sum_by_key(list keys, list values):
 
 
 cdef extern from "Python.h":
-    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
     object PyTuple_New(Py_ssize_t n)
     void PyTuple_SET_ITEM(object t, Py_ssize_t i, object o)
     void Py_INCREF(PyObject* o)

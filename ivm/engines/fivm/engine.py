@@ -141,7 +141,8 @@ def _scan_delta(plan: DeltaPlan, delta: Delta) -> Delta | None:
         values = list(map(mul, delta.values(), map(sum, map(dict.values, buckets))))
     elif all(slot in fill for slot in plan.key_slots):  # the output key is the sibling's
         if scan_sum is not None and len(plan.key_slots) == 1:
-            summed = scan_sum(buckets, list(delta.values()), fill[plan.key_slots[0]], sum(map(len, buckets)))
+            rows = sum(map(len, buckets))  # keys of any type, summed by their codes (issue 38)
+            summed = scan_sum(buckets, list(delta.values()), fill[plan.key_slots[0]], rows, store.codes())
             if summed is not None:
                 return summed
         found = list(chain.from_iterable(buckets))

@@ -28,6 +28,7 @@ from itertools import compress, repeat
 from operator import add, itemgetter, not_
 from typing import Any
 
+from ivm.engines.keys import KeyDictionary
 from ivm.query.model import Query
 from ivm.query.variable_order import VariableOrder
 
@@ -60,7 +61,7 @@ class Store:
     so snapshots leave it out and it is rebuilt on the next use.
     """
 
-    __slots__ = ("_buckets", "_projected", "data", "indexes")
+    __slots__ = ("_buckets", "_codes", "_projected", "data", "indexes")
 
     def __init__(self) -> None:
         self.data: dict[tuple[Any, ...], Any] = {}
@@ -68,6 +69,8 @@ class Store:
         self._projected: list[tuple[Projection, dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]]] = []
         #: compiled indices by bound position (``None``: refused, this view's keys or payloads do not fit)
         self._buckets: dict[int, Any] = {}
+        #: the compiled indices' codes of non-int key values (derived like them: left out of snapshots)
+        self._codes: KeyDictionary | None = None
 
     def index(self, positions: tuple[int, ...]) -> dict[tuple[Any, ...], dict[tuple[Any, ...], Any]]:
         idx = self.indexes.get(positions)
@@ -81,25 +84,35 @@ class Store:
         return idx
 
     def bucket_index(self, bound: int) -> Any:
-        """The compiled index on key position ``bound`` (0 or 1) of a view keyed by int pairs, or ``None``.
+        """The compiled index on key position ``bound`` (0 or 1) of a view keyed by pairs, or ``None``.
 
+        Key values of any type: the index holds int64 codes from the store's
+        :class:`~ivm.engines.keys.KeyDictionary` (ints are their own code; issue 38) and answers values.
         Built from the view on first use, O(|V|); ``None`` without the compiled extension, or when
-        some key is not a pair of int64 ints or some payload not an int64 int (then never again for
+        some key is not a pair or holds NaN, or some payload is not an int64 int (then never again for
         this position, until a restore).
         """
         if bound in self._buckets:
             return self._buckets[bound]
         idx = None
         if BucketIndex is not None:
-            idx = BucketIndex(bound)
+            idx = BucketIndex(bound, self.codes())
             if not idx.build(self.data):
                 idx = None
         self._buckets[bound] = idx
         return idx
 
+    def codes(self) -> KeyDictionary:
+        """The int64 codes of this view's key values in its compiled indices and scans (created on first use;
+        derived, so left out of snapshots: codes never leave a kernel call or an index, values come back)."""
+        if self._codes is None:
+            self._codes = KeyDictionary()
+        return self._codes
+
     def compiled_nbytes(self) -> int:
         """Bytes of the compiled indices (their blocks and tables)."""
-        return sum(idx.nbytes for idx in self._buckets.values() if idx is not None)
+        codes = self._codes.memory() if self._codes is not None and len(self._codes) else 0
+        return codes + sum(idx.nbytes for idx in self._buckets.values() if idx is not None)
 
     def _bucket_write(self, keys: Any, payloads: list[Any]) -> None:
         """Write ``keys → payloads`` (0: removed) into every live compiled index; drop one that refuses."""
@@ -220,6 +233,7 @@ class Store:
         self.data, self.indexes = state
         self._projected = [(key_projection(positions), idx) for positions, idx in self.indexes.items()]
         self._buckets = {}
+        self._codes = None
 
     def __len__(self) -> int:
         return len(self.data)

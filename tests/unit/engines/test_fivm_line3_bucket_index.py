@@ -188,7 +188,7 @@ def test_single_tuple_updates_keep_the_compiled_index() -> None:
     assert fast.result() == brute_count(LINE3, ref.base)
 
 
-def test_non_int_keys_and_big_payloads_drop_the_index_and_stay_exact() -> None:
+def test_non_int_keys_keep_the_index_big_payloads_drop_it_and_stay_exact() -> None:
     q = parse(LINE3)
     fast = FIVM(q)
     with dict_indices_only():
@@ -196,6 +196,7 @@ def test_non_int_keys_and_big_payloads_drop_the_index_and_stay_exact() -> None:
     rng = random.Random(9)
     stream = random_stream(rng, ["R1", "R2", "R3"], 30, list(range(8)), [1, -1, 3])
     stream.insert(10, [("R2", (1, 2), 2**62), ("R3", (2, 5), 4)])  # sums past int64: the Python rule
+    stream.insert(15, [("R2", (4, 5), 2**63)])  # a payload past int64: that index is dropped
     stream.insert(20, [("R2", ("x", 2), 1), ("R3", (2, 7), 1), ("R1", (0, "x"), 1)])  # a non-int key
     stream.insert(25, [("R3", ("y", 1), 1), ("R2", (3, "y"), 1)])
     for batch in stream:
