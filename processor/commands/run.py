@@ -83,15 +83,15 @@ def run(args: argparse.Namespace) -> int:
     if validate(config, "run") is None:
         return 2
     logging.getLogger("processor").setLevel(logging.INFO)
-    if not kernels_at_start():
-        return 1
     collapse_repeats()  # an outage's repeated warnings: one line, then a count
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     from processor.topics import kafka_reason, require_broker
 
-    require_broker(config.kafka)  # one line at once, not 30 s of client timeouts
+    require_broker(config.kafka)  # one line at once, not 30 s of client timeouts (and nothing logged before it)
+    if not kernels_at_start():
+        return 1
     try:
         report = run_job(config, stop=stop)
     except RecoveryError as err:  # the stored state cannot serve this configuration: the reason and the fix
