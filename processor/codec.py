@@ -246,6 +246,16 @@ class PackedDecoded:
     index: list[int | None]
 
 
+def only_update(items: Sequence[tuple[Row, int] | str]) -> tuple[Row, int]:
+    """The one update of a packed record's ``items`` (:meth:`PackedCodec.items`); :class:`DecodeError` if it
+    holds another number of updates or its one item is not an update."""
+    if len(items) != 1:
+        raise DecodeError(f"a packed record of {len(items)} updates, not one")
+    if isinstance(items[0], str):
+        raise DecodeError(items[0])
+    return items[0]
+
+
 class PackedCodec:
     """Encode and decode packed records of one relation (``encoding = "avro-packed"``, DESIGN §4).
 
@@ -331,12 +341,7 @@ class PackedCodec:
 
     def decode(self, value: bytes | None) -> tuple[Row, int]:
         """The update of a packed record holding exactly one (``ivm subscribe``'s one-line form)."""
-        items = self.items(value)
-        if len(items) != 1:
-            raise DecodeError(f"a packed record of {len(items)} updates, not one")
-        if isinstance(items[0], str):
-            raise DecodeError(items[0])
-        return items[0]
+        return only_update(self.items(value))
 
     def decode_many(self, values: Sequence[bytes | None], implementation: str = "auto") -> PackedDecoded:
         """Decode a micro-batch of packed records into its updates (:class:`PackedDecoded`).

@@ -50,6 +50,7 @@ from processor.codec import (
     decode_packed,
     key_schema_of,
     load_schema,
+    only_update,
     packed_schema,
     schemas_dir,
 )
@@ -315,6 +316,8 @@ class WireCodec:
     different one is a :class:`RegistryError` naming the subject.  Thread-safe.
     """
 
+    what = "a relation update"  # what a value holds, for errors
+
     def __init__(
         self,
         schema: Mapping[str, Any],
@@ -456,11 +459,15 @@ class WireCodec:
         try:
             writer_json = registered.avro()
         except ValueError as err:
-            raise DecodeError(f"{err}: not a relation update") from None
-        parsed = check_writer_schema(writer_json, self.codec, self.schema, schema_id)
+            raise DecodeError(f"{err}: not {self.what}") from None
+        parsed = self.checked_writer(writer_json, schema_id)
         with self._lock:
             self._writers[schema_id] = parsed
         return parsed
+
+    def checked_writer(self, writer_json: Any, schema_id: int) -> Any:
+        """``writer_json`` parsed, if it can carry updates of this relation (:func:`check_writer_schema`)."""
+        return check_writer_schema(writer_json, self.codec, self.schema, schema_id)
 
 
 class PackedWireCodec(WireCodec):
@@ -475,6 +482,7 @@ class PackedWireCodec(WireCodec):
     """
 
     packed = True
+    what = "a packed record of relation updates"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -507,42 +515,19 @@ class PackedWireCodec(WireCodec):
 
     def decode(self, value: bytes | None) -> tuple[Row, int]:
         """The update of a packed record holding exactly one."""
-        items = self.items(value)
-        if len(items) != 1:
-            raise DecodeError(f"a packed record of {len(items)} updates, not one")
-        if isinstance(items[0], str):
-            raise DecodeError(items[0])
-        return items[0]
+        return only_update(self.items(value))
 
     def decode_many(self, values: Sequence[bytes | None]) -> PackedDecoded:  # type: ignore[override]
         """The updates in a micro-batch of wire-format packed records (:class:`processor.codec.PackedDecoded`)."""
         return decode_packed(self, values)
 
-    def writer_schema(self, schema_id: int) -> Any:
-        """The parsed, checked writer schema with id ``schema_id``: an array of update records (its items
-        checked as :meth:`WireCodec.writer_schema` checks a record) or one update record."""
-        with self._lock:
-            cached = self._writers.get(schema_id)
-        if cached is not None:
-            return cached
-        try:
-            registered = self.registry.schema(schema_id)
-        except SchemaNotFoundError:
-            raise DecodeError(
-                f"unknown schema id {schema_id}: the registry has no such schema (topic {self.topic})"
-            ) from None
-        try:
-            writer_json = registered.avro()
-        except ValueError as err:
-            raise DecodeError(f"{err}: not a packed record of relation updates") from None
+    def checked_writer(self, writer_json: Any, schema_id: int) -> Any:
+        """``writer_json`` parsed: an array of update records (its items checked as
+        :meth:`WireCodec.checked_writer` checks a record) or one update record."""
         if isinstance(writer_json, dict) and writer_json.get("type") == "array":
             check_writer_schema(writer_json.get("items"), self.codec, self.schema, schema_id)
             try:
-                parsed = fastavro.parse_schema(writer_json)
+                return fastavro.parse_schema(writer_json)
             except Exception as err:
                 raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {err}") from None
-        else:
-            parsed = check_writer_schema(writer_json, self.codec, self.schema, schema_id)
-        with self._lock:
-            self._writers[schema_id] = parsed
-        return parsed
+        return super().checked_writer(writer_json, schema_id)
