@@ -1,19 +1,19 @@
 """Benchmark: the triangle's inserts against its deletes, beside the compiled first-order anchor (issue 38).
 
-The stream of ``../shared/anchors/native_fo.py`` (built again here from the same rule, so this script needs
-nothing outside the repository): the undirected edges of ``data/graphs/facebook_combined.edges.gz``
+The stream of the first-order anchor loop ``native_fo.py`` (built again here from the same rule, so this
+script needs nothing outside the repository): the undirected edges of ``data/graphs/facebook_combined.edges.gz``
 (self-loops dropped, one row per edge) shuffled with ``default_rng(seed)``, each inserted as six updates
 ``R(u,v) R(v,u) S(u,v) S(v,u) T(u,v) T(v,u)``, then a random half (``default_rng(seed + 1)``) deleted the
 same way.  The engine (``ivm.maintain(..., engine=--engine)``'s engine, ``apply`` of batches of ``--batch``
 updates) runs in a fresh process; the clock is the process's CPU time (``time.process_time``) around the
 ``apply`` calls, split at the first delete.  The count after the inserts must be 6 x the triangles (the
-anchor's check) and the final count the anchor's.  With ``--anchor`` (when ``../shared/anchors`` is there)
-the anchor runs too, in its own process, on the same stream; its clock is its own (wall time of the C++
-loop, on a loaded machine an overestimate of its cost).
+anchor's check) and the final count the anchor's.  With ``--anchor PATH`` (the anchor's script, which is
+not part of the repository) the anchor runs too, in its own process, on the same stream; its clock is its
+own (wall time of the C++ loop, on a loaded machine an overestimate of its cost).
 
 Run::
 
-    .venv/bin/python bench/triangle_deletes.py --anchor
+    .venv/bin/python bench/triangle_deletes.py [--anchor PATH/native_fo.py]
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "data" / "graphs" / "facebook_combined.edges.gz"
-ANCHOR = ROOT.parent / "shared" / "anchors" / "native_fo.py"
 
 
 def stream(seed: int) -> tuple[np.ndarray, int]:
@@ -99,7 +98,7 @@ def main() -> None:
     ap.add_argument("--engine", default="auto")
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=20240601)
-    ap.add_argument("--anchor", action="store_true", help="also run ../shared/anchors/native_fo.py if it is there")
+    ap.add_argument("--anchor", type=Path, metavar="PATH", help="also run the anchor loop native_fo.py at PATH")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -108,12 +107,12 @@ def main() -> None:
     cmd = [sys.executable, __file__, "--worker", "--engine", args.engine, "--batch", str(args.batch)]
     cmd += ["--seed", str(args.seed)]
     rows = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])]
-    if args.anchor and ANCHOR.exists():
+    if args.anchor is not None:
         with tempfile.TemporaryDirectory() as d:
             edges = Path(d) / "facebook_combined.edges"
             edges.write_bytes(gzip.decompress(GRAPH.read_bytes()))
             out = subprocess.run(
-                [sys.executable, str(ANCHOR), str(edges), "--seed", str(args.seed)],
+                [sys.executable, str(args.anchor), str(edges), "--seed", str(args.seed)],
                 check=True,
                 capture_output=True,
                 text=True,

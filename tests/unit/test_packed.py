@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ivm.kernels import under_ci
 from ivm.query.parse import parse
 from ivm.updates import Update
 from processor.codec import DecodeError, PackedCodec, RelationCodec, load_relation_codecs, packed_schema
@@ -237,7 +238,7 @@ def test_compiled_decoder_equals_the_reader_on_mixed_records() -> None:
     good ones among records it must leave to the reader: the same updates, errors, sources and indexes."""
     from processor.varint import kernel_built
 
-    if not kernel_built():
+    if not kernel_built() and not under_ci():  # under CI a missing kernel fails, never skips
         pytest.skip("processor._varint_kernel is not built")
     rng = random.Random(3)
     codec = PACKED["R"]

@@ -24,11 +24,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ivm
+from ivm.kernels import under_ci
 from ivm.rings import exact as exact_module
 from ivm.rings.exact import PyDyadic, exact
 
 Dyadic: Any = exact_module.Dyadic
-compiled = pytest.mark.skipif(Dyadic is PyDyadic, reason="the compiled kernel is not built")
+compiled = pytest.mark.skipif(  # under CI every kernel is built: a missing one fails, never skips
+    Dyadic is PyDyadic and not under_ci(), reason="the compiled kernel is not built"
+)
 
 HUGE = [1e300, -1e300, 9.2e18, -9.2e18, 1.7976931348623157e308, -1.7976931348623157e308, 2.0**1000]
 TINY = [5e-324, -5e-324, 2.2250738585072014e-308, 1e-310, -1e-310, 2.0**-1000, 1.5e-320]
