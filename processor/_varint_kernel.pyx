@@ -53,6 +53,30 @@ cdef inline Py_ssize_t _varint(const unsigned char* data, Py_ssize_t at, Py_ssiz
     return at
 
 
+cdef int _layout(tuple widths, tuple attribute_fields, int* width, Py_ssize_t* take) except -1:
+    """Copy a relation's field widths and its attributes' field positions into C arrays of 64."""
+    cdef Py_ssize_t f
+    if len(widths) > 64 or len(widths) < 1:
+        raise ValueError(f"between 1 and 64 fields, got {len(widths)}")
+    for f in range(len(widths)):
+        width[f] = widths[f]
+    for f in range(len(attribute_fields)):
+        take[f] = attribute_fields[f]
+    return 0
+
+
+cdef inline tuple _row(const int64_t* fields, const Py_ssize_t* take, Py_ssize_t arity):
+    """The tuple of a record's attribute values (``fields`` at the positions ``take``)."""
+    cdef tuple row = PyTuple_New(arity)
+    cdef object item
+    cdef Py_ssize_t f
+    for f in range(arity):
+        item = PyLong_FromLongLong(fields[take[f]])
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(row, f, item)
+    return row
+
+
 def decode_records(list values, tuple widths, Py_ssize_t mult_field, tuple attribute_fields):
     """Decode ``values`` (Avro records of ``len(widths)`` int/long fields) into ``(rows, mults, unsure)``.
 
@@ -72,12 +96,7 @@ def decode_records(list values, tuple widths, Py_ssize_t mult_field, tuple attri
     cdef list rows = PyList_New(n)
     cdef list mults = PyList_New(n)
     cdef list unsure = []
-    if k > 64 or k < 1:
-        raise ValueError(f"between 1 and 64 fields, got {k}")
-    for f in range(k):
-        width[f] = widths[f]
-    for f in range(arity):
-        take[f] = attribute_fields[f]
+    _layout(widths, attribute_fields, width, take)
     for i in range(n):
         value = values[i]
         at = -1
@@ -99,11 +118,7 @@ def decode_records(list values, tuple widths, Py_ssize_t mult_field, tuple attri
             PyList_SET_ITEM(mults, i, item)
             unsure.append(i)
             continue
-        row = PyTuple_New(arity)
-        for f in range(arity):
-            item = PyLong_FromLongLong(fields[take[f]])
-            Py_INCREF(item)
-            PyTuple_SET_ITEM(row, f, item)
+        row = _row(fields, take, arity)
         Py_INCREF(row)
         PyList_SET_ITEM(rows, i, row)
         item = PyLong_FromLongLong(fields[mult_field])
@@ -137,12 +152,7 @@ def decode_packed(list values, tuple widths, Py_ssize_t mult_field, tuple attrib
     cdef list rows = []
     cdef list mults = []
     cdef list counts = PyList_New(n)
-    if k > 64 or k < 1:
-        raise ValueError(f"between 1 and 64 fields, got {k}")
-    for f in range(k):
-        width[f] = widths[f]
-    for f in range(arity):
-        take[f] = attribute_fields[f]
+    _layout(widths, attribute_fields, width, take)
     for i in range(n):
         value = values[i]
         before = len(rows)
@@ -171,12 +181,7 @@ def decode_packed(list values, tuple widths, Py_ssize_t mult_field, tuple attrib
                             break
                     if at < 0:
                         break
-                    row = PyTuple_New(arity)
-                    for f in range(arity):
-                        item = PyLong_FromLongLong(fields[take[f]])
-                        Py_INCREF(item)
-                        PyTuple_SET_ITEM(row, f, item)
-                    rows.append(row)
+                    rows.append(_row(fields, take, arity))
                     mults.append(PyLong_FromLongLong(fields[mult_field]))
                     items += 1
             if at != end or items == 0:
