@@ -275,6 +275,21 @@ cdef Dyadic _add_big(Dyadic x, Dyadic y):
     return _of_big((m << (ee - ff)) + n, ff)
 
 
+cdef inline Dyadic _of_expansion(double* h, int nh):
+    """The expansion ``h[:nh]`` (compressed if wider than NCOMP) as a value, or ``None`` if it stays wider."""
+    cdef Dyadic out
+    cdef int i
+    if nh > NCOMP:
+        nh = _compress(h, nh)
+        if nh > NCOMP:
+            return None
+    out = _fresh()
+    out.n = nh
+    for i in range(nh):
+        out.c[i] = h[i]
+    return out
+
+
 cdef Dyadic _add(Dyadic x, Dyadic y):
     """``x + y`` exactly."""
     cdef double h[SCRATCH]
@@ -314,15 +329,8 @@ cdef Dyadic _add(Dyadic x, Dyadic y):
     for i in range(y.n):
         if not _two_sum_grow(h, &nh, y.c[i]):
             return _add_big(x, y)
-    if nh > NCOMP:
-        nh = _compress(h, nh)
-        if nh > NCOMP:
-            return _add_big(x, y)
-    out = _fresh()
-    out.n = nh
-    for i in range(nh):
-        out.c[i] = h[i]
-    return out
+    out = _of_expansion(h, nh)
+    return _add_big(x, y) if out is None else out
 
 
 cdef Dyadic _neg(Dyadic x):
@@ -385,15 +393,8 @@ cdef Dyadic _mul(Dyadic x, Dyadic y):
                 return _mul_big(x, y)
             if nh > SCRATCH - 4:
                 nh = _compress(h, nh)
-    if nh > NCOMP:
-        nh = _compress(h, nh)
-        if nh > NCOMP:
-            return _mul_big(x, y)
-    out = _fresh()
-    out.n = nh
-    for i in range(nh):
-        out.c[i] = h[i]
-    return out
+    out = _of_expansion(h, nh)
+    return _mul_big(x, y) if out is None else out
 
 
 cdef inline int _sign(Dyadic x) noexcept:
