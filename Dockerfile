@@ -10,7 +10,6 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml setup.py README.md LICENSE NOTICE MANIFEST.in ./
 COPY ivm ./ivm
-COPY processor ./processor
 COPY schemas ./schemas
 COPY config ./config
 COPY data ./data

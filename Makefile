@@ -13,13 +13,13 @@ setup: $(STAMP) .local/.prometheus .local/.artifacts
 
 # A line per step, and per package and kernel while pip works (its verbose log, filtered): the kernels take
 # minutes to compile on a small machine, which should not pass in silence.
-$(STAMP): pyproject.toml setup.py $(wildcard ivm/*/_*.pyx ivm/*/*/_*.pyx processor/_*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard ivm/*/_*.pyx ivm/*/*/_*.pyx ivm/*/*/*/_*.pyx)
 	@echo "setup 1/3: the virtualenv $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "setup 2/3: pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "setup 3/3: the project with its extras test and bench, then its compiled kernels (ivm/**/_*.pyx, \
-	processor/_*.pyx: a few minutes on 2 cores; a line as each starts)"
+	@echo "setup 3/3: the project with its extras test and bench, then its compiled kernels (ivm/**/_*.pyx: \
+	a few minutes on 2 cores; a line as each starts)"
 	@bash -o pipefail -c "$(BIN)/pip install -v -e '.[test,bench]' 2>&1 | grep --line-buffered -E \
 	  \"^ *(Collecting |Building editable for|building '|Successfully installed|ERROR|error:)\" \
 	  | sed -u -e \"s/^ *building '\\(.*\\)' extension/  compiling the kernel \\1/\""

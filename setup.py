@@ -1,4 +1,4 @@
-"""Build the compiled kernels: every ``ivm/**/_*.pyx`` and ``processor/**/_*.pyx`` (Cython 3), each an
+"""Build the compiled kernels: every ``ivm/**/_*.pyx`` (Cython 3; the runtime's under ``ivm/processor/``), each an
 optional extension.
 
 Everything else is declared in ``pyproject.toml``; ``pip install -e '.[test,bench]'``
@@ -31,7 +31,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-PACKAGES = ("ivm", "processor")
+PACKAGES = ("ivm",)
 
 KERNELS = [
     Extension(

@@ -1,8 +1,8 @@
 """Which compiled kernels this installation has, and whether they load.
 
-The kernels are the Cython extensions ``_*.pyx`` of the packages ``ivm`` and ``processor``
-(``setup.py`` compiles every one it finds; the wheel ships their sources beside the compiled
-modules).  Each is optional: a module that uses one imports it and, when that fails (no C
+The kernels are the Cython extensions ``_*.pyx`` of the package ``ivm``, the runtime
+``ivm.processor`` included (``setup.py`` compiles every one it finds; the wheel ships their
+sources beside the compiled modules).  Each is optional: a module that uses one imports it and, when that fails (no C
 compiler at install time), runs its Python reference loop instead, 5-10x slower but with the same
 results.  This module says which case holds, so a slow installation is visible: ``ivm run`` and
 ``ivm demo`` log it at start-up, ``ivm check`` and ``ivm status`` print it, and the processor
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: the packages whose ``_*.pyx`` files are kernels (setup.py's discovery)
-KERNEL_PACKAGES = ("ivm", "processor")
+KERNEL_PACKAGES = ("ivm",)
 
 
 class KernelsMissing(RuntimeError):
@@ -53,7 +53,7 @@ class Kernel:
 def discover(packages: tuple[str, ...] = KERNEL_PACKAGES) -> list[str]:
     """The module names of the kernels: every ``_*.pyx`` under the installed ``packages``, sorted.
 
-    A package that is not importable is skipped (the engine library works without ``processor``).
+    A package that is not importable is skipped (a caller may name its own).
     """
     names: set[str] = set()
     for package in packages:

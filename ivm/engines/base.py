@@ -3,7 +3,7 @@
 Every maintenance algorithm of the library is a subclass of :class:`Engine`:
 it is built from a :class:`~ivm.query.Query`, consumes batches of
 :class:`~ivm.updates.Update` values, and answers the result at any time.  The
-runtime (``processor/``) never knows which algorithm runs behind it.
+runtime (``ivm/processor/``) never knows which algorithm runs behind it.
 
 Contract (tests in ``tests/unit/test_engine_protocol.py`` check every engine):
 

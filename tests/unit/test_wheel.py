@@ -79,6 +79,9 @@ def test_the_wheel_holds_the_compiled_kernels_their_sources_and_the_licences(dis
         assert f"{stem}.pyx" in names, kernel
         assert [n for n in names if n.startswith(stem + ".") and n.endswith(".so")], f"{kernel} not compiled"
     assert not [n for n in names if n.endswith(".c")]
+    # one namespace: the runtime under ivm/, no top-level `processor` (the deprecated alias stays in checkouts)
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"ivm"}
+    assert "ivm/processor/job.py" in names and "ivm/processor/local/log4j2-spark.properties" in names
     assert "ivm/resources/monitoring/grafana/dashboards/ivm-overview.json" in names
     assert "ivm/resources/monitoring/rules/ivm.yml" in names
     assert "License-Expression: Apache-2.0" in text
@@ -118,5 +121,7 @@ def test_the_wheel_runs_outside_the_checkout(dist: tuple[Path, Path], tmp_path: 
     assert "pipeline demo: exactly once" in done.stdout
     assert f"schema:   {example.parent.parent / 'schemas' / 'relations' / 'R.avsc'}" in done.stdout
     assert done.stdout.rstrip().splitlines()[-1] == f"compiled kernels: all {len(discover())} loaded"
-    state = run(python, "-c", "from processor.local.stack import local_dir; print(local_dir())", cwd=tmp_path, env=env)
+    state = run(
+        python, "-c", "from ivm.processor.local.stack import local_dir; print(local_dir())", cwd=tmp_path, env=env
+    )
     assert state.stdout.strip() == str(tmp_path / "state" / "ivm-kafka"), state.stderr

@@ -1,0 +1,1 @@
+"""One module per ``ivm`` subcommand (see ``ivm/processor/cli.py``)."""

@@ -1,1 +1,0 @@
-"""One module per ``ivm`` subcommand (see ``processor/cli.py``)."""
