@@ -425,7 +425,9 @@ class View:
         if policy.negative == "reject" or policy.duplicate == "reject" or policy.delete_only:
             return self._apply_entered(updates)
         if not finite and self._lifted and updates and not self._lifted_finite(updates):
-            return self._apply_entered(updates)  # a NaN or an infinity to lift: refused by name (not_finite), the rest applied
+            return self._apply_entered(
+                updates
+            )  # a NaN or an infinity to lift: refused by name (not_finite), the rest applied
         if updates:
             if type(self)._apply_valid is not View._apply_valid and set(map(type, updates)) != {Update}:
                 updates = list(map(tuple.__new__, repeat(Update), updates))  # a subclass's state wants Updates

@@ -123,10 +123,10 @@ def parse_sql(text: str, schema: Mapping[str, Sequence[str]] | None = None) -> Q
     'Q(B, SUM(A * C)) :- R(A, B), S(B, C), T(C, D)'
     >>> str(parse_sql("SELECT SUM(R.A * (1 - R.B)) FROM R WHERE R.A < 3 OR R.B IS NULL", {"R": ["A", "B"]}))
     'Q(SUM(A * expr1)) :- R(A, B, expr1) | R: WHERE A < 3 OR B IS NULL; expr1 := (1 - B)'
-    >>> parse_sql("SELECT COUNT(*)\\nFROM R, S\\nWHERE R.A < S.A", {"R": ["A"], "S": ["A"]})
+    >>> parse_sql("SELECT COUNT(*)\\nFROM R\\nWHERE R.A LIKE 'x%'", {"R": ["A"]})
     Traceback (most recent call last):
     ...
-    ivm.query.parse.QuerySyntaxError: unsupported SQL: R.A < S.A in WHERE compares columns of R and S (a theta join: only equalities join tables; any other condition is over one table's columns) at line 3, column 11
+    ivm.query.parse.QuerySyntaxError: unsupported SQL: LIKE in WHERE at line 3, column 11
     """
     if schema is None:
         from ivm.query.schemas import registered_schemas
@@ -1088,8 +1088,7 @@ class _SqlReader:
         if len(tables) > 1:
             names = " and ".join(self.tables[t][0] for t in tables)
             hint = (
-                "only products of expressions over one table each, SUM(f(R) * g(S)), which F-IVM lifts per "
-                "relation"
+                "only products of expressions over one table each, SUM(f(R) * g(S)), which F-IVM lifts per relation"
                 if where == "SUM"
                 else "only an expression over one table's columns"
             )

@@ -353,7 +353,11 @@ MULTILINE = [
     ("SELECT COUNT(*)\nFROM R JOIN S USING (B, Z)", "'Z' of USING", (2, 25)),
     ("SELECT COUNT(*)\nFROM R CROSS JOIN V\n     NATURAL JOIN T", "ambiguous column 'A' in NATURAL JOIN", (3, 6)),
     ("SELECT DISTINCT\n  A\nFROM R NATURAL JOIN S", "SELECT DISTINCT", (1, 8)),
-    ("SELECT COUNT(*)\nFROM R, S\n\tWHERE R.A = 'é' AND R.B >= S.C", "compares columns of R and S", (3, 26)),  # a tab is one column
+    (
+        "SELECT COUNT(*)\nFROM R, S\n\tWHERE R.A = 'é' AND R.B >= S.C",
+        "compares columns of R and S",
+        (3, 26),
+    ),  # a tab is one column
 ]
 
 
@@ -367,7 +371,9 @@ def test_refusal_positions_in_multi_line_queries(sql: str, construct: str, where
 
 def test_the_first_refused_construct_in_the_text_is_reported() -> None:
     sql = "SELECT COUNT(*)\nFROM R LEFT JOIN S ON R.B = S.B\nWHERE R.A = 1 OR R.A = 2\nLIMIT 5"
-    with pytest.raises(QuerySyntaxError, match=r"LEFT JOIN \(outer joins are not maintained: .*\) at line 2, column 8$"):
+    with pytest.raises(
+        QuerySyntaxError, match=r"LEFT JOIN \(outer joins are not maintained: .*\) at line 2, column 8$"
+    ):
         parse_sql(sql, SCHEMA)
 
 

@@ -204,7 +204,11 @@ REFUSALS = [
     ),
     ("SELECT COUNT(*) FROM R WHERE 1 < 2", "unsupported SQL: 1 < 2 in WHERE (a condition without columns)", "< 2"),
     ("SELECT COUNT(*) FROM R WHERE R.A LIKE 'x%'", "unsupported SQL: LIKE in WHERE", "LIKE"),
-    ("SELECT COUNT(*) FROM R WHERE R.A <=> 1", "unsupported SQL: comparison '<=>' in WHERE (only =, <>, <, <=, >, >=)", "<=>"),
+    (
+        "SELECT COUNT(*) FROM R WHERE R.A <=> 1",
+        "unsupported SQL: comparison '<=>' in WHERE (only =, <>, <, <=, >, >=)",
+        "<=>",
+    ),
     (
         "SELECT R.A, COUNT(*) FROM R GROUP BY R.A HAVING COUNT(*) > 1 OR R.A = 2",
         "unsupported SQL: OR in HAVING (only conjunctions of comparisons)",
@@ -212,8 +216,12 @@ REFUSALS = [
     ),
     ("SELECT SUM(R.A || 'x') FROM R", "unsupported SQL: arithmetic '||' inside SUM (only +, -, *, / and %)", "|| 'x'"),
     ("SELECT SUM(R.A * 'x') FROM R", "unsupported SQL: the string 'x' inside SUM (not a number)", "'x'"),
-    ("SELECT COUNT(*) FROM R WHERE R.A", "unsupported SQL: COLUMN in WHERE where a condition is expected (comparisons, "
-     "BETWEEN, IN, IS NULL, combined with AND, OR, NOT)", "R.A"),
+    (
+        "SELECT COUNT(*) FROM R WHERE R.A",
+        "unsupported SQL: COLUMN in WHERE where a condition is expected (comparisons, "
+        "BETWEEN, IN, IS NULL, combined with AND, OR, NOT)",
+        "R.A",
+    ),
 ]
 
 
