@@ -81,8 +81,22 @@ class View:
         self._families: dict[str, Any] = {}
         #: per relation with a selection or computed attributes, how its updates enter (:mod:`ivm.query.expr`)
         self._entries: dict[str, Entry] = dict(query.entries)
+        self._enterers = {relation: entry.compile() for relation, entry in self._entries.items()}
         #: per relation, the updates its selection dropped where they entered (counted, never rejected)
         self.filtered: dict[str, int] = dict.fromkeys((e.relation for e in query.entry if e.where is not None), 0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The view's state for a snapshot (pickle): the compiled entries are closures, made again on load."""
+        state = dict(self.__dict__)
+        state.pop("_enterers", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        entries = state.get("_entries") or {}  # snapshots from before entries were added have none
+        self._entries = entries
+        self.filtered = state.get("filtered", {})
+        self._enterers = {relation: entry.compile() for relation, entry in entries.items()}
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
@@ -109,7 +123,7 @@ class View:
         outcome indexes and names the updates as given.  Updates of other relations, and malformed ones,
         go through as they are (``then`` says what is wrong with them)."""
         items = updates if isinstance(updates, list) else list(updates)
-        entries = self._entries
+        entries, enterers = self._entries, self._enterers
         outcome = Outcome()
         entered: list[Any] = []
         origin: list[int] = []
@@ -132,7 +146,7 @@ class View:
                 outcome.rejected.append(Rejected(index, Update(relation, row, mult), *self.policy.check(0, 0)))  # type: ignore[misc]
                 continue
             try:
-                out = entry.enter(row)
+                out = enterers[relation](row)
             except EntryError as error:
                 reason = f"{relation} row {row!r} cannot enter the query ({entry}): {error}"
                 outcome.rejected.append(Rejected(index, Update(relation, row, mult), error.kind, reason))

@@ -31,9 +31,11 @@ The trees are small and immutable (hashable, comparable): two occurrences of a r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Number
+from operator import itemgetter
 from typing import Any, Literal
 
 Value = Any
@@ -60,11 +62,21 @@ def _render(value: Value) -> str:
     return repr(value)
 
 
+_PLAIN = frozenset({int, float})
+
+
 def _is_number(value: Value) -> bool:
+    if type(value) in _PLAIN:
+        return True
     return isinstance(value, Number) and not isinstance(value, complex | bool)
 
 
 def _family(value: Value) -> str:
+    kind = type(value)
+    if kind in _PLAIN:
+        return "number"
+    if kind is str:
+        return "string"
     if _is_number(value):
         return "number"
     if isinstance(value, str):
@@ -83,6 +95,12 @@ class Expr:
         """The attribute positions the expression reads."""
         raise NotImplementedError
 
+    def compile(self) -> Callable[[Sequence[Value]], Value]:
+        """:meth:`evaluate` as one closure per node (no method dispatch per row): the same values and errors.
+        Comparisons and arithmetic of two ``int``/``float`` operands take a fast path; others go through
+        :meth:`evaluate`'s rules."""
+        return self.evaluate
+
 
 @dataclass(frozen=True)
 class Column(Expr):
@@ -93,6 +111,9 @@ class Column(Expr):
 
     def evaluate(self, row: Sequence[Value]) -> Value:
         return row[self.position]
+
+    def compile(self) -> Callable[[Sequence[Value]], Value]:
+        return itemgetter(self.position)
 
     def positions(self) -> frozenset[int]:
         return frozenset({self.position})
@@ -125,8 +146,7 @@ class Arithmetic(Expr):
     left: Expr
     right: Expr
 
-    def evaluate(self, row: Sequence[Value]) -> Value:
-        a, b = self.left.evaluate(row), self.right.evaluate(row)
+    def _apply(self, a: Value, b: Value) -> Value:
         if a is None or b is None:
             return None
         for side, value in ((self.left, a), (self.right, b)):
@@ -150,6 +170,22 @@ class Arithmetic(Expr):
 
     def positions(self) -> frozenset[int]:
         return self.left.positions() | self.right.positions()
+
+    def compile(self) -> Callable[[Sequence[Value]], Value]:
+        left, right, slow = self.left.compile(), self.right.compile(), self._apply
+        fast = _FAST_ARITHMETIC.get(self.op)
+        plain = _PLAIN
+
+        def arithmetic(row: Sequence[Value]) -> Value:
+            a, b = left(row), right(row)
+            if fast is not None and type(a) in plain and type(b) in plain:
+                return fast(a, b)
+            return slow(a, b)
+
+        return arithmetic
+
+    def evaluate(self, row: Sequence[Value]) -> Value:
+        return self._apply(self.left.evaluate(row), self.right.evaluate(row))
 
     def __str__(self) -> str:
         return f"({self.left} {self.op} {self.right})"
@@ -206,6 +242,23 @@ class Compare(Expr):
     def evaluate(self, row: Sequence[Value]) -> bool | None:
         return _compare(self.op, self.left.evaluate(row), self.right.evaluate(row), self)
 
+    def compile(self) -> Callable[[Sequence[Value]], bool | None]:
+        left, right, op, fast, plain = (
+            self.left.compile(),
+            self.right.compile(),
+            self.op,
+            _FAST_COMPARE[self.op],
+            _PLAIN,
+        )
+
+        def compare(row: Sequence[Value]) -> bool | None:
+            a, b = left(row), right(row)
+            if type(a) in plain and type(b) in plain:
+                return fast(a, b)
+            return _compare(op, a, b, self)
+
+        return compare
+
     def positions(self) -> frozenset[int]:
         return self.left.positions() | self.right.positions()
 
@@ -227,6 +280,21 @@ class And(Expr):
                 return False
             unknown = unknown or value is None
         return None if unknown else True
+
+    def compile(self) -> Callable[[Sequence[Value]], bool | None]:
+        parts = tuple(o.compile() for o in self.operands)
+
+        def conjunction(row: Sequence[Value]) -> bool | None:
+            unknown = False
+            for part in parts:
+                value = part(row)
+                if value is False:
+                    return False
+                if value is None:
+                    unknown = True
+            return None if unknown else True
+
+        return conjunction
 
     def positions(self) -> frozenset[int]:
         return frozenset().union(*(o.positions() for o in self.operands))
@@ -250,6 +318,21 @@ class Or(Expr):
             unknown = unknown or value is None
         return None if unknown else False
 
+    def compile(self) -> Callable[[Sequence[Value]], bool | None]:
+        parts = tuple(o.compile() for o in self.operands)
+
+        def disjunction(row: Sequence[Value]) -> bool | None:
+            unknown = False
+            for part in parts:
+                value = part(row)
+                if value is True:
+                    return True
+                if value is None:
+                    unknown = True
+            return None if unknown else False
+
+        return disjunction
+
     def positions(self) -> frozenset[int]:
         return frozenset().union(*(o.positions() for o in self.operands))
 
@@ -267,6 +350,15 @@ class Not(Expr):
         value = self.operand.evaluate(row)
         return None if value is None else not value
 
+    def compile(self) -> Callable[[Sequence[Value]], bool | None]:
+        operand = self.operand.compile()
+
+        def negation(row: Sequence[Value]) -> bool | None:
+            value = operand(row)
+            return None if value is None else not value
+
+        return negation
+
     def positions(self) -> frozenset[int]:
         return self.operand.positions()
 
@@ -283,6 +375,10 @@ class IsNull(Expr):
 
     def evaluate(self, row: Sequence[Value]) -> bool:
         return (self.operand.evaluate(row) is None) != self.negated
+
+    def compile(self) -> Callable[[Sequence[Value]], bool]:
+        operand, negated = self.operand.compile(), self.negated
+        return lambda row: (operand(row) is None) != negated
 
     def positions(self) -> frozenset[int]:
         return self.operand.positions()
@@ -336,6 +432,18 @@ class NotNullCount(Expr):
         return f"CASE WHEN {self.operand} IS NULL THEN 0 ELSE 1 END"
 
 
+_FAST_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq,
+    "<>": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+#: the operations whose int/float result needs no rule of its own (division and remainder do: by zero, signs)
+_FAST_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
 def _paren(e: Expr) -> str:
     return f"({e})" if isinstance(e, And | Or) else str(e)
 
@@ -382,6 +490,23 @@ class Entry:
         if not self.derived:
             return row
         return row + tuple(e.evaluate(row) for _, e in self.derived)
+
+    def compile(self) -> Callable[[tuple[Value, ...]], tuple[Value, ...] | None]:
+        """:meth:`enter` as one closure (the expressions compiled, :meth:`Expr.compile`): the same rows and errors."""
+        where = self.where.compile() if self.where is not None else None
+        derived = tuple(e.compile() for _, e in self.derived)
+        if not derived:
+            assert where is not None
+            return lambda row: row if where(row) is True else None
+        if where is None:
+            return lambda row: row + tuple([f(row) for f in derived])
+
+        def enter(row: tuple[Value, ...]) -> tuple[Value, ...] | None:
+            if where(row) is not True:
+                return None
+            return row + tuple([f(row) for f in derived])
+
+        return enter
 
     def __str__(self) -> str:
         parts = [f"WHERE {self.where}"] if self.where is not None else []
