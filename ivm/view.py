@@ -82,6 +82,7 @@ class View:
         #: per relation with a selection or computed attributes, how its updates enter (:mod:`ivm.query.expr`)
         self._entries: dict[str, Entry] = dict(query.entries)
         self._enterers = {relation: entry.compile() for relation, entry in self._entries.items()}
+        self._conditions = {r: e.where.compile() for r, e in self._entries.items() if e.where is not None}
         #: per relation, the updates its selection dropped where they entered (counted, never rejected)
         self.filtered: dict[str, int] = dict.fromkeys((e.relation for e in query.entry if e.where is not None), 0)
 
@@ -89,6 +90,7 @@ class View:
         """The view's state for a snapshot (pickle): the compiled entries are closures, made again on load."""
         state = dict(self.__dict__)
         state.pop("_enterers", None)
+        state.pop("_conditions", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -97,6 +99,7 @@ class View:
         self._entries = entries
         self.filtered = state.get("filtered", {})
         self._enterers = {relation: entry.compile() for relation, entry in entries.items()}
+        self._conditions = {r: e.where.compile() for r, e in entries.items() if e.where is not None}
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
@@ -123,6 +126,9 @@ class View:
         outcome indexes and names the updates as given.  Updates of other relations, and malformed ones,
         go through as they are (``then`` says what is wrong with them)."""
         items = updates if isinstance(updates, list) else list(updates)
+        fast = self._enter_batch(items, then)
+        if fast is not None:
+            return fast
         entries, enterers = self._entries, self._enterers
         outcome = Outcome()
         entered: list[Any] = []
@@ -166,6 +172,61 @@ class View:
         outcome.rejected.sort(key=lambda r: r.index)
         outcome.applied = inner.applied
         outcome.filtered += inner.filtered
+        return outcome
+
+    def _enter_batch(self, items: list[Any], then: Callable[[list[Any]], Outcome]) -> Outcome | None:
+        """:meth:`_enter` in C-level passes (one ``map`` of the compiled entry per relation), or ``None`` when
+        the batch needs the loop: some update malformed (not a ``(relation, tuple, non-zero int)`` triple of
+        its relation's arity) or refused where it enters.  The same outcome as the loop."""
+        if not items or not set(map(type, items)) <= {tuple, Update} or set(map(len, items)) != {3}:
+            return None
+        relations, rows, mults = list(map(relation_of, items)), list(map(row_of, items)), list(map(mult_of, items))
+        if set(map(type, rows)) != {tuple} or set(map(type, mults)) != {int} or 0 in mults:
+            return None
+        out: list[Any] = list(items)
+        names = set(relations)
+        filtered: dict[str, int] = {}
+        for relation, enter in self._enterers.items():
+            if relation not in names:
+                continue
+            at = range(len(items)) if len(names) == 1 else [i for i, r in enumerate(relations) if r == relation]
+            mine = [rows[i] for i in at] if len(names) > 1 else rows
+            if set(map(len, mine)) != {self._entries[relation].arity}:
+                return None
+            try:
+                if self._entries[relation].derived:
+                    entered = list(map(enter, mine))
+                else:  # a selection alone: the rows that pass it, as they are
+                    where = self._conditions[relation]
+                    entered = [
+                        row if passes is True else None for row, passes in zip(mine, map(where, mine), strict=True)
+                    ]
+            except EntryError:
+                return None  # the loop says which update, and why
+            new = tuple.__new__
+            dropped = 0
+            for i, row in zip(at, entered, strict=True):
+                if row is None:
+                    out[i] = None
+                    dropped += 1
+                else:
+                    out[i] = new(Update, (relation, row, mults[i]))
+            filtered[relation] = dropped
+        if any(u is None for u in out):
+            origin = [i for i, u in enumerate(out) if u is not None]
+            kept = [out[i] for i in origin]
+        else:
+            origin, kept = list(range(len(out))), out
+        inner = then(kept) if kept else Outcome()
+        outcome = Outcome(applied=inner.applied, filtered=sum(filtered.values()) + inner.filtered)
+        for relation, n in filtered.items():
+            if n:
+                self.filtered[relation] += n
+        for r in inner.rejected:
+            i = origin[r.index]
+            given = items[i]
+            update = given if type(given) is Update else Update(*given)
+            outcome.rejected.append(Rejected(i, update, r.kind, r.reason))
         return outcome
 
     def _apply_entered(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:

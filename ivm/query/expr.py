@@ -250,6 +250,16 @@ class Compare(Expr):
             _FAST_COMPARE[self.op],
             _PLAIN,
         )
+        if isinstance(self.left, Column) and isinstance(self.right, Const) and type(self.right.value) in plain:
+            position, constant = self.left.position, self.right.value  # column op number: the common selection
+
+            def compare_constant(row: Sequence[Value]) -> bool | None:
+                a = row[position]
+                if type(a) in plain:
+                    return fast(a, constant)
+                return _compare(op, a, constant, self)
+
+            return compare_constant
 
         def compare(row: Sequence[Value]) -> bool | None:
             a, b = left(row), right(row)
