@@ -303,15 +303,19 @@ def at_source(query: Query, positions: Mapping[str, Sequence[Lifted]]) -> dict[s
 
 
 def _avro_family(avro_type: Any) -> str | None:
-    """``"number"`` or ``"string"`` for a field whose non-null values are all of that kind (a nullable union
-    too: NULL compares unknown), else ``None`` (unknown, or of another kind)."""
+    """What a field's non-null values compare with (a nullable union too: NULL compares unknown):
+    ``"number"``, ``"string"``, ``"bytes"``, a logical type's name, or ``None`` if unknown."""
     if isinstance(avro_type, list):
         kinds = {_avro_family(t) for t in avro_type if t != "null"}
         return kinds.pop() if len(kinds) == 1 else None
     if _numeric_avro(avro_type):
         return "number"
+    if isinstance(avro_type, dict) and "logicalType" in avro_type:
+        return f"{avro_type['logicalType']} (a logical type)"  # dates, times, uuids: decoded to their own objects
     if avro_type == "string" or (isinstance(avro_type, dict) and avro_type.get("type") == "string"):
-        return "string" if not (isinstance(avro_type, dict) and "logicalType" in avro_type) else None
+        return "string"
+    if avro_type == "bytes" or (isinstance(avro_type, dict) and avro_type.get("type") in ("bytes", "fixed")):
+        return "bytes"
     return None
 
 
@@ -353,7 +357,7 @@ def entry_errors(
                 kinds = {k for k in map(family, sides) if k is not None}
                 if len(kinds) > 1:
                     out.append(
-                        f"{where} of {entry.relation}: {e} compares a number with a string (by the Avro types "
+                        f"{where} of {entry.relation}: {e} compares {' with '.join(sorted(kinds))} (by the Avro types "
                         f"of {entry.relation}'s fields): every update would be refused"
                     )
             for child in _children(e):
@@ -363,8 +367,13 @@ def entry_errors(
             walk(entry.where, "the selection")
         for name, value in entry.derived:
             walk(value, f"the computed attribute {name}")
-            divisors = [d for d in _nodes(value) if isinstance(d, Arithmetic) and d.op in "/%" and d.right.positions()]
-            if divisors and not isinstance(value, NotNullCount):
+            divisions = [d for d in _nodes(value) if isinstance(d, Arithmetic) and d.op in "/%"]
+            if any(not d.right.positions() and d.right.evaluate(()) in (0, None) for d in divisions):
+                out.append(
+                    f"the computed attribute {name} := {value} of {entry.relation} divides by zero: its value is "
+                    "always NULL, which the aggregate cannot take"
+                )
+            elif any(d.right.positions() for d in divisions) and not isinstance(value, NotNullCount):
                 out.append(
                     f"the computed attribute {name} := {value} of {entry.relation} divides by a field: a zero "
                     "divisor gives NULL, which the aggregate cannot take (the update would be refused); "

@@ -66,9 +66,10 @@ _PLAIN = frozenset({int, float})
 
 
 def _is_number(value: Value) -> bool:
+    """A number as the rings take one (:func:`ivm.query.lifted.is_number`): bools, Decimals and numpy numbers too."""
     if type(value) in _PLAIN:
         return True
-    return isinstance(value, Number) and not isinstance(value, complex | bool)
+    return isinstance(value, Number) and not isinstance(value, complex)
 
 
 def _family(value: Value) -> str:
