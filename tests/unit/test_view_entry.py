@@ -14,6 +14,7 @@ import pytest
 
 import ivm
 from ivm.query.sql import parse_sql
+from ivm.shards import ShardSlice
 
 SCHEMA = {"orders": ["id", "product", "qty", "price"], "products": ["product", "category"]}
 SQL = (
@@ -97,6 +98,11 @@ def test_every_way_in_enters_the_same_way() -> None:
         assert (out.applied, out.filtered, out.rejected) == (9, 9, []), way
         assert view.result() == want, way
         assert view.stats()["entry_filtered"] == 9, way
+    # the executors' placement: each slice of a sharded view enters the whole batch and keeps its shard's share
+    slices = [ShardSlice.of(ivm.maintain(q, shards=3), i) for i in range(3)]
+    for piece in slices:
+        assert piece.apply([("R", r, 1) for r in rows]).filtered == 9
+    assert sum(piece.result() for piece in slices) == want
 
 
 def test_count_of_a_column_counts_its_non_null_values() -> None:
