@@ -14,9 +14,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from processor.codec import RelationCodec, load_schema
-from processor.config import load_config
-from processor.pipeline import Pipeline, Record
+from ivm.processor.codecs.avro import RelationCodec, load_schema
+from ivm.processor.config import load_config
+from ivm.processor.pipeline import Pipeline, Record
 from tests.unit.test_pipeline import MemorySink
 
 ORDERS = {
