@@ -172,7 +172,7 @@ def per_atom_relations(query: Query) -> tuple[Query, dict[str, list[int]]]:
         if len(atoms_of[atom.relation]) > 1:
             atom = replace(atom, relation=f"{atom.relation}#{atoms_of[atom.relation].index(i)}")
         renamed.append(atom)
-    return replace(query, atoms=tuple(renamed)), dict(atoms_of)
+    return replace(query, atoms=tuple(renamed), entry=()), dict(atoms_of)
 
 
 class ShardedView(View):
@@ -311,6 +311,8 @@ class ShardedView(View):
             for key, value in shard.stats().items():
                 total[key] += value
         total["shards"] = len(self.shards)
+        if self.filtered:  # selections are applied once, here, before routing
+            total["entry_filtered"] = sum(self.filtered.values())
         return dict(total)
 
     def shard_stats(self) -> list[dict[str, int | float]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -14,6 +14,7 @@ import numpy as np
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
+from ivm.query.expr import Entry, EntryError
 from ivm.query.lifted import Lifted, is_finite, is_number, lifted_positions, order_family, ordered_positions
 from ivm.query.model import Query
 from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
@@ -48,6 +49,9 @@ class Outcome:
 
     applied: int = 0
     rejected: list[Rejected] = field(default_factory=list)
+    #: updates dropped where they enter because their tuple fails the relation's selection (SQL's WHERE on
+    #: one relation): valid input that is no change of the selected relation, so neither applied nor rejected
+    filtered: int = 0
 
 
 class View:
@@ -75,15 +79,158 @@ class View:
         #: value's: :func:`order_family`); a value of another kind would not compare with the others
         self._ordered = ordered_positions(query)
         self._families: dict[str, Any] = {}
+        #: per relation with a selection or computed attributes, how its updates enter (:mod:`ivm.query.expr`)
+        self._entries: dict[str, Entry] = dict(query.entries)
+        self._enterers = {relation: entry.compile() for relation, entry in self._entries.items()}
+        self._conditions = {r: e.where.compile() for r, e in self._entries.items() if e.where is not None}
+        #: per relation, the updates its selection dropped where they entered (counted, never rejected)
+        self.filtered: dict[str, int] = dict.fromkeys((e.relation for e in query.entry if e.where is not None), 0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The view's state for a snapshot (pickle): the compiled entries are closures, made again on load."""
+        state = dict(self.__dict__)
+        state.pop("_enterers", None)
+        state.pop("_conditions", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        entries = state.get("_entries") or {}  # snapshots from before entries were added have none
+        self._entries = entries
+        self.filtered = state.get("filtered", {})
+        self._enterers = {relation: entry.compile() for relation, entry in entries.items()}
+        self._conditions = {r: e.where.compile() for r, e in entries.items() if e.where is not None}
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
         the valid ones to the engine as one batch.  O(1) per update on top of the engine's work.
 
+        An update of a relation with a selection or computed attributes (SQL's WHERE on one relation,
+        expressions inside the aggregate, ``COUNT(col)``: :class:`~ivm.query.expr.Entry`) enters first:
+        if its tuple fails the selection it is dropped and counted (:attr:`Outcome.filtered`,
+        :attr:`filtered`), else its computed attributes are appended; O(size of the expressions) per
+        update.  A value an expression cannot evaluate (a string in arithmetic, a string compared with a
+        number) refuses the update by name.
+
         The state is looked up only where the policy can refuse: for deletes (``negative =
         "reject"``) and for inserts under set semantics (``duplicate = "reject"``); a batch of
         inserts under the default policy is checked for shape alone.
         """
+        if self._entries:
+            return self._enter(updates, self._apply_entered)
+        return self._apply_entered(updates)
+
+    def _enter(self, updates: Iterable[Any], then: Callable[[list[Any]], Outcome]) -> Outcome:
+        """Each update of a relation with an :class:`~ivm.query.expr.Entry` entered (dropped if its
+        selection fails, its computed attributes appended), then ``then`` of the batch entered; the
+        outcome indexes and names the updates as given.  Updates of other relations, and malformed ones,
+        go through as they are (``then`` says what is wrong with them)."""
+        items = updates if isinstance(updates, list) else list(updates)
+        fast = self._enter_batch(items, then)
+        if fast is not None:
+            return fast
+        entries, enterers = self._entries, self._enterers
+        outcome = Outcome()
+        entered: list[Any] = []
+        origin: list[int] = []
+        for index, item in enumerate(items):
+            entry = entries.get(item[0]) if isinstance(item, tuple) and len(item) == 3 else None
+            if entry is None:
+                entered.append(item)
+                origin.append(index)
+                continue
+            relation, row, mult = item
+            if type(row) is not tuple:
+                row = tuple(row)
+            if type(mult) is not int:
+                raise TypeError(f"multiplicity must be an int, got {mult!r}")
+            if len(row) != entry.arity:
+                reason = f"relation {relation} has arity {entry.arity}, tuple {row!r} has {len(row)}"
+                outcome.rejected.append(Rejected(index, Update(relation, row, mult), "arity", reason))
+                continue
+            if mult == 0:
+                outcome.rejected.append(Rejected(index, Update(relation, row, mult), *self.policy.check(0, 0)))  # type: ignore[misc]
+                continue
+            try:
+                out = enterers[relation](row)
+            except EntryError as error:
+                reason = f"{relation} row {row!r} cannot enter the query ({entry}): {error}"
+                outcome.rejected.append(Rejected(index, Update(relation, row, mult), error.kind, reason))
+                continue
+            if out is None:
+                outcome.filtered += 1
+                self.filtered[relation] += 1
+                continue
+            entered.append(tuple.__new__(Update, (relation, out, mult)))
+            origin.append(index)
+        inner = then(entered) if entered else Outcome()
+        for r in inner.rejected:
+            i = origin[r.index]
+            given = items[i]
+            update = given if type(given) is Update else Update(given[0], tuple(given[1]), given[2])
+            outcome.rejected.append(Rejected(i, update, r.kind, r.reason))
+        outcome.rejected.sort(key=lambda r: r.index)
+        outcome.applied = inner.applied
+        outcome.filtered += inner.filtered
+        return outcome
+
+    def _enter_batch(self, items: list[Any], then: Callable[[list[Any]], Outcome]) -> Outcome | None:
+        """:meth:`_enter` in C-level passes (one ``map`` of the compiled entry per relation), or ``None`` when
+        the batch needs the loop: some update malformed (not a ``(relation, tuple, non-zero int)`` triple of
+        its relation's arity) or refused where it enters.  The same outcome as the loop."""
+        if not items or not set(map(type, items)) <= {tuple, Update} or set(map(len, items)) != {3}:
+            return None
+        relations, rows, mults = list(map(relation_of, items)), list(map(row_of, items)), list(map(mult_of, items))
+        if set(map(type, rows)) != {tuple} or set(map(type, mults)) != {int} or 0 in mults:
+            return None
+        out: list[Any] = list(items)
+        names = set(relations)
+        filtered: dict[str, int] = {}
+        for relation, enter in self._enterers.items():
+            if relation not in names:
+                continue
+            at = range(len(items)) if len(names) == 1 else [i for i, r in enumerate(relations) if r == relation]
+            mine = [rows[i] for i in at] if len(names) > 1 else rows
+            if set(map(len, mine)) != {self._entries[relation].arity}:
+                return None
+            try:
+                if self._entries[relation].derived:
+                    entered = list(map(enter, mine))
+                else:  # a selection alone: the rows that pass it, as they are
+                    where = self._conditions[relation]
+                    entered = [
+                        row if passes is True else None for row, passes in zip(mine, map(where, mine), strict=True)
+                    ]
+            except EntryError:
+                return None  # the loop says which update, and why
+            new = tuple.__new__
+            dropped = 0
+            for i, row in zip(at, entered, strict=True):
+                if row is None:
+                    out[i] = None
+                    dropped += 1
+                else:
+                    out[i] = new(Update, (relation, row, mults[i]))
+            filtered[relation] = dropped
+        if any(u is None for u in out):
+            origin = [i for i, u in enumerate(out) if u is not None]
+            kept = [out[i] for i in origin]
+        else:
+            origin, kept = list(range(len(out))), out
+        inner = then(kept) if kept else Outcome()
+        outcome = Outcome(applied=inner.applied, filtered=sum(filtered.values()) + inner.filtered)
+        for relation, n in filtered.items():
+            if n:
+                self.filtered[relation] += n
+        for r in inner.rejected:
+            i = origin[r.index]
+            given = items[i]
+            update = given if type(given) is Update else Update(*given)
+            outcome.rejected.append(Rejected(i, update, r.kind, r.reason))
+        return outcome
+
+    def _apply_entered(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
+        """:meth:`apply` of updates that have entered (rows as the query's atoms see them)."""
         items = updates if isinstance(updates, list) else list(updates)
         fast = self._apply_batch(items)
         if fast is not None:
@@ -219,7 +366,7 @@ class View:
         without a Python tuple per row); otherwise the rows are made and take :meth:`apply`, which
         says what is refused.  The same outcome and state either way.
         """
-        fast = self._columns_admissible(relation, columns, multiplicities)
+        fast = None if relation in self._entries else self._columns_admissible(relation, columns, multiplicities)
         if fast is None:
             return self.apply(from_columns(relation, columns, multiplicities))
         self.engine.apply_columns(relation, columns, multiplicities)
@@ -343,11 +490,19 @@ class View:
         the caller vouches with ``finite=True`` that it has none (the runtime's codecs refuse them when
         they decode), which saves a pass over the lifted values.
         """
+        if self._entries:  # selections and computed attributes first; a computed value may be no finite number
+            return self._enter(updates, lambda entered: self._apply_admitted_entered(entered, finite=False))
+        return self._apply_admitted_entered(updates, finite=finite)
+
+    def _apply_admitted_entered(self, updates: list[Any], *, finite: bool) -> Outcome:
+        """:meth:`apply_admitted` of updates that have entered."""
         policy = self.policy
         if policy.negative == "reject" or policy.duplicate == "reject" or policy.delete_only:
-            return self.apply(updates)
+            return self._apply_entered(updates)
         if not finite and self._lifted and updates and not self._lifted_finite(updates):
-            return self.apply(updates)  # a NaN or an infinity to lift: refused by name (not_finite), the rest applied
+            return self._apply_entered(
+                updates
+            )  # a NaN or an infinity to lift: refused by name (not_finite), the rest applied
         if updates:
             if type(self)._apply_valid is not View._apply_valid and set(map(type, updates)) != {Update}:
                 updates = list(map(tuple.__new__, repeat(Update), updates))  # a subclass's state wants Updates
@@ -409,6 +564,11 @@ class View:
             )
         from ivm.engines.fivm.factorizable import contains, expand_net, normalize
 
+        if relation in self._entries:
+            raise TypeError(
+                f"apply_factorized of {relation}, which enters the query through {self._entries[relation]}: a "
+                "factorized update is not filtered or extended per tuple (apply the expanded tuples)"
+            )
         products = normalize(self.query, relation, factors, integers=True)
         delete_only = self.policy.delete_only
         if delete_only and not getattr(self, "_sealed", False):
@@ -510,4 +670,9 @@ class View:
         return out
 
     def stats(self) -> dict[str, int | float]:
-        return self.engine.stats()
+        """The engine's statistics; with a selection also ``entry_filtered``, the updates it dropped where they
+        entered (:attr:`filtered`)."""
+        stats = self.engine.stats()
+        if self.filtered:
+            stats = {**stats, "entry_filtered": sum(self.filtered.values())}
+        return stats

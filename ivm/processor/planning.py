@@ -25,6 +25,21 @@ from ivm.engines import ENGINES
 from ivm.patterns.windows import CountWindow, TimeWindow, Windows
 from ivm.policy import Policy
 from ivm.processor.config import ConfigError, PipelineConfig, QueryConfig, RelationConfig
+from ivm.query.expr import (
+    And,
+    Arithmetic,
+    Column,
+    Compare,
+    Const,
+    Entry,
+    Expr,
+    InList,
+    IsNull,
+    Negate,
+    Not,
+    NotNullCount,
+    Or,
+)
 from ivm.query.lifted import Lifted, lifted_positions, ordered_positions
 from ivm.query.model import Query
 from ivm.query.parse import QuerySyntaxError
@@ -146,9 +161,11 @@ def build_view(
         shards=q.shards or config.shards,
         options=options,
     )
-    lifted = lifted_positions(query, view.engine.lifted_variables)
+    lifted = at_source(query, lifted_positions(query, view.engine.lifted_variables))
     types = _field_types(config, set(lifted) | set(ordered_positions(query)))
+    types = {**types, **_field_types(config, set(query.entries) - set(types))}
     wrong = not_numbers(lifted, schema_of, types) + not_one_kind(query, schema_of, types)
+    wrong += entry_errors(query, schema_of, types)
     if wrong:
         raise Refused("query", "; ".join(wrong))
     return view
@@ -261,6 +278,126 @@ def _field_types(config: PipelineConfig, relations: set[str]) -> dict[str, dict[
     return out
 
 
+def at_source(query: Query, positions: Mapping[str, Sequence[Lifted]]) -> dict[str, tuple[Lifted, ...]]:
+    """``positions`` with each computed attribute (an expression of SQL's aggregate, appended to the rows where
+    they enter: :class:`ivm.query.expr.Entry`) replaced by the relation's attributes it reads, whose schema
+    fields the checks below then look at; ``COUNT(col)``'s indicator reads nothing that must be a number (it
+    is 0 or 1 for any value, NULL included)."""
+    entries = query.entries
+    out: dict[str, tuple[Lifted, ...]] = {}
+    for relation, found in positions.items():
+        entry = entries.get(relation)
+        kept: list[Lifted] = []
+        for x in found:
+            if entry is None or x.position < entry.arity:
+                kept.append(x)
+                continue
+            name, value = entry.derived[x.position - entry.arity]
+            if isinstance(value, NotNullCount):
+                continue
+            via = f"{x.aggregate} (with {name} := {value})"
+            kept += [Lifted(p, x.variable, via) for p in sorted(value.positions())]
+        if kept:
+            out[relation] = tuple(dict.fromkeys(kept))
+    return out
+
+
+def _avro_family(avro_type: Any) -> str | None:
+    """What a field's non-null values compare with (a nullable union too: NULL compares unknown):
+    ``"number"``, ``"string"``, ``"bytes"``, a logical type's name, or ``None`` if unknown."""
+    if isinstance(avro_type, list):
+        kinds = {_avro_family(t) for t in avro_type if t != "null"}
+        return kinds.pop() if len(kinds) == 1 else None
+    if _numeric_avro(avro_type):
+        return "number"
+    if isinstance(avro_type, dict) and "logicalType" in avro_type:
+        return f"{avro_type['logicalType']} (a logical type)"  # dates, times, uuids: decoded to their own objects
+    if avro_type == "string" or (isinstance(avro_type, dict) and avro_type.get("type") == "string"):
+        return "string"
+    if avro_type == "bytes" or (isinstance(avro_type, dict) and avro_type.get("type") in ("bytes", "fixed")):
+        return "bytes"
+    return None
+
+
+def entry_errors(
+    query: Query, attributes: Mapping[str, Sequence[str]], types: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """One line per part of a relation's selection or computed attribute (SQL's WHERE on one relation,
+    expressions in the aggregate: :class:`ivm.query.expr.Entry`) that every update would fail to evaluate,
+    by the relations' Avro field types: arithmetic over a field that is no number, a comparison of a
+    number field with a string (or the converse), and a division or remainder by a field in a computed
+    attribute (a zero divisor gives NULL, which SUM, AVG, MIN and MAX cannot take).  Such an update would
+    be refused where it enters the view, after its relation admitted it, so the query is refused here."""
+    out: list[str] = []
+    for entry in query.entry:
+        fields = types.get(entry.relation)
+        if fields is None:
+            continue
+        names = attributes[entry.relation]
+
+        def family(e: Expr, fields: Mapping[str, Any] = fields, names: Sequence[str] = names) -> str | None:
+            if isinstance(e, Column):
+                return _avro_family(fields.get(names[e.position]))
+            if isinstance(e, Const):
+                return None if e.value is None else "string" if isinstance(e.value, str) else "number"
+            return "number" if isinstance(e, Arithmetic | Negate) else None
+
+        def walk(e: Expr, where: str, entry: Entry = entry, names: Sequence[str] = names) -> None:
+            if isinstance(e, Arithmetic | Negate):
+                for side in (e.left, e.right) if isinstance(e, Arithmetic) else (e.operand,):
+                    kind = family(side)
+                    if isinstance(side, Column) and kind != "number":
+                        avro = json.dumps(types[entry.relation].get(names[side.position]))
+                        out.append(
+                            f"{where} of {entry.relation}: {e} takes {entry.relation}.{side} of Avro type {avro}, "
+                            "not a number type: every update would be refused"
+                        )
+            if isinstance(e, Compare | InList):
+                sides = (e.left, e.right) if isinstance(e, Compare) else (e.operand, *e.values)
+                kinds = {k for k in map(family, sides) if k is not None}
+                if len(kinds) > 1:
+                    out.append(
+                        f"{where} of {entry.relation}: {e} compares {' with '.join(sorted(kinds))} (by the Avro types "
+                        f"of {entry.relation}'s fields): every update would be refused"
+                    )
+            for child in _children(e):
+                walk(child, where)
+
+        if entry.where is not None:
+            walk(entry.where, "the selection")
+        for name, value in entry.derived:
+            walk(value, f"the computed attribute {name}")
+            divisions = [d for d in _nodes(value) if isinstance(d, Arithmetic) and d.op in "/%"]
+            if any(not d.right.positions() and d.right.evaluate(()) in (0, None) for d in divisions):
+                out.append(
+                    f"the computed attribute {name} := {value} of {entry.relation} divides by zero: its value is "
+                    "always NULL, which the aggregate cannot take"
+                )
+            elif any(d.right.positions() for d in divisions) and not isinstance(value, NotNullCount):
+                out.append(
+                    f"the computed attribute {name} := {value} of {entry.relation} divides by a field: a zero "
+                    "divisor gives NULL, which the aggregate cannot take (the update would be refused); "
+                    "divide by a constant"
+                )
+    return list(dict.fromkeys(out))
+
+
+def _children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Arithmetic | Compare):
+        return (e.left, e.right)
+    if isinstance(e, And | Or):
+        return e.operands
+    if isinstance(e, Not | Negate | IsNull | NotNullCount):
+        return (e.operand,)
+    if isinstance(e, InList):
+        return (e.operand, *e.values)
+    return ()
+
+
+def _nodes(e: Expr) -> list[Expr]:
+    return [e, *(n for child in _children(e) for n in _nodes(child))]
+
+
 def not_numbers(
     lifted: Mapping[str, Sequence[Lifted]],
     attributes: Mapping[str, Sequence[str]],
@@ -290,7 +427,7 @@ def not_one_kind(
     """One line per attribute MIN or MAX compares whose schema field is a union (e.g. nullable): its
     values could be of two kinds (``None`` and a number), which do not compare."""
     out = []
-    for relation, found in ordered_positions(query).items():
+    for relation, found in at_source(query, ordered_positions(query)).items():
         for x in found:
             field = attributes[relation][x.position]
             avro_type = types.get(relation, {}).get(field)

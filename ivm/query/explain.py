@@ -7,7 +7,9 @@
 ``constant_time``, ``engine``, ``guarantee`` (``update``, ``delay``, ``space``,
 ``preprocessing``, plus ``amortized`` and ``lower_bound``), ``aggregate`` with
 its ``ring`` (``in_ring`` false for AVG, MIN, MAX and COUNT(DISTINCT), which are
-computed per group from ring results), ``having`` (HAVING's conditions), and more.
+computed per group from ring results), ``having`` (HAVING's conditions), ``entry`` (per
+relation, SQL's selection on it and its computed attributes, done where its updates
+enter: :mod:`ivm.query.expr`), and more.
 """
 
 from __future__ import annotations
@@ -60,6 +62,14 @@ def explain(
     out["ring"] = q.aggregate.ring
     out["in_ring"] = q.aggregate.in_ring
     out["having"] = [str(c) for c in q.having]
+    # per relation: SQL's selection on it and its computed attributes, done where its updates enter (ivm.query.expr)
+    out["entry"] = {
+        e.relation: {
+            "where": None if e.where is None else str(e.where),
+            "computed": {name: str(value) for name, value in e.derived},
+        }
+        for e in q.entry
+    }
     out["patterns"] = p.patterns.describe(q.relations)
     out["mixdetect"] = None if p.mixdetect is None else bool(p.mixdetect)
     out["constant_time"] = p.constant_time
@@ -87,6 +97,17 @@ def render_text(d: Mapping[str, Any]) -> str:
     lines = [f"query: {d['query']}", aggregate]
     if d.get("having"):
         lines.append(f"having: {', '.join(d['having'])} (the groups failing it are absent from the result)")
+    for relation, entry in (d.get("entry") or {}).items():
+        if entry["where"] is not None:
+            lines.append(
+                f"selection on {relation}: {entry['where']} (applied where {relation}'s updates enter: an update "
+                "failing it is dropped and counted, not applied; the engine and the guarantee below are unchanged)"
+            )
+        for name, value in entry["computed"].items():
+            lines.append(
+                f"computed attribute {relation}.{name} := {value} (appended to each {relation} row where it enters: "
+                "a lifting of the relation's own attributes, F-IVM §2.4; the plan is unchanged)"
+            )
     lines += ["", "classification:"]
     for key in ("acyclic", "free_connex", "hierarchical", "q_hierarchical", "weak_q_hierarchical"):
         lines.append(f"  {key.replace('_', '-'):<20} {yes(key):<4} {d['reasons'][key]}")

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ivm.query.expr import Entry
+
 Constant = int | float | str
 
 FRESH = re.compile(r"_\d+")
@@ -231,6 +233,10 @@ class Query:
     aggregate: Aggregate = field(default=COUNT)
     #: the conjuncts of HAVING (empty: every group with rows is in the result)
     having: tuple[Comparison, ...] = ()
+    #: per relation, how its updates enter: SQL's selection on it and its computed attributes
+    #: (:class:`ivm.query.expr.Entry`, applied by the view before any engine; the atoms hold the computed
+    #: attributes after the relation's own)
+    entry: tuple[Entry, ...] = ()
 
     @property
     def variables(self) -> frozenset[str]:
@@ -305,7 +311,14 @@ class Query:
         if self.aggregate != COUNT:
             head.append(str(self.aggregate))
         having = f" HAVING {', '.join(str(c) for c in self.having)}" if self.having else ""
-        return f"{self.name}({', '.join(head)}) :- {body}{having}"
+        entry = "".join(f" | {e}" for e in self.entry)
+        return f"{self.name}({', '.join(head)}) :- {body}{having}{entry}"
+
+    @property
+    def entries(self) -> Mapping[str, Entry]:
+        """Relation name -> its :class:`~ivm.query.expr.Entry` (only relations with a selection or computed
+        attributes)."""
+        return {e.relation: e for e in self.entry}
 
 
 def aggregate_inputs(query: Query) -> tuple[Query, ...]:

@@ -4,26 +4,31 @@ Supported, exactly::
 
     SELECT [DISTINCT] item, ..., item
     FROM from_item, ..., from_item
-    [WHERE eq AND eq AND ...]
+    [WHERE where AND where AND ...]
     [GROUP BY column, ..., column]
     [HAVING cond AND cond AND ...]
 
     from_item := table [[AS] alias] join ... join
-    join      := [INNER] JOIN table [[AS] alias] ON eq AND eq AND ...
+    join      := [INNER] JOIN table [[AS] alias] ON where AND where AND ...
                | [INNER] JOIN table [[AS] alias] USING (c1, ..., ck)
                | NATURAL JOIN table [[AS] alias]
                | CROSS JOIN table [[AS] alias]
     item      := column | aggregate   [[AS] name]
-    aggregate := COUNT(*) | SUM(f * f * ...) | COVAR(column, ..., column)
-               | AVG(column) | MIN(column) | MAX(column) | COUNT(DISTINCT column)
-    eq        := column = column | column = literal        (parentheses allowed)
+    aggregate := COUNT(*) | SUM(f * f * ...) | COVAR(column, ..., column) | COUNT(e)
+               | AVG(e) | MIN(e) | MAX(e) | COUNT(DISTINCT column)
+    where     := column = column | column = literal | selection   (parentheses allowed)
+    selection := a condition over the columns of one table: e op e, e [NOT] BETWEEN e AND e,
+                 e [NOT] IN (e, ...), e IS [NOT] NULL, combined with AND, OR, NOT
+    e         := column | literal | e + e | e - e | e * e | e / e | e % e | -e | (e)
     cond      := term op literal | literal op term          (parentheses allowed)
     term      := aggregate other than COVAR | GROUP BY column
     op        := = | <> | != | < | <= | > | >=
 
 where a ``column`` is ``c`` or ``alias.c``, a ``literal`` is a number (with an
-optional minus sign) or a string, and each SUM factor ``f`` is a column or a
-number.  The meaning is standard SQL's (as DuckDB computes it, bag semantics):
+optional minus sign) or a string, and each SUM factor ``f`` is a column, a
+number or an ``e`` over the columns of one table; the ``e`` of COUNT, AVG, MIN
+and MAX is over one table's columns too.  The meaning is standard SQL's (as
+DuckDB computes it, bag semantics):
 
 - a comma is a cross product and binds looser than JOIN: ``R, S NATURAL JOIN T``
   is ``R`` times ``(S NATURAL JOIN T)``; an ON clause sees the tables to its left;
@@ -54,12 +59,30 @@ number.  The meaning is standard SQL's (as DuckDB computes it, bag semantics):
   COUNT(DISTINCT x) is 0;
 - ``HAVING`` keeps the groups whose conditions all hold: each compares one
   aggregate (any above but COVAR, in SELECT or not) or one GROUP BY column
-  with a literal.
+  with a literal;
+- a *selection* (a condition of WHERE or ON over one table's columns) is the
+  relational σ of that table's relation, with SQL's three-valued logic (NULL
+  compares unknown, and a row passes only if its condition is true).  It is
+  applied where the relation's updates enter the view, so the engines and
+  their guarantees are those of the query without it
+  (:class:`ivm.query.expr.Entry`); every occurrence of a self-joined relation
+  must have the same selection.  A condition over two tables' columns other
+  than an equality of columns is a theta join, refused;
+- an expression ``e`` inside an aggregate is a *computed attribute* of its
+  table's relation, appended to each row where it enters (F-IVM §2.4: a
+  lifting of the relation's own variables, which keeps every plan); a SUM over
+  several tables is a product of per-table factors ``SUM(f(R) * g(S))``, each
+  lifted at its relation; a sum of columns of different tables is refused.
+  ``COUNT(e)`` counts the rows whose ``e`` is not NULL (SQL's rule): the SUM of
+  the computed attribute ``1 if e is not NULL else 0``.  A NULL reaching SUM or
+  AVG (a NULL value, a division by zero) is refused as a value that is no
+  number, as for a column.
 
 Anything else raises :class:`QuerySyntaxError` naming the construct and where
 it is ("line L, column C", 1-based): outer, semi and anti joins, subqueries,
-CTEs, set operations, OR, NOT, inequalities, IN, EXISTS, other functions,
-window functions, OR and NOT in HAVING, ORDER BY, LIMIT, OFFSET, SELECT *, ... .  The parse
+CTEs, set operations, theta joins, EXISTS, LIKE, CASE, other functions,
+expressions in the head outside the aggregate, window functions, OR and NOT in
+HAVING, ORDER BY, LIMIT, OFFSET, SELECT *, ... .  The parse
 tree is audited against an allow-list of node kinds and of their options, so
 a construct nobody listed is refused too, never dropped.  Relation attributes
 come from ``schema`` or, if it is ``None``, from the Avro schemas registered in
@@ -70,12 +93,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
+from ivm.query import expr as ex
 from ivm.query.model import Aggregate, Atom, Comparison, Constant, Operator, Query, flipped
 from ivm.query.parse import QuerySyntaxError, validate
 
@@ -97,10 +121,12 @@ def parse_sql(text: str, schema: Mapping[str, Sequence[str]] | None = None) -> Q
     >>> str(parse_sql("SELECT B, SUM(A * C) FROM R NATURAL JOIN S JOIN T USING (C) GROUP BY B",
     ...               {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "D"]}))
     'Q(B, SUM(A * C)) :- R(A, B), S(B, C), T(C, D)'
-    >>> parse_sql("SELECT COUNT(*)\\nFROM R\\nWHERE R.A < 3", {"R": ["A"]})
+    >>> str(parse_sql("SELECT SUM(R.A * (1 - R.B)) FROM R WHERE R.A < 3 OR R.B IS NULL", {"R": ["A", "B"]}))
+    'Q(SUM(A * expr1)) :- R(A, B, expr1) | R: WHERE A < 3 OR B IS NULL; expr1 := (1 - B)'
+    >>> parse_sql("SELECT COUNT(*)\\nFROM R\\nWHERE R.A LIKE 'x%'", {"R": ["A"]})
     Traceback (most recent call last):
     ...
-    ivm.query.parse.QuerySyntaxError: unsupported SQL: comparison '<' in WHERE (only equalities) at line 3, column 11
+    ivm.query.parse.QuerySyntaxError: unsupported SQL: LIKE in WHERE at line 3, column 11
     """
     if schema is None:
         from ivm.query.schemas import registered_schemas
@@ -171,6 +197,7 @@ _INFIX: dict[type[exp.Expression], tuple[TokenType, ...]] = {
     exp.GTE: (TokenType.GTE,),
     exp.Add: (TokenType.PLUS,),
     exp.Sub: (TokenType.DASH,),
+    exp.Mul: (TokenType.STAR,),
     exp.Div: (TokenType.SLASH,),
     exp.Mod: (TokenType.MOD, TokenType.PERCENT),
     exp.DPipe: (TokenType.DPIPE,),
@@ -390,7 +417,24 @@ _ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Mul: frozenset({"this", "expression"}),
     exp.Star: frozenset(),
     exp.Anonymous: frozenset({"this", "expressions"}),
+    # selections (WHERE and ON) and arithmetic (WHERE, ON and inside SUM/AVG/MIN/MAX/COUNT): the audit checks where
+    exp.Or: frozenset({"this", "expression"}),
+    exp.Not: frozenset({"this"}),
+    exp.In: frozenset({"this", "expressions"}),
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.Is: frozenset({"this", "expression"}),
+    exp.Null: frozenset(),
+    exp.Add: frozenset({"this", "expression"}),
+    exp.Sub: frozenset({"this", "expression"}),
+    exp.Div: frozenset({"this", "expression", "typed", "safe"}),
+    exp.Mod: frozenset({"this", "expression"}),
 }
+#: the node kinds of a selection: only in WHERE and JOIN ... ON
+_SELECTION_NODES = (exp.Or, exp.Not, exp.In, exp.Between, exp.Is)
+#: arithmetic other than *: in WHERE, JOIN ... ON and inside the aggregates (never in HAVING or the head)
+_ARITHMETIC_NODES = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
+_CONDITION_CONTEXTS = frozenset({"in WHERE", "in JOIN ... ON"})
+_EXPRESSION_CONTEXTS = _CONDITION_CONTEXTS | {f"inside {name}" for name in ("SUM", "AVG", "MIN", "MAX", "COUNT")}
 _NAMES: dict[type[exp.Expression], str] = {
     exp.Or: "OR",
     exp.Not: "NOT",
@@ -437,11 +481,23 @@ _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.GT: ">",
     exp.GTE: ">=",
 }
-_ARITHMETIC: dict[type[exp.Expression], str] = {exp.Add: "+", exp.Sub: "-", exp.Div: "/", exp.Mod: "%", exp.DPipe: "||"}
-_HINTS: dict[type[exp.Expression], str] = {
-    exp.Or: " (only conjunctions of equalities)",
-    **{cls: " (only equalities)" for cls in _COMPARISONS},
+_ARITHMETIC: dict[type[exp.Expression], str] = {
+    exp.Add: "+",
+    exp.Sub: "-",
+    exp.Mul: "*",
+    exp.Div: "/",
+    exp.Mod: "%",
+    exp.DPipe: "||",
 }
+_HINTS: dict[type[exp.Expression], str] = {
+    exp.NullSafeEQ: " (only =, <>, <, <=, >, >=)",
+    exp.DPipe: " (only +, -, *, / and %)",
+}
+_OUTER_HINT = (
+    " (outer joins are not maintained: the NULL-padded rows of the unmatched side are no join of the relations; "
+    "write [INNER] JOIN, or maintain the inner join and each side's own query)"
+)
+_HEAD_HINT = " (an expression in SELECT only inside SUM, AVG, MIN, MAX or COUNT: computed per row where updates enter)"
 _HAVING_HINTS: dict[type[exp.Expression], str] = {
     exp.Or: " (only conjunctions of comparisons)",
     exp.NullSafeEQ: " (only =, <>, <, <=, >, >=)",
@@ -554,16 +610,31 @@ def _audit(select: exp.Select, source: _Source) -> None:
             allowed is None
             or (isinstance(node, exp.Select) and node is not select)
             or (isinstance(node, exp.Anonymous) and node.name.upper() not in _COVAR_NAMES)
-            or (isinstance(node, _HAVING_COMPARISONS) and context != "in HAVING")
+            or (isinstance(node, _HAVING_COMPARISONS) and context not in {"in HAVING", *_CONDITION_CONTEXTS})
+            or (isinstance(node, _SELECTION_NODES) and context not in _CONDITION_CONTEXTS)
+            or (isinstance(node, _ARITHMETIC_NODES) and context not in _EXPRESSION_CONTEXTS)
+            or (isinstance(node, exp.Null) and not isinstance(node.parent, exp.Is))
             or (isinstance(node, exp.Distinct) and not isinstance(node.parent, exp.Count))
         ):
             hints = _HAVING_HINTS if context == "in HAVING" else _HINTS
-            refuse(node, _construct(node), context, hints.get(type(node), ""))
+            hint = hints.get(type(node), "")
+            if context == "in SELECT" and isinstance(node, _ARITHMETIC_NODES + _HAVING_COMPARISONS):
+                hint = _HEAD_HINT
+            if context in _CONDITION_CONTEXTS and isinstance(node, exp.Null):
+                hint = " (a comparison with NULL is never true: write IS NULL or IS NOT NULL)"
+            refuse(node, _construct(node), context, hint)
+            return
+        if isinstance(node, exp.In) and _is_set(node.args.get("query")):
+            refuse(node, "IN", context, " (a subquery; only IN (value, ...) with literals)")
+            return
+        if isinstance(node, exp.Div) and (node.args.get("typed") or node.args.get("safe")):
+            refuse(node, "integer or safe division", context)
             return
         if isinstance(node, exp.Join):
             problem = _join_problem(node)
             if problem:
-                refuse(node, problem)
+                outer = str(node.args.get("side") or "").upper() in ("LEFT", "RIGHT", "FULL")
+                refuse(node, problem, hint=_OUTER_HINT if outer else "")
         for key, value in node.args.items():
             if not _is_set(value):
                 continue
@@ -629,6 +700,10 @@ class _SqlReader:
         self.group_keys: dict[Slot, exp.Column] = {}
         #: HAVING's conjuncts: (an aggregate read by read_aggregate, or a GROUP BY slot), operator, literal
         self.having: list[tuple[tuple[str, list[Slot], int | float] | Slot, Operator, Constant]] = []
+        #: per table index, the conditions of WHERE/ON over that table's columns alone (and where they are)
+        self.selections: dict[int, list[tuple[ex.Expr, exp.Expression]]] = {}
+        #: per relation, its computed attributes (name, expression over its row), appended after its own
+        self.derived: dict[str, list[tuple[str, ex.Expr]]] = {}
 
     def refuse(self, message: str, node: exp.Expression) -> QuerySyntaxError:
         """The error for ``message``, saying where ``node`` is."""
@@ -743,33 +818,107 @@ class _SqlReader:
 
     # WHERE / ON
     def read_conjunction(self, node: exp.Expression, where: str) -> None:
+        """A conjunct of WHERE or ON: an equality of columns (a join), column = literal (a constant of the
+        atom), or a condition over one table's columns (a selection of its relation, applied at entry)."""
         if isinstance(node, exp.Paren):
             self.read_conjunction(node.this, where)
         elif isinstance(node, exp.And):
             self.read_conjunction(node.this, where)
             self.read_conjunction(node.expression, where)
-        elif isinstance(node, exp.EQ):
-            self.read_equality(node, where)
+        elif isinstance(node, exp.EQ) and self.read_equality(node, where):
+            pass
         else:
-            raise self.refuse(f"unsupported SQL: {_construct(node)} in {where} (only equalities)", node)
+            self.read_selection(node, where)
 
-    def read_equality(self, node: exp.EQ, where: str) -> None:
+    def read_selection(self, node: exp.Expression, where: str) -> None:
+        """A condition over the columns of one table of FROM: that table's selection (SQL's three-valued
+        logic, :mod:`ivm.query.expr`).  Over two tables it is a theta join, refused by name."""
+        tables: dict[int, exp.Column] = {}
+        condition = self.condition(node, where, tables)
+        if not tables:
+            raise self.refuse(f"unsupported SQL: {node.sql()} in {where} (a condition without columns)", node)
+        if len(tables) > 1:
+            names = " and ".join(self.tables[t][0] for t in tables)
+            raise self.refuse(
+                f"unsupported SQL: {node.sql()} in {where} compares columns of {names} (a theta join: only "
+                "equalities join tables; any other condition is over one table's columns)",
+                node,
+            )
+        (t,) = tables
+        self.selections.setdefault(t, []).append((condition, node))
+
+    def condition(self, node: exp.Expression, where: str, tables: dict[int, exp.Column]) -> ex.Expr:
+        """``node`` as a condition tree; ``tables`` collects the tables whose columns it reads."""
+        node = _unparen(node)
+        if isinstance(node, exp.And):
+            return ex.And((self.condition(node.this, where, tables), self.condition(node.expression, where, tables)))
+        if isinstance(node, exp.Or):
+            return ex.Or((self.condition(node.this, where, tables), self.condition(node.expression, where, tables)))
+        if isinstance(node, exp.Not):
+            inner = _unparen(node.this)
+            if isinstance(inner, exp.In | exp.Is):
+                read = self.condition(inner, where, tables)
+                assert isinstance(read, ex.InList | ex.IsNull)
+                return replace(read, negated=True)
+            return ex.Not(self.condition(inner, where, tables))
+        op = _CONDITION_OPERATORS.get(type(node))
+        if op is not None:
+            return ex.Compare(op, self.value(node.this, where, tables), self.value(node.expression, where, tables))
+        if isinstance(node, exp.Between):
+            x = self.value(node.this, where, tables)
+            low, high = self.value(node.args["low"], where, tables), self.value(node.args["high"], where, tables)
+            return ex.And((ex.Compare(">=", x, low), ex.Compare("<=", x, high)))
+        if isinstance(node, exp.In):
+            values = tuple(self.value(v, where, tables) for v in node.expressions)
+            return ex.InList(self.value(node.this, where, tables), values)
+        if isinstance(node, exp.Is):
+            if not isinstance(node.expression, exp.Null):
+                raise self.refuse(f"unsupported SQL: {node.sql()} in {where} (only IS NULL and IS NOT NULL)", node)
+            return ex.IsNull(self.value(node.this, where, tables))
+        raise self.refuse(
+            f"unsupported SQL: {_construct(node)} in {where} where a condition is expected (comparisons, BETWEEN, "
+            "IN, IS NULL, combined with AND, OR, NOT)",
+            node,
+        )
+
+    def value(self, node: exp.Expression, where: str, tables: dict[int, exp.Column]) -> ex.Expr:
+        """``node`` as a scalar expression tree (columns, literals, + - * / %); ``tables`` collects the tables."""
+        node = _unparen(node)
+        literal = _literal(node)
+        if literal is not None:
+            return ex.Const(literal)
+        if isinstance(node, exp.Column):
+            t, p = self.column(node)
+            tables.setdefault(t, node)
+            return ex.Column(p, self.tables[t][2][p])
+        if isinstance(node, exp.Neg):
+            return ex.Negate(self.value(node.this, where, tables))
+        op = _ARITHMETIC_OPERATORS.get(type(node))
+        if op is not None:
+            return ex.Arithmetic(op, self.value(node.this, where, tables), self.value(node.expression, where, tables))
+        raise self.refuse(
+            f"unsupported SQL: {_construct(node)} in {where} where a value is expected (columns, literals, "
+            "+, -, *, /, %)",
+            node,
+        )
+
+    def read_equality(self, node: exp.EQ, where: str) -> bool:
+        """``column = column`` (a join) or ``column = literal`` (a constant); False for another equality,
+        which is a selection."""
         left, right = _unparen(node.this), _unparen(node.expression)
         if isinstance(left, exp.Column) and isinstance(right, exp.Column):
             self.union(self.column(left), self.column(right))
-            return
+            return True
         if isinstance(right, exp.Column):
             left, right = right, left
         value = _literal(right)
         if not isinstance(left, exp.Column) or value is None:
-            raise self.refuse(
-                f"unsupported SQL: {node.sql()} in {where} (only column = column and column = literal)",
-                right if isinstance(left, exp.Column) else left,
-            )
+            return False
         slot = self.column(left)
         old = self.constants.setdefault(slot, (value, node))[0]
         if old != value:
             raise self.refuse(f"{left.sql()} is equated with two constants {old!r} and {value!r}", node)
+        return True
 
     def column(self, column: exp.Column) -> Slot:
         """The (table index, position) a column reference names."""
@@ -885,15 +1034,22 @@ class _SqlReader:
                 if len(columns) != 1 or not isinstance(columns[0], exp.Column):
                     raise self.refuse(f"unsupported SQL: {node.sql()} (only COUNT(DISTINCT column))", node)
                 return "count_distinct", [self.find(self.column(columns[0]))], 1
-            if not isinstance(node.this, exp.Star):
-                raise self.refuse(f"unsupported SQL: {node.sql()} (only COUNT(*) and COUNT(DISTINCT column))", node)
-            return "count", [], 1
+            if isinstance(node.this, exp.Star):
+                return "count", [], 1
+            # COUNT(x): the rows whose x is not NULL, SUM of the lifting 1 if x is not NULL else 0 (computed at entry)
+            inner = _unparen(node.this)
+            tables: dict[int, exp.Column] = {}
+            operand = self.value(inner, "COUNT", tables)
+            name = f"count_{inner.name}" if isinstance(inner, exp.Column) else "count_expr"
+            return "sum", [self.computed(ex.NotNullCount(operand), tables, inner, "COUNT", name)], 1
         if isinstance(node, exp.Avg | exp.Min | exp.Max):
             name = node.key.upper()
             column = _unparen(node.this)
-            if not isinstance(column, exp.Column):
-                raise self.refuse(f"unsupported SQL: {column.sql()} inside {name} (only a column)", column)
-            return name.lower(), [self.find(self.column(column))], 1
+            if isinstance(column, exp.Column):
+                return name.lower(), [self.find(self.column(column))], 1
+            tables = {}
+            value = self.value(column, f"{name}", tables)
+            return name.lower(), [self.computed(value, tables, column, name)], 1
         if isinstance(node, exp.Sum):
             slots: list[Slot] = []
             coefficient: int | float = 1
@@ -903,10 +1059,12 @@ class _SqlReader:
                     slots.append(self.find(self.column(factor)))
                 elif isinstance(value, int | float) and not isinstance(value, bool):
                     coefficient *= value
-                else:
-                    raise self.refuse(
-                        f"unsupported SQL: {factor.sql()} inside SUM (only products of columns and numbers)", factor
-                    )
+                elif isinstance(value, str):
+                    raise self.refuse(f"unsupported SQL: the string {factor.sql()} inside SUM (not a number)", factor)
+                else:  # an expression over one table's columns: a computed attribute of its relation
+                    tables = {}
+                    computed = self.value(factor, "SUM", tables)
+                    slots.append(self.computed(computed, tables, factor, "SUM"))
             return "sum", slots, coefficient
         if isinstance(node, exp.Anonymous) and node.name.upper() in _COVAR_NAMES:
             args = node.expressions
@@ -918,6 +1076,66 @@ class _SqlReader:
             "AVG(x), MIN(x), MAX(x) or COUNT(DISTINCT x))",
             node,
         )
+
+    def computed(
+        self, value: ex.Expr, tables: dict[int, exp.Column], node: exp.Expression, where: str, name: str = ""
+    ) -> Slot:
+        """The slot of ``value``, an expression over one table's columns, as a computed attribute of that
+        table's relation (the same expression of the same relation is computed once).  Over no column
+        or over two tables it is refused by name."""
+        if not tables:
+            raise self.refuse(f"unsupported SQL: {node.sql()} inside {where} (an expression without columns)", node)
+        if len(tables) > 1:
+            names = " and ".join(self.tables[t][0] for t in tables)
+            hint = (
+                "only products of expressions over one table each, SUM(f(R) * g(S)), which F-IVM lifts per relation"
+                if where == "SUM"
+                else "only an expression over one table's columns"
+            )
+            raise self.refuse(f"unsupported SQL: {node.sql()} inside {where} spans {names} ({hint})", node)
+        (t,) = tables
+        _, relation, attrs = self.tables[t]
+        derived = self.derived.setdefault(relation, [])
+        for k, (_, old) in enumerate(derived):
+            if old == value:
+                return (t, len(attrs) + k)
+        taken = {a.lower() for a in attrs} | {n.lower() for n, _ in derived}
+        name = name or f"expr{sum(len(d) for d in self.derived.values()) + 1}"
+        while name.lower() in taken:
+            name += "_"
+        derived.append((name, value))
+        return (t, len(attrs) + len(derived) - 1)
+
+    def attribute(self, t: int, p: int) -> str:
+        """The name of position ``p`` of table ``t``: an attribute, or a computed attribute after them."""
+        _, relation, attrs = self.tables[t]
+        return attrs[p] if p < len(attrs) else self.derived[relation][p - len(attrs)][0]
+
+    def entries(self) -> tuple[ex.Entry, ...]:
+        """Each relation's :class:`~ivm.query.expr.Entry`: its selection, the same for every occurrence of the
+        relation (a selection is applied where the relation's updates enter), and its computed attributes."""
+        out = []
+        for relation in dict.fromkeys(r for _, r, _ in self.tables):
+            occurrences = [t for t, (_, r, _) in enumerate(self.tables) if r == relation]
+            wheres = {t: ex.conjunction([c for c, _ in self.selections.get(t, [])]) for t in occurrences}
+            first = wheres[occurrences[0]]
+            for t in occurrences[1:]:
+                if wheres[t] != first:
+                    where_node = next(
+                        (nodes[0][1] for u in (t, occurrences[0]) if (nodes := self.selections.get(u))), None
+                    )
+                    aliases = ", ".join(self.tables[u][0] for u in occurrences)
+                    raise self.refuse(
+                        f"unsupported SQL: different selections on the occurrences {aliases} of {relation} (a "
+                        "selection is applied where the relation's updates enter, so every occurrence of a "
+                        "relation must have the same one)",
+                        where_node if where_node is not None else self.tree,
+                    )
+            derived = tuple(self.derived.get(relation, ()))
+            if first is not None or derived:
+                arity = len(self.tables[occurrences[0]][2])
+                out.append(ex.Entry(relation, arity, first, derived))
+        return tuple(out)
 
     # HAVING
     def read_having(self, node: exp.Expression) -> None:
@@ -959,7 +1177,9 @@ class _SqlReader:
 
     # the query
     def build(self, free: list[Slot], aggregate: Aggregate | None) -> Query:
-        slots = [(t, p) for t, (_, _, attrs) in enumerate(self.tables) for p in range(len(attrs))]
+        entry = self.entries()
+        width = [len(attrs) + len(self.derived.get(relation, ())) for _, relation, attrs in self.tables]
+        slots = [(t, p) for t in range(len(self.tables)) for p in range(width[t])]
         classes: dict[Slot, list[Slot]] = {}
         for slot in slots:
             classes.setdefault(self.find(slot), []).append(slot)
@@ -977,21 +1197,21 @@ class _SqlReader:
         for root, members in classes.items():
             if root in constant_of and root not in named:
                 continue
-            candidates = [self.tables[t][2][p] for t, p in members]
+            candidates = [self.attribute(t, p) for t, p in members]
             name = next((c for c in candidates if c not in used), None)
             if name is None or name.startswith("_"):
                 t, p = members[0]
-                name = f"{self.tables[t][0]}_{self.tables[t][2][p]}"
+                name = f"{self.tables[t][0]}_{self.attribute(t, p)}"
             while name in used:
                 name += "_"
             names[root] = name
             used.add(name)
         fresh = 0
         atoms = []
-        for t, (_, relation, attrs) in enumerate(self.tables):
+        for t, (_, relation, _attrs) in enumerate(self.tables):
             terms: list[str] = []
             constants: list[tuple[int, Constant]] = []
-            for p in range(len(attrs)):
+            for p in range(width[t]):
                 root = self.find((t, p))
                 if root in constant_of:
                     constants.append((p, constant_of[root]))
@@ -1011,7 +1231,7 @@ class _SqlReader:
             else:  # a GROUP BY column
                 having.append(Comparison(names[term], op, value))  # type: ignore[index]
         free_names = tuple(names[s] for s in free)
-        return Query("Q", free_names, tuple(atoms), aggregate or Aggregate(), tuple(having))
+        return Query("Q", free_names, tuple(atoms), aggregate or Aggregate(), tuple(having), entry)
 
 
 _HAVING_OPERATORS: dict[type[exp.Expression], Operator] = {
@@ -1021,6 +1241,23 @@ _HAVING_OPERATORS: dict[type[exp.Expression], Operator] = {
     exp.LTE: "<=",
     exp.GT: ">",
     exp.GTE: ">=",
+}
+
+
+_CONDITION_OPERATORS: dict[type[exp.Expression], ex.CompareOp] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+_ARITHMETIC_OPERATORS: dict[type[exp.Expression], ex.ArithmeticOp] = {
+    exp.Add: "+",
+    exp.Sub: "-",
+    exp.Mul: "*",
+    exp.Div: "/",
+    exp.Mod: "%",
 }
 
 

@@ -360,6 +360,8 @@ class Metrics:
         shards = list(getattr(view, "shards", None) or [view])
         per_shard = [s.stats() for s in shards]
         stats = _combine(per_shard) if len(per_shard) > 1 else dict(per_shard[0])
+        if len(per_shard) > 1 and getattr(view, "filtered", None):  # selections apply before the shards' routing
+            stats["entry_filtered"] = sum(view.filtered.values())
         engine = view.engine.name
         for stat, number in stats.items():
             if isinstance(number, int | float):

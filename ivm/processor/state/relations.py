@@ -177,7 +177,8 @@ def load_view(view: Any, updates: Sequence[Update], chunk: int = 50_000, on_chun
     and by the rebuild of a query that is new or changed over existing state.
     """
     bulk = getattr(view.engine, "bulk_load", None)
-    if bulk is not None and not hasattr(view, "shards") and all(u.mult > 0 for u in updates):
+    entered = getattr(getattr(view, "query", None), "entry", ())  # selections, computed attributes: View.apply
+    if bulk is not None and not hasattr(view, "shards") and not entered and all(u.mult > 0 for u in updates):
         bulk(list(updates))
         if on_chunk is not None:
             on_chunk(len(updates))

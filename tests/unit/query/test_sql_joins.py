@@ -276,25 +276,21 @@ REFUSALS = [
     ("SELECT R.A, COUNT(*) FROM R GROUP BY R.A HAVING SUM(R.B) > 'x'", "compared with the string", "> 'x'"),
     ("SELECT R.A, COUNT(*) FROM R GROUP BY R.A HAVING COUNT(*) > 1 + 1", "arithmetic '+' in HAVING", "+ 1"),
     ("SELECT R.A FROM R HAVING COUNT(*) > 1", "HAVING without an aggregate in SELECT", "HAVING"),
-    ("SELECT MIN(R.A + 1) FROM R", "arithmetic '+' inside MIN", "+ 1"),
     ("SELECT AVG(DISTINCT R.A) FROM R", "DISTINCT inside AVG", "DISTINCT R.A"),
     ("SELECT COUNT(DISTINCT R.A, R.B) FROM R", "only COUNT(DISTINCT column)", "COUNT("),
-    ("SELECT MAX(R.A) FROM R WHERE R.B > 1", "comparison '>' in WHERE (only equalities)", "> 1"),
     ("SELECT COUNT(*) FROM R UNION SELECT COUNT(*) FROM S", "UNION", "UNION"),
     ("SELECT COUNT(*) FROM R INTERSECT SELECT COUNT(*) FROM S", "INTERSECT", "INTERSECT"),
     ("SELECT COUNT(*) FROM R EXCEPT SELECT COUNT(*) FROM S", "EXCEPT", "EXCEPT"),
     ("SELECT R.A, ROW_NUMBER() OVER (PARTITION BY R.B) FROM R", "window function", "OVER"),
     ("WITH x AS (SELECT R.A FROM R) SELECT COUNT(*) FROM x", "WITH (common table expressions)", "WITH x"),
-    ("SELECT COUNT(*) FROM R WHERE R.A = 1 OR R.B = 2", "OR in WHERE", "OR R.B"),
-    ("SELECT COUNT(*) FROM R WHERE R.A < R.B", "comparison '<' in WHERE", "< R.B"),
-    ("SELECT COUNT(*) FROM R JOIN S ON R.B <> S.B", "comparison '<>' in JOIN ... ON", "<>"),
-    ("SELECT COUNT(*) FROM R WHERE NOT R.A = 1", "NOT in WHERE", "NOT R.A"),
-    ("SELECT COUNT(*) FROM R WHERE R.A NOT IN (1, 2)", "NOT IN in WHERE", "NOT IN"),
-    ("SELECT COUNT(*) FROM R WHERE R.A IS NULL", "IS in WHERE", "IS NULL"),
-    ("SELECT COUNT(*) FROM R WHERE R.A BETWEEN 1 AND 2", "BETWEEN in WHERE", "BETWEEN"),
+    ("SELECT COUNT(*) FROM R JOIN S ON R.B <> S.B", "in JOIN ... ON compares columns of R and S", "<>"),
+    ("SELECT MIN(R.A + S.C) FROM R JOIN S USING (B)", "inside MIN spans R and S", "+ S.C"),
+    ("SELECT SUM(R.A + S.C) FROM R JOIN S USING (B)", "inside SUM spans R and S", "+ S.C"),
+    ("SELECT COUNT(*) FROM R JOIN S USING (B) WHERE R.A = 1 OR S.C = 2", "compares columns of R and S", "OR S.C"),
+    ("SELECT COUNT(*) FROM R WHERE R.A LIKE 'a%'", "LIKE in WHERE", "LIKE"),
+    ("SELECT R.A * 2, COUNT(*) FROM R GROUP BY R.A", "arithmetic '*' in SELECT", "* 2"),
     ("SELECT MEDIAN(R.A) FROM R", "function MEDIAN in SELECT", "MEDIAN("),
     ("SELECT COUNT(*) FROM R WHERE R.A = ABS(R.B)", "function ABS in WHERE", "ABS("),
-    ("SELECT SUM(R.A + R.B) FROM R", "arithmetic '+' inside SUM", "+ R.B"),
     ("SELECT SUM(DISTINCT R.A) FROM R", "DISTINCT inside SUM", "DISTINCT R.A"),
     ("SELECT * FROM R", "SELECT *", "*"),
     ("SELECT R.*, COUNT(*) FROM R", "R.*", "R.*"),
@@ -322,7 +318,6 @@ REFUSALS = [
     ("SELECT COUNT(*) FROM R GROUP BY R.A", "GROUP BY R.A without selecting it", "R.A"),
     ("SELECT R.A, R.A FROM R", "selected twice", "R.A FROM"),
     ("SELECT COUNT(*), SUM(R.A) FROM R", "more than one aggregate", "SUM("),
-    ("SELECT COUNT(R.A) FROM R", "only COUNT(*)", "COUNT("),
     ("SELECT COUNT(*) FROM R r, R", "alias 'R' is used twice", "R"),
 ]
 
@@ -353,12 +348,16 @@ MULTILINE = [
         "LEFT JOIN",
         (4, 3),
     ),
-    ("SELECT COUNT(*)\nFROM R, S\nWHERE R.B = S.B\n  OR S.C = 2", "OR in WHERE", (4, 3)),
+    ("SELECT COUNT(*)\nFROM R, S\nWHERE R.B = S.B\n  OR S.C = 2", "compares columns of R and S", (4, 3)),
     ("SELECT COUNT(*)\nFROM R\nWHERE R.A IN (\n    SELECT T.A FROM T)", "IN in WHERE", (3, 11)),
     ("SELECT COUNT(*)\nFROM R JOIN S USING (B, Z)", "'Z' of USING", (2, 25)),
     ("SELECT COUNT(*)\nFROM R CROSS JOIN V\n     NATURAL JOIN T", "ambiguous column 'A' in NATURAL JOIN", (3, 6)),
     ("SELECT DISTINCT\n  A\nFROM R NATURAL JOIN S", "SELECT DISTINCT", (1, 8)),
-    ("SELECT COUNT(*)\nFROM R\n\tWHERE R.A = 'é' AND R.B >= 2", "comparison '>='", (3, 26)),  # a tab is one column
+    (
+        "SELECT COUNT(*)\nFROM R, S\n\tWHERE R.A = 'é' AND R.B >= S.C",
+        "compares columns of R and S",
+        (3, 26),
+    ),  # a tab is one column
 ]
 
 
@@ -372,7 +371,9 @@ def test_refusal_positions_in_multi_line_queries(sql: str, construct: str, where
 
 def test_the_first_refused_construct_in_the_text_is_reported() -> None:
     sql = "SELECT COUNT(*)\nFROM R LEFT JOIN S ON R.B = S.B\nWHERE R.A = 1 OR R.A = 2\nLIMIT 5"
-    with pytest.raises(QuerySyntaxError, match=r"LEFT JOIN at line 2, column 8$"):
+    with pytest.raises(
+        QuerySyntaxError, match=r"LEFT JOIN \(outer joins are not maintained: .*\) at line 2, column 8$"
+    ):
         parse_sql(sql, SCHEMA)
 
 
