@@ -921,16 +921,42 @@ cdef bint cell_add(double* cell, int w, const double* t, int nt) noexcept:
     return True
 
 
-cdef inline bint add_product(double* cell, const double* x, int nx, const double* cy, int wy) noexcept:
-    """``cell (NCG wide) += x · y`` for an expansion ``x`` and a stored cell ``y`` (width ``wy``)."""
-    cdef double t[SCRATCH]
-    cdef int ny = cell_len(cy, wy), nt
+cdef bint add_product(double* cell, const double* x, int nx, const double* cy, int wy) noexcept:
+    """``cell (NCG wide) += x · y`` for an expansion ``x`` and a stored cell ``y`` (width ``wy``): each pair
+    of components by the FMA TwoProduct, both parts grown straight into the cell's expansion (no expansion
+    of the product in between); False when a product over- or underflows or the cell would need more than
+    ``NCG`` components (the cell is then unchanged)."""
+    cdef double h[SCRATCH]
+    cdef int ny = cell_len(cy, wy), n, i, j
+    cdef double p, e
     if nx == 0 or ny == 0:
         return True
-    nt = exp_mul(x, nx, cy, ny, t, SCRATCH - 4)
-    if nt < 0:
-        return False
-    return cell_add(cell, NCG, t, nt)
+    n = cell_len(cell, NCG)
+    for i in range(n):
+        h[i] = cell[i]
+    for i in range(nx):
+        for j in range(ny):
+            p = x[i] * cy[j]
+            if not isfinite(p) or fabs(p) < EXACT_PRODUCT_SAFE:
+                return False
+            e = fma(x[i], cy[j], -p)
+            if e != 0.0 and not _two_sum_grow(h, &n, e):
+                return False
+            if not _two_sum_grow(h, &n, p):
+                return False
+            if n > SCRATCH - 4:
+                n = _compress(h, n)
+                if n > SCRATCH - 4:
+                    return False
+    if n > NCG:
+        n = _compress(h, n)
+        if n > NCG:
+            return False
+    for i in range(n):
+        cell[i] = h[i]
+    for i in range(n, NCG):
+        cell[i] = 0.0
+    return True
 
 
 cdef bint accumulate_exact(Level L, double* G, const double* child, int cw, const double** sib, const int* sw,

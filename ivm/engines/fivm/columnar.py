@@ -475,7 +475,7 @@ class ColumnStore:
             return True
         if self.dtype is not object:
             return False
-        keys, rows = self.live()
+        _, rows = self.live()
         width = self.W * nc
         cells = np.zeros((len(self.A), width), dtype=np.float64)
         seen: set[int] = set()

@@ -411,7 +411,8 @@ class FIVM(Engine):
         ``"auto"`` takes ``compiled`` for the continuous covariance ring on a τ tree when the extension is
         built (exact payloads, the default: exact cells, :class:`~._covar_kernel.ExactPath`; ``exact=False``:
         binary64 cells, :class:`~._covar_kernel.Path`), ``numpy`` for the covariance ring otherwise (exact
-        payloads as Python numbers in object arrays), both without indicator projections, ``compiled`` for the SUM ring's ``(count, sum)`` lanes when ``_lanes_kernel``
+        payloads as Python numbers in object arrays), both without indicator projections, ``compiled`` for
+        the SUM ring's ``(count, sum)`` lanes when ``_lanes_kernel``
         is built (the delta rules and store updates of :mod:`.lanes` in C loops over the same dicts
         and Python numbers), and the Python reference implementation for every other ring.  ``compiled``
         runs a batch's delta up each leaf-to-root path in C where the path allows it (direct
@@ -792,9 +793,12 @@ class FIVM(Engine):
                 elif delta is not None:
                     rows_in = [r for r, m in delta.items() if m]
                     arrays = _delta_arrays(rows_in, path.code_cols, path.value_cols, self._keydict)
-                if arrays is not None and path.takes(arrays[0]):
-                    if self._run_path(path, arrays[0], arrays[1], nets, table if rows is not None else None, rows_in):
-                        continue
+                if (
+                    arrays is not None
+                    and path.takes(arrays[0])
+                    and self._run_path(path, arrays[0], arrays[1], nets, table if rows is not None else None, rows_in)
+                ):
+                    continue
             if delta is None:
                 delta = table.delta_dict(rows, nets)
             if len(delta) <= self.small_delta:  # a few tuples: one row at a time (columnar.row_delta)
