@@ -197,7 +197,8 @@ def worker(
     """One configuration in this process; ``root``: import ``ivm`` from that checkout instead of this one;
     ``given``: ``"rows"`` (``engine.apply`` of Python tuples) or ``"columns"`` (``engine.apply_columns``
     of numpy arrays); ``payloads``: ``"float64"`` (``exact=False``, the C kernel) or ``"exact"`` (``exact=True``:
-    exact sums of the floats, :mod:`ivm.rings.exact`, in object arrays)."""
+    exact sums of the floats: exact cells in C under the compiled implementation, ``_covar_kernel.ExactPath``,
+    else :mod:`ivm.rings.exact`'s numbers in object arrays)."""
     if root is not None:
         sys.path.insert(0, str(Path(root).resolve()))
     import inspect
