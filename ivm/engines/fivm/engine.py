@@ -381,6 +381,23 @@ class FIVM(Engine):
     #: the same for a store keyed by nothing (one row: the root of a Boolean query), whose cells sum every tuple
     exact_root_width = 8
 
+    def _back_to_cells(self) -> None:
+        """After a batch, while some store holds the reference numbers (a value did not fit its cells):
+        try exact cells again after 1, 2, 4, ... such batches (O(store) each try, so the tries thin out
+        while the values stay wide; once they cancel, the kernel takes the path again)."""
+        if not self._exact_cells:
+            return
+        stores = [n.store for n in self.tree.nodes() if isinstance(n.store, columnar.ColumnStore)]
+        if all(s.nc > 0 for s in stores):
+            self._cells_wait = self._cells_waited = 0
+            return
+        self._cells_waited = getattr(self, "_cells_waited", 0) + 1
+        wait = getattr(self, "_cells_wait", 0)
+        if self._cells_waited >= wait:
+            self._to_cells()
+            self._cells_waited = 0
+            self._cells_wait = max(1, 2 * wait)
+
     def _to_cells(self) -> None:
         """Every column store in exact cells (:meth:`.columnar.ColumnStore.to_cells`) where its values fit,
         sharing the engine's set of float variables (after ``__init__``, a restore or a rebuild)."""
@@ -573,6 +590,7 @@ class FIVM(Engine):
                 self._base_to_dict(relation)
         if rebuild:
             self._rebuild()
+        self._back_to_cells()
 
     def _base_apply(self, relation: str, delta: dict[Row, int]) -> tuple[list[int], Any]:
         """``R += δR`` on the relation's dict or table: the old multiplicities (δR's order) and, for a
@@ -646,6 +664,7 @@ class FIVM(Engine):
                     self._propagate(leaf, d)
         if rebuild:
             self._rebuild()
+        self._back_to_cells()
         return out
 
     def _refuse_nan_keys(self, deltas: dict[str, dict[Row, int]]) -> None:
