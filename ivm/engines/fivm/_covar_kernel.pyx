@@ -31,6 +31,7 @@ delta is exactly 0 is dropped; a stored payload whose count is 0 and whose entri
 1e-7 of 0 is deleted (§9 item 1), as the numpy path does.
 """
 
+from libc.math cimport fabs, fma, isfinite, ldexp
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
@@ -38,6 +39,7 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from ivm.engines.fivm._int_index cimport Int64Index
+from ivm.rings._exact_kernel cimport SCRATCH, _compress, _two_sum_grow
 
 
 cdef extern from *:
@@ -782,4 +784,623 @@ cdef class Path:
         for g in range(n):
             oc[g] = cur_codes[g]
             ocn[g] = cur_pay[g * Wc]
+        return out_codes, out_counts
+
+
+# ------------------------------------------------------------------ exact cells (issue 36)
+#
+# :class:`ExactPath` is :class:`Path` with exact payload cells: every cell (count, s, Q entry) is a
+# floating-point expansion (Shewchuk 1997 §2) of at most ``nc`` doubles, stored in place of the one
+# double of the float path (a store in exact mode keeps ``W · nc`` doubles a row, cell by cell, each
+# cell's components non-overlapping, increasing in magnitude, zero-padded at the end).  A cell whose
+# value is a double (TwoSum / FMA-TwoProduct errors 0: counts, ints, data with few significant bits)
+# is one component; others keep the error terms as further components.  Sums are Grow-Expansion with
+# zero elimination and Compress (``_exact_kernel.pxd``), products pairwise TwoProduct, so no value is
+# ever rounded.  Whatever does not fit (a sum or a product over- or underflowing the double range, a
+# cell needing more than ``nc`` components) makes :meth:`ExactPath.run` return ``False`` before it has
+# changed any store: it computes every level's delta first and writes the stores only once every new
+# cell is known to fit.  The engine then moves the path's stores to the reference representation
+# (Python numbers in object arrays, :mod:`ivm.rings.exact`) and takes the numpy path, so the exact
+# value is never lost.  The count stays an exact integer (its components are integral doubles).
+
+cdef enum:
+    NCG = 8  # components of a cell of a level's delta (scratch, between levels)
+    MAX_LEVELS = 64
+
+#: 2^-969: a product at least this large has an exactly representable FMA error (no underflow)
+cdef double EXACT_PRODUCT_SAFE = ldexp(1.0, -969)
+#: 2^53: a double at least this large read off an int key code may not be the key's value
+cdef double EXACT_INT_LIMIT = ldexp(1.0, 53)
+cdef double EXACT_ONE = 1.0
+
+
+cdef inline int cell_len(const double* c, int w) noexcept nogil:
+    """The components of a cell of width ``w`` (zero-padded at the end)."""
+    cdef int n = 0
+    while n < w and c[n] != 0.0:
+        n += 1
+    return n
+
+
+cdef int exp_mul(const double* a, int na, const double* b, int nb, double* out, int width) noexcept:
+    """``out = a · b`` exactly as an expansion of at most ``width`` components (increasing magnitude):
+    every pair of components by the FMA TwoProduct, the partials grown into one expansion (Shewchuk
+    §2, as ``_exact_kernel._mul``).  -1 when a product over- or underflows (its error would not be
+    exact) or the result needs more than ``width`` components."""
+    cdef int i, j, nh = 0
+    cdef double p, e
+    if na == 0 or nb == 0:
+        return 0
+    if na == 1 and nb == 1:
+        p = a[0] * b[0]
+        if not isfinite(p) or fabs(p) < EXACT_PRODUCT_SAFE:
+            return -1
+        e = fma(a[0], b[0], -p)
+        if e == 0.0:
+            out[0] = p
+            return 1
+        if width < 2:
+            return -1
+        out[0] = e
+        out[1] = p
+        return 2
+    cdef double h[SCRATCH]
+    for i in range(na):
+        for j in range(nb):
+            p = a[i] * b[j]
+            if not isfinite(p) or fabs(p) < EXACT_PRODUCT_SAFE:
+                return -1
+            e = fma(a[i], b[j], -p)
+            if e != 0.0 and not _two_sum_grow(h, &nh, e):
+                return -1
+            if not _two_sum_grow(h, &nh, p):
+                return -1
+            if nh > SCRATCH - 4:
+                nh = _compress(h, nh)
+                if nh > SCRATCH - 4:
+                    return -1
+    if nh > width:
+        nh = _compress(h, nh)
+        if nh > width:
+            return -1
+    for i in range(nh):
+        out[i] = h[i]
+    return nh
+
+
+cdef bint cell_add(double* cell, int w, const double* t, int nt) noexcept:
+    """``cell += t`` exactly (``cell``: ``w`` components, zero-padded; ``t``: an expansion of ``nt``);
+    False when the sum overflows or needs more than ``w`` components (``cell`` is then unchanged)."""
+    cdef double h[SCRATCH]
+    cdef int n, i
+    cdef double a, b, s, bv, av, err
+    if nt == 0:
+        return True
+    n = cell_len(cell, w)
+    if n == 0 and nt <= w:
+        for i in range(nt):
+            cell[i] = t[i]
+        return True
+    if n == 1 and nt == 1:  # the common case: TwoSum
+        a = cell[0]
+        b = t[0]
+        s = a + b
+        if not isfinite(s):
+            return False
+        bv = s - a
+        av = s - bv
+        err = (a - av) + (b - bv)
+        if err == 0.0:
+            cell[0] = s
+            return True
+        if w < 2:
+            return False
+        if s == 0.0:  # (cannot happen with err != 0)
+            cell[0] = err
+            return True
+        cell[0] = err
+        cell[1] = s
+        return True
+    for i in range(n):
+        h[i] = cell[i]
+    for i in range(nt):
+        if not _two_sum_grow(h, &n, t[i]):
+            return False
+        if n > SCRATCH - 4:
+            n = _compress(h, n)
+            if n > SCRATCH - 4:
+                return False
+    if n > w:
+        n = _compress(h, n)
+        if n > w:
+            return False
+    for i in range(n):
+        cell[i] = h[i]
+    for i in range(n, w):
+        cell[i] = 0.0
+    return True
+
+
+cdef bint add_product(double* cell, const double* x, int nx, const double* cy, int wy) noexcept:
+    """``cell (NCG wide) += x · y`` for an expansion ``x`` and a stored cell ``y`` (width ``wy``): each pair
+    of components by the FMA TwoProduct, both parts grown straight into the cell's expansion (no expansion
+    of the product in between); False when a product over- or underflows or the cell would need more than
+    ``NCG`` components (the cell is then unchanged)."""
+    cdef double h[SCRATCH]
+    cdef int ny = cell_len(cy, wy), n, i, j
+    cdef double p, e
+    if nx == 0 or ny == 0:
+        return True
+    n = cell_len(cell, NCG)
+    for i in range(n):
+        h[i] = cell[i]
+    for i in range(nx):
+        for j in range(ny):
+            p = x[i] * cy[j]
+            if not isfinite(p) or fabs(p) < EXACT_PRODUCT_SAFE:
+                return False
+            e = fma(x[i], cy[j], -p)
+            if e != 0.0 and not _two_sum_grow(h, &n, e):
+                return False
+            if not _two_sum_grow(h, &n, p):
+                return False
+            if n > SCRATCH - 4:
+                n = _compress(h, n)
+                if n > SCRATCH - 4:
+                    return False
+    if n > NCG:
+        n = _compress(h, n)
+        if n > NCG:
+            return False
+    for i in range(n):
+        cell[i] = h[i]
+    for i in range(n, NCG):
+        cell[i] = 0.0
+    return True
+
+
+cdef bint accumulate_exact(Level L, double* G, const double* child, int cw, const double** sib, const int* sw,
+                           const double* lift) noexcept:
+    """``G += δV_j ⊗ ⊗ V_i ⊗ g_X`` for one delta row, exactly (the division-free rule of
+    :func:`accumulate`: ``c = Π c_f``, ``s_f = w_f s_f``, ``Q_ff = w_f Q_f``, ``Q_fg = K_fg s_f s_gᵀ``).
+    ``G``: the group's cells (``NCG`` wide); ``child``: the child's cells (``cw`` wide; at the first level
+    the multiplicity alone); ``sib[s]``: sibling rows (``sw[s]`` wide); ``lift``: the lifted doubles.
+    False when some cell does not fit (the caller gives up the batch before writing any store)."""
+    cdef const double* cp[MAX_FACTORS]  # each factor's count cell
+    cdef int cwid[MAX_FACTORS]
+    cdef const double* sp[MAX_FACTORS]  # its first s cell (the lifting: the lifted doubles)
+    cdef const double* qp[MAX_FACTORS]  # its first Q cell, NULL for the lifting
+    cdef int wid[MAX_FACTORS]
+    cdef double pre[MAX_FACTORS + 1][NCG]
+    cdef int npre[MAX_FACTORS + 1]
+    cdef double suf[MAX_FACTORS + 1][NCG]
+    cdef int nsuf[MAX_FACTORS + 1]
+    cdef double u[NCG]
+    cdef double w[NCG]
+    cdef double coef[NCG]
+    cdef double tmp[NCG]
+    cdef double x[SCRATCH]
+    cdef int nu, nw, ncoef, nx, nc, f, g, i, j, a, b, m = L.nsized, k = L.k, o, kf, og, kg, ntmp
+    cdef Py_ssize_t S0 = 1, Q0 = 1 + L.k
+    cdef const double* cell
+    cp[0] = child
+    cwid[0] = cw
+    sp[0] = child + cw
+    qp[0] = child + (1 + L.child_k) * cw
+    wid[0] = cw
+    for f in range(L.nsib):
+        cp[1 + f] = sib[f]
+        cwid[1 + f] = sw[f]
+        sp[1 + f] = sib[f] + sw[f]
+        qp[1 + f] = sib[f] + (1 + L.f_size[1 + f]) * sw[f]
+        wid[1 + f] = sw[f]
+    if L.nlift:
+        f = L.nf - 1
+        cp[f] = &EXACT_ONE
+        cwid[f] = 1
+        sp[f] = lift
+        qp[f] = NULL
+        wid[f] = 1
+    if L.leaf_lift:  # δV = m · (1, x, x xᵀ): the product of the multiplicity and each x_a, then by x_b
+        nc = cell_len(child, cw)
+        if nc == 0:
+            return True
+        if not cell_add(G, NCG, child, nc):
+            return False
+        for a in range(k):
+            if lift[a] == 0.0:
+                continue
+            nx = exp_mul(child, nc, &lift[a], 1, x, SCRATCH - 4)
+            if nx < 0 or not cell_add(G + (S0 + a) * NCG, NCG, x, nx):
+                return False
+            for b in range(k - a):
+                if not add_product(G + (Q0 + row_start(k, a) + b) * NCG, x, nx, &lift[a + b], 1):
+                    return False
+        return True
+    # u: the counts of factors without support; pre/suf: prefix and suffix products of the others
+    u[0] = 1.0
+    nu = 1
+    for f in range(L.nf):
+        if L.f_size[f] == 0:
+            nu = exp_mul(u, nu, cp[f], cell_len(cp[f], cwid[f]), tmp, NCG)
+            if nu < 0:
+                return False
+            for a in range(nu):
+                u[a] = tmp[a]
+    for a in range(nu):
+        pre[0][a] = u[a]
+    npre[0] = nu
+    for i in range(m):
+        f = L.sized[i]
+        npre[i + 1] = exp_mul(pre[i], npre[i], cp[f], cell_len(cp[f], cwid[f]), pre[i + 1], NCG)
+        if npre[i + 1] < 0:
+            return False
+    if not cell_add(G, NCG, pre[m], npre[m]):
+        return False
+    if npre[m] == 0 and m == 0:
+        return True
+    suf[m][0] = 1.0
+    nsuf[m] = 1
+    for i in range(m - 1, -1, -1):
+        f = L.sized[i]
+        nsuf[i] = exp_mul(cp[f], cell_len(cp[f], cwid[f]), suf[i + 1], nsuf[i + 1], suf[i], NCG)
+        if nsuf[i] < 0:
+            return False
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        nw = exp_mul(pre[i], npre[i], suf[i + 1], nsuf[i + 1], w, NCG)
+        if nw < 0:
+            return False
+        if nw == 0:
+            continue
+        for a in range(kf):
+            if not add_product(G + (S0 + o + a) * NCG, w, nw, sp[f] + a * wid[f], wid[f]):
+                return False
+        if qp[f] != NULL:  # a stored factor's own block: w_f Q_f, row by row of the triangles
+            for a in range(kf):
+                for b in range(kf - a):
+                    cell = qp[f] + (row_start(kf, a) + b) * wid[f]
+                    if not add_product(G + (Q0 + row_start(k, o + a) + b) * NCG, w, nw, cell, wid[f]):
+                        return False
+        else:  # the lifting's own block: w x xᵀ
+            for a in range(kf):
+                nx = exp_mul(w, nw, sp[f] + a, cell_len(sp[f] + a, 1), x, SCRATCH - 4)
+                if nx < 0:
+                    return False
+                for b in range(kf - a):
+                    if not add_product(G + (Q0 + row_start(k, o + a) + b) * NCG, x, nx, sp[f] + a + b, 1):
+                        return False
+    for i in range(m):
+        f = L.sized[i]
+        o = L.f_off[f]
+        kf = L.f_size[f]
+        ncoef = npre[i]  # K_fg = pre_i · Π_{i<h<j} c_h · suf_{j+1}
+        for a in range(ncoef):
+            coef[a] = pre[i][a]
+        for j in range(i + 1, m):
+            g = L.sized[j]
+            og = L.f_off[g]
+            kg = L.f_size[g]
+            nw = exp_mul(coef, ncoef, suf[j + 1], nsuf[j + 1], w, NCG)
+            if nw < 0:
+                return False
+            if nw:
+                for a in range(kf):
+                    cell = sp[f] + a * wid[f]
+                    nx = exp_mul(w, nw, cell, cell_len(cell, wid[f]), x, SCRATCH - 4)
+                    if nx < 0:
+                        return False
+                    if nx == 0:
+                        continue
+                    for b in range(kg):
+                        if not add_product(G + (Q0 + row_start(k, o + a) + (og - o - a) + b) * NCG, x, nx,
+                                           sp[g] + b * wid[g], wid[g]):
+                            return False
+            ntmp = exp_mul(coef, ncoef, cp[g], cell_len(cp[g], cwid[g]), tmp, NCG)
+            if ntmp < 0:
+                return False
+            ncoef = ntmp
+            for a in range(ncoef):
+                coef[a] = tmp[a]
+    return True
+
+
+cdef inline bint cells_zero(const double* row, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if row[i] != 0.0:
+            return False
+    return True
+
+
+cdef class ExactPath:
+    """:class:`Path` with exact cells (the section's comment above): the levels from a leaf's parent to the
+    root; :meth:`run` takes a batch's delta at the leaf, computes every level's delta, then writes the
+    stores (in exact mode: ``store.nc`` components a cell) only if every new cell fits."""
+
+    cdef public list levels
+    cdef double* G[MAX_LEVELS]
+    cdef Py_ssize_t G_cap[MAX_LEVELS]
+    cdef int64_t* gc[MAX_LEVELS]
+    cdef Py_ssize_t gc_cap[MAX_LEVELS]
+    cdef double* gv[MAX_LEVELS]
+    cdef Py_ssize_t gv_cap[MAX_LEVELS]
+    cdef double* R[MAX_LEVELS]
+    cdef Py_ssize_t R_cap[MAX_LEVELS]
+    cdef int64_t* rows[MAX_LEVELS]
+    cdef Py_ssize_t rows_cap[MAX_LEVELS]
+    cdef Py_ssize_t ng[MAX_LEVELS]
+    cdef int64_t* sib_rows
+    cdef Py_ssize_t sib_rows_cap
+    cdef int64_t* map_code
+    cdef int64_t* map_group
+    cdef Py_ssize_t map_cap, map_cap2
+
+    def __cinit__(self, list levels):
+        cdef int i
+        for i in range(MAX_LEVELS):
+            self.G[i] = NULL
+            self.gc[i] = NULL
+            self.gv[i] = NULL
+            self.R[i] = NULL
+            self.rows[i] = NULL
+            self.G_cap[i] = self.gc_cap[i] = self.gv_cap[i] = self.R_cap[i] = self.rows_cap[i] = 0
+        self.sib_rows = self.map_code = self.map_group = NULL
+        self.sib_rows_cap = self.map_cap = self.map_cap2 = 0
+
+    def __init__(self, list levels):
+        if len(levels) > MAX_LEVELS:
+            raise ValueError(f"a compiled path has at most {MAX_LEVELS} levels")
+        self.levels = levels
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(MAX_LEVELS):
+            free(self.G[i])
+            free(self.gc[i])
+            free(self.gv[i])
+            free(self.R[i])
+            free(self.rows[i])
+        free(self.sib_rows)
+        free(self.map_code)
+        free(self.map_group)
+
+    def run(self, codes, values, mults, bint want=True):
+        """:meth:`Path.run` with exact cells: ``mults`` are integral doubles of magnitude at most 2^53 and
+        ``values`` finite doubles (the caller checks both).  Returns ``False`` (no store changed) when some
+        cell does not fit, else the root's delta as ``(codes, counts)`` (counts: Python ints), or ``None``
+        unless ``want``."""
+        cdef const int64_t[:, ::1] cc = np.ascontiguousarray(codes, dtype=np.int64)
+        cdef const double[:, ::1] cv = np.ascontiguousarray(values, dtype=np.float64)
+        cdef const double[::1] cm = np.ascontiguousarray(mults, dtype=np.float64).reshape(-1)
+        cdef Level L
+        cdef Py_ssize_t n = cc.shape[0], i, s, g, W, stride, size, nsib, t, Kc, Lc, Wc, level = 0, last = 0, nlev
+        cdef Py_ssize_t w, rstride, nfree, top, fresh, deleted
+        cdef int cw = 1, nc
+        cdef int64_t code, r
+        cdef uint64_t h, mask = 0
+        cdef const double* sib[MAX_FACTORS]
+        cdef int sw[MAX_FACTORS]
+        cdef double lift[MAX_FACTORS]
+        cdef const double* sib_data[MAX_FACTORS]
+        cdef Py_ssize_t sib_W[MAX_FACTORS]
+        cdef const int64_t* cur_codes
+        cdef const double* cur_vals
+        cdef const double* cur_pay
+        cdef double* Gp
+        cdef double* dst
+        cdef double* row
+        cdef const double* src
+        cdef int64_t* gcp
+        cdef Int64Index index
+        cdef double[:, ::1] A
+        cdef int64_t[::1] keycode
+        cdef int64_t[::1] free_rows
+        cdef bint skip, single
+        cdef double dummy = 0.0
+        cdef int64_t zero_code = 0
+        if cv.shape[0] != n or cm.shape[0] != n:
+            raise ValueError("codes, values and multiplicities differ in length")
+        Kc, Lc, Wc = cc.shape[1], cv.shape[1], 1
+        cur_codes = &cc[0, 0] if n and Kc else &zero_code
+        cur_vals = &cv[0, 0] if n and Lc else &dummy
+        cur_pay = &cm[0] if n else &dummy
+        nlev = 0
+        # phase 1: every level's delta, in scratch (no store is written)
+        for L in self.levels:
+            if n == 0:
+                break
+            level = nlev
+            nlev += 1
+            W = L.W
+            stride = W * NCG
+            nsib = L.nsib
+            single = L.out_src < 0
+            Gp = <double*> room(<void**>&self.G[level], &self.G_cap[level], (1 if single else n) * stride, sizeof(double))
+            gcp = <int64_t*> room(<void**>&self.gc[level], &self.gc_cap[level], n, sizeof(int64_t))
+            room(<void**>&self.gv[level], &self.gv_cap[level], n, sizeof(double))
+            self.sib_rows = <int64_t*> room(<void**>&self.sib_rows, &self.sib_rows_cap, max(nsib, 1) * n, sizeof(int64_t))
+            for s in range(nsib):
+                store = L.siblings[s]
+                index = store.codes
+                if index is None or store.nc <= 0:
+                    raise ValueError("the exact kernel needs sibling stores in int mode with exact cells")
+                A = store.A
+                sib_W[s] = A.shape[1]
+                sw[s] = store.nc
+                sib_data[s] = &A[0, 0] if A.shape[0] > 0 else NULL
+                t = L.sib_src[s]
+                if t < 0:
+                    r = probe(index, 0)
+                    for i in range(n):
+                        self.sib_rows[s * n + i] = r
+                    continue
+                for i in range(n):
+                    self.sib_rows[s * n + i] = probe(index, cur_codes[i * Kc + t])
+            if not single:
+                size = 16
+                while size < 2 * n:
+                    size *= 2
+                mask = size - 1
+                self.map_code = <int64_t*> room(<void**>&self.map_code, &self.map_cap, size, sizeof(int64_t))
+                self.map_group = <int64_t*> room(<void**>&self.map_group, &self.map_cap2, size, sizeof(int64_t))
+                memset(self.map_group, 0xFF, size * sizeof(int64_t))
+            else:
+                memset(Gp, 0, stride * sizeof(double))
+            g = 0
+            t = 0  # groups
+            last = 0
+            for i in range(n):
+                skip = False
+                for s in range(nsib):
+                    r = self.sib_rows[s * n + i]
+                    if r < 0:
+                        skip = True
+                        break
+                    sib[s] = sib_data[s] + r * sib_W[s]
+                if skip:
+                    continue
+                if not single:
+                    code = cur_codes[i * Kc + L.out_src]
+                    if t and code == gcp[last]:
+                        g = last
+                    else:
+                        h = mix(<uint64_t>code) & mask
+                        while self.map_group[h] != -1 and self.map_code[h] != code:
+                            h = (h + 1) & mask
+                        if self.map_group[h] == -1:
+                            self.map_code[h] = code
+                            self.map_group[h] = t
+                            gcp[t] = code
+                            self.gv[level][t] = cur_vals[i * Lc + L.out_val] if L.out_val >= 0 else <double>code
+                            memset(Gp + t * stride, 0, stride * sizeof(double))
+                            t += 1
+                        g = self.map_group[h]
+                        last = g
+                else:
+                    if t == 0:
+                        gcp[0] = 0
+                        self.gv[level][0] = 0.0
+                        t = 1
+                    g = 0
+                for s in range(L.nlift):
+                    lift[s] = cur_vals[i * Lc + L.lift_src[s]]
+                    if level > 0 and fabs(lift[s]) >= EXACT_INT_LIMIT:
+                        return False  # (a key's value read off its code: exact below 2^53 only)
+                if not accumulate_exact(L, Gp + g * stride, cur_pay + i * Wc, cw, sib, sw, lift):
+                    return False
+            # drop groups whose delta is exactly 0 (they change nothing)
+            s = 0
+            for g in range(t):
+                if cells_zero(Gp + g * stride, stride):
+                    continue
+                if s != g:
+                    gcp[s] = gcp[g]
+                    self.gv[level][s] = self.gv[level][g]
+                    memcpy(Gp + s * stride, Gp + g * stride, stride * sizeof(double))
+                s += 1
+            self.ng[level] = s
+            Kc = Lc = 1 if L.arity_out else 0
+            Wc = stride
+            cw = NCG
+            cur_codes = gcp
+            cur_vals = self.gv[level]
+            cur_pay = Gp
+            n = s
+        # phase 2: each store's new rows, in scratch; give up (nothing written) if a cell does not fit
+        for level in range(nlev):
+            L = self.levels[level]
+            if L.store is None or self.ng[level] == 0:
+                continue
+            store = L.store
+            index = store.codes
+            nc = store.nc
+            if index is None or nc <= 0:
+                raise ValueError("the exact kernel needs stores in int mode with exact cells")
+            W = L.W
+            stride = W * NCG
+            rstride = W * nc
+            A = store.A
+            if A.shape[1] != rstride:
+                raise ValueError("a store's rows do not match the level's exact cells")
+            self.R[level] = <double*> room(<void**>&self.R[level], &self.R_cap[level], self.ng[level] * rstride,
+                                           sizeof(double))
+            self.rows[level] = <int64_t*> room(<void**>&self.rows[level], &self.rows_cap[level], self.ng[level],
+                                               sizeof(int64_t))
+            for g in range(self.ng[level]):
+                r = probe(index, self.gc[level][g])
+                self.rows[level][g] = r
+                dst = self.R[level] + g * rstride
+                if r >= 0:
+                    memcpy(dst, &A[r, 0], rstride * sizeof(double))
+                else:
+                    memset(dst, 0, rstride * sizeof(double))
+                src = self.G[level] + g * stride
+                for w in range(W):
+                    if not cell_add(dst + w * nc, nc, src + w * NCG, cell_len(src + w * NCG, NCG)):
+                        return False
+        # commit: new keys get rows, every row its new cells, rows that became 0 are deleted (§9 item 1)
+        for level in range(nlev):
+            L = self.levels[level]
+            if L.store is None or self.ng[level] == 0:
+                continue
+            store = L.store
+            index = store.codes
+            nc = store.nc
+            rstride = L.W * nc
+            nfree = store.nfree
+            top = store.top
+            fresh = 0
+            for g in range(self.ng[level]):
+                if self.rows[level][g] < 0:
+                    fresh += 1
+            if fresh > nfree:
+                store.reserve(fresh - nfree)
+            if store.free.shape[0] < nfree + self.ng[level]:
+                store.reserve_free(self.ng[level])
+            A = store.A
+            keycode = store.keycode
+            free_rows = store.free
+            if fresh:
+                index._reserve(fresh)
+                for g in range(self.ng[level]):
+                    if self.rows[level][g] < 0:
+                        if nfree > 0:
+                            nfree -= 1
+                            r = free_rows[nfree]
+                        else:
+                            r = top
+                            top += 1
+                        index._put(self.gc[level][g], r)
+                        keycode[r] = self.gc[level][g]
+                        self.rows[level][g] = r
+            deleted = 0
+            for g in range(self.ng[level]):
+                r = self.rows[level][g]
+                row = &A[r, 0]
+                src = self.R[level] + g * rstride
+                if cells_zero(src, rstride):
+                    index._delete(self.gc[level][g])
+                    memset(row, 0, rstride * sizeof(double))
+                    free_rows[nfree] = r
+                    nfree += 1
+                    deleted += 1
+                else:
+                    memcpy(row, src, rstride * sizeof(double))
+            store.nfree = nfree
+            store.top = top
+        if not want:
+            return None
+        if n == 0 or nlev < len(self.levels):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+        out_codes = np.empty(n, dtype=np.int64)
+        out_counts = np.empty(n, dtype=object)
+        for g in range(n):
+            out_codes[g] = cur_codes[g]
+            total = 0
+            for w in range(cell_len(cur_pay + g * Wc, NCG)):
+                total += int(cur_pay[g * Wc + w])
+            out_counts[g] = total
         return out_codes, out_counts

@@ -311,6 +311,11 @@ class ColumnStore:
         self.keydict: KeyDictionary | None = None
         self._rows: dict[Key, int] | None = {}
         self._keys: list[Key | None] | None = []
+        #: exact cells (issue 36): > 0 while ``A`` keeps ``nc`` doubles a cell (:meth:`to_cells`), 0 otherwise
+        self.nc = 0
+        #: the ring indices of the variables that were ever lifted from a float (exact cells: which cells read
+        #: as exact dyadic rationals, the others as ints); one set shared by an engine's stores
+        self.float_vars: set[int] = set()
         if Int64Index is not None and arity in (0, 1):
             self._use_codes()
 
@@ -411,15 +416,111 @@ class ColumnStore:
     # -- reading
     @property
     def C(self) -> np.ndarray:
+        self.to_numbers()
         return self.A[:, 0]
 
     @property
     def S(self) -> np.ndarray:
+        self.to_numbers()
         return self.A[:, 1 : 1 + self.k]
 
     @property
     def Q(self) -> np.ndarray:
+        self.to_numbers()
         return self.A[:, 1 + self.k :]
+
+    # -- exact cells (issue 36): the compiled exact kernel's representation of an exact store
+    def _float_cells(self) -> np.ndarray:
+        """Which of the ``W`` cells hold sums of floats (exact dyadic rationals); the count and the cells of
+        variables never lifted from a float hold ints, as in the reference path (ints stay ints)."""
+        fl = np.array([v in self.float_vars for v in self.support] if self.support else [False] * self.k, dtype=bool)
+        out = np.zeros(self.W, dtype=bool)
+        out[1 : 1 + self.k] = fl
+        if self.k:
+            iu = np.triu_indices(self.k)
+            out[1 + self.k :] = fl[iu[0]] | fl[iu[1]]
+        return out
+
+    def _numbers(self, rows: np.ndarray) -> np.ndarray:
+        """The exact cells of ``rows`` as the reference path's numbers (an object array ``(len(rows), W)``):
+        ints, and :class:`~ivm.rings.exact.Dyadic` values for sums of floats, each the exact sum of its
+        cell's components."""
+        nc, W = self.nc, self.W
+        floats = self._float_cells().tolist()
+        out = np.zeros((len(rows), W), dtype=object)
+        comps = self.A[rows].reshape(len(rows), W, nc).tolist()
+        zero = exact(0.0)
+        for i, row in enumerate(comps):
+            o = out[i]
+            for w, cell in enumerate(row):
+                if floats[w]:
+                    v = zero
+                    for c in cell:
+                        if c != 0.0:
+                            v = v + exact(c)
+                    o[w] = v
+                else:
+                    o[w] = sum(int(c) for c in cell if c != 0.0)
+        return out
+
+    def to_cells(self, nc: int) -> bool:
+        """Keep the payloads as exact cells of ``nc`` doubles each (a Shewchuk expansion per cell, for
+        ``_covar_kernel.ExactPath``): from the reference path's numbers (an object array of ints and exact
+        dyadic rationals).  False, and the store unchanged, when some value needs more components (or is
+        not an exact number); the float variables seen (a Dyadic ``s`` or diagonal ``Q`` cell) are added to
+        :attr:`float_vars`."""
+        from ivm.rings._exact_kernel import Dyadic as CDyadic
+
+        if self.nc:
+            return True
+        if self.dtype is not object:
+            return False
+        _, rows = self.live()
+        width = self.W * nc
+        cells = np.zeros((len(self.A), width), dtype=np.float64)
+        seen: set[int] = set()
+        diag = [1 + self.k + row_start for row_start in _diagonal(self.k)]
+        for r in rows.tolist():
+            row = self.A[r]
+            for w in range(self.W):
+                v = row[w]
+                if type(v) is int:
+                    d = CDyadic(v)
+                elif hasattr(v, "m") and hasattr(v, "e"):
+                    d = CDyadic(v.m, v.e)
+                    if 1 <= w <= self.k:
+                        seen.add(self.support[w - 1] if self.support else w - 1)
+                    elif w in diag:
+                        i = diag.index(w)
+                        seen.add(self.support[i] if self.support else i)
+                else:
+                    return False
+                comps = d.components
+                if comps is None or len(comps) > nc:
+                    return False
+                cells[r, w * nc : w * nc + len(comps)] = comps
+        EPOCH.bump()
+        self.float_vars.update(seen)
+        self._arenas.pop("A", None)
+        self.A = cells
+        self.dtype = np.float64
+        self.nc = nc
+        return True
+
+    def to_numbers(self) -> None:
+        """Leave exact cells for the reference path's numbers (object arrays; the numpy path computes on
+        them).  A no-op for a store without exact cells."""
+        if not self.nc:
+            return
+        EPOCH.bump()
+        A = np.zeros((len(self.A), self.W), dtype=object)
+        _, rows = self.live()
+        if len(rows):
+            A[rows] = self._numbers(rows)
+        self._arenas.pop("A", None)
+        self.A = A
+        self.dtype = object
+        self.nc = 0
 
     @property
     def rows(self) -> Mapping[Key, int]:
@@ -453,15 +554,17 @@ class ColumnStore:
         return PayloadView(self)
 
     def payload(self, row: int) -> Any:
-        c = self.A[row, 0]
+        a = self._numbers(np.array([row]))[0] if self.nc else self.A[row]
+        c = a[0]
         c = c.item() if isinstance(c, np.generic) else c
         order = np.argsort(self.support, kind="stable")
         idx = tuple(self.support[i] for i in order)
-        Q = unpack(self.A[row, 1 + self.k :], self.k)
-        return Covariance(c, self.A[row, 1 : 1 + self.k][order].copy(), Q[np.ix_(order, order)].copy(), idx)
+        Q = unpack(a[1 + self.k :], self.k)
+        return Covariance(c, a[1 : 1 + self.k][order].copy(), Q[np.ix_(order, order)].copy(), idx)
 
     def block(self) -> Block:
         """Every stored payload as one :class:`Block` (for re-evaluation)."""
+        self.to_numbers()
         keys, r = self.live()
         a = self.A[r]
         codes = self.keycode[r] if self.codes is not None and self.arity == 1 else None  # type: ignore[index]
@@ -482,7 +585,7 @@ class ColumnStore:
     def memory(self) -> tuple[int, int, float]:
         """(keys, bytes, bytes per payload): arrays exactly (capacity included), tables and keys measured."""
         n = len(self)
-        item = self.A.itemsize if self.dtype != object else 8 + 32  # an object slot and its Python number
+        item = self.A.itemsize * max(self.nc, 1) if self.dtype != object else 8 + 32  # (an object: slot and number)
         per_payload = float(self.W * item)
         tables = sys.getsizeof(self.indexes) + sum(sys.getsizeof(i) for i in self.indexes.values())
         tables += self.free.nbytes
@@ -503,19 +606,20 @@ class ColumnStore:
         if need <= cap:
             return
         # below 32 MB (where realloc may copy) by half the capacity, above by an eighth (remapped in place)
-        step = cap // 2 if cap * self.W * 8 < SMALL_ARRAY else cap // GROWTH
+        width = self.W * max(self.nc, 1)  # (exact cells: nc doubles a cell)
+        step = cap // 2 if cap * width * 8 < SMALL_ARRAY else cap // GROWTH
         new = max(need, cap + step, 16)
         if self.dtype is object:  # an object array's new rows must hold the int 0
             A = np.zeros((new, self.W), dtype=object)
             A[:cap] = self.A
             self.A = A
         elif Arena is not None:
-            self._grow_arena("A", (new, self.W))
+            self._grow_arena("A", (new, width))
         else:
             try:
-                self.A.resize((new, self.W), refcheck=True)  # realloc: large arrays are remapped, not copied
+                self.A.resize((new, width), refcheck=True)  # realloc: large arrays are remapped, not copied
             except ValueError:  # a view of A is alive somewhere: copy instead
-                A = np.zeros((new, self.W), dtype=self.dtype)
+                A = np.zeros((new, width), dtype=self.dtype)
                 A[:cap] = self.A
                 self.A = A
         if self.keycode is not None:
@@ -620,6 +724,7 @@ class ColumnStore:
         """``V += δV`` for a block with distinct keys, deleting keys whose payload becomes 0 (§9 item 1)."""
         if not block.keys:
             return
+        self.to_numbers()
         r = self._rows_for(block.keys, block.codes)
         k = self.k
         A = self.A
@@ -647,6 +752,7 @@ class ColumnStore:
         One primary-index probe, in-place array updates and an O(1) zero test while the count is not 0
         (O(k²) when it is, §9 item 1): no temporary arrays.
         """
+        self.to_numbers()
         r = self.row_of(key)
         if r < 0:
             r = int(self._rows_for([key], None)[0])
@@ -688,14 +794,14 @@ class ColumnStore:
     # -- snapshots: live rows only; the compiled index is rebuilt (snapshots need no extension)
     def __getstate__(self) -> dict[str, Any]:
         keys, rows = self.live()
-        state = {
+        state = {  # (exact cells are saved as the reference path's numbers: one snapshot format)
             "version": 2,
             "k": self.k,
-            "dtype": self.dtype,
+            "dtype": object if self.nc else self.dtype,
             "tolerance": self.tolerance,
             "arity": self.arity,
             "support": self.support,
-            "A": self.A[rows],
+            "A": self._numbers(rows) if self.nc else self.A[rows],
         }
         if self.codes is not None:
             state["codes"] = self.keycode[rows]  # type: ignore[index]
@@ -732,6 +838,12 @@ class ColumnStore:
             self._use_codes()
             self.codes.set_many(codes, rows)
             self.keycode[:] = codes  # type: ignore[index]
+
+
+@cache
+def _diagonal(k: int) -> tuple[int, ...]:
+    """Positions of ``Q[i, i]`` in the packed upper triangle of a ``k × k`` matrix."""
+    return tuple(i * k - i * (i - 1) // 2 for i in range(k))
 
 
 def _upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -934,6 +1046,7 @@ def delta_rule(plan: DeltaPlan, delta: Block, dtype: Any, lift_values: Any) -> B
     off, size = child_block
     factors.append((delta.C[src], delta.S[src] if size else None, delta.Q[src] if size else None, off))
     for (off, size), store, rows in zip(sibling_blocks, stores, sib_rows, strict=True):
+        store.to_numbers()  # type: ignore[union-attr]  # (a store with exact cells: the reference numbers)
         a = store.A[rows]  # type: ignore[union-attr]  # one gather per sibling: count, s and Q
         kk = store.k  # type: ignore[union-attr]
         factors.append((a[:, 0], a[:, 1 : 1 + kk] if size else None, a[:, 1 + kk :] if size else None, off))
@@ -1243,6 +1356,7 @@ def row_delta(plan: DeltaPlan, rule: RowRule, key: Key, c: Any, s: Any, q: Any, 
         r = store.row_of(project(key))  # type: ignore[union-attr]
         if r < 0:
             return None
+        store.to_numbers()  # type: ignore[union-attr]
         a = store.A[r]  # type: ignore[union-attr]
         cf = a.item(0)
         if blocks[f][1]:

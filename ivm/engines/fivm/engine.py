@@ -30,10 +30,13 @@ Aggregates and rings (``ring=`` option, default from the query's aggregate):
   in C loops over the same dicts and numbers when ``_lanes_kernel.pyx`` is built
   (``implementation="compiled"``, the default then; ``"python"`` is the reference);
 - ``covariance``: the continuous covariance ring (``exact=True``, the default, keeps
-  Python ints and the exact dyadic rationals of :mod:`ivm.rings.exact` for floats, so
-  an entry returns bit for bit to its value after updates that cancel; ``exact=False``
-  is an explicit choice of float64 payloads and the C kernel: fast, but an entry keeps
-  the rounding of every value that ever passed through it); with ``categorical=(...)`` the
+  every entry exact: ints stay ints, floats are summed as the exact dyadic rationals of
+  :mod:`ivm.rings.exact`, so an entry returns bit for bit to its value after updates that
+  cancel; under ``implementation="compiled"`` each cell is a Shewchuk expansion of a few
+  doubles in C, ``_covar_kernel.ExactPath``, with the reference's Python numbers as the
+  escape for a value that does not fit; ``exact=False`` is an explicit choice of binary64
+  payloads: faster, but an entry keeps the rounding of every value that ever passed
+  through it); with ``categorical=(...)`` the
   generalized covariance ring (Def. 37, on the ring-object path).  Covariance
   payloads are kept in column stores (:mod:`ivm.engines.fivm.columnar`, §6.2's
   sized payloads, ``Q``'s upper triangle); float payloads go up the view tree
@@ -81,7 +84,7 @@ from ivm.query.model import Atom, Query
 from ivm.query.variable_order import VariableOrder, _finish, update_exponent, variable_order
 from ivm.rings.base import Pair, PairRing, Ring
 from ivm.rings.covariance import Covariance, CovarianceRing
-from ivm.rings.exact import exact, read_result
+from ivm.rings.exact import NotFinite, exact, read_result
 from ivm.rings.generalized_covariance import GeneralizedCovariance, GeneralizedCovarianceRing
 from ivm.rings.numeric import NumericRing, SumRing
 from ivm.rings.relational import Relation, RelationalRing
@@ -99,10 +102,13 @@ except ImportError:  # no compiler at install time: the numpy rule and the loops
     direct_count = scan_sum = sum_by_key = None
 
 try:  # the compiled covariance path (``_covar_kernel.pyx``) and the batch parser of the compact base relations
-    from ivm.engines.fivm._covar_kernel import Level, Path
+    from ivm.engines.fivm._covar_kernel import ExactPath, Level, Path
     from ivm.engines.fivm._row_table import parse_batch
 except ImportError:  # no compiler at install time: the numpy path (columnar.py) and dicts
-    Level = Path = parse_batch = None
+    ExactPath = Level = Path = parse_batch = None
+
+#: 2^53: the ints a double holds exactly are those up to it in magnitude
+_EXACT_INT = 2.0**53
 
 _NO_BUCKET: dict[Any, Any] = {}  # the bucket of an absent index key (never written)
 
@@ -362,6 +368,44 @@ class FIVM(Engine):
         tables = [self.base[r] if base_relation.is_table(self.base[r]) else None for r in self._relations]
         in_tables = any(t is not None for t in tables)  # (an empty table is falsy)
         self._tables: list[Any] | None = tables if parse_batch is not None and in_tables else None
+        # exact payloads under the compiled implementation: the stores keep exact cells (_covar_kernel.ExactPath)
+        self._exact_cells = bool(
+            getattr(self, "_columnar", False) and self.implementation == "compiled" and self.ring.exact  # type: ignore[attr-defined]
+        )
+        if self._exact_cells:
+            self._float_vars: set[int] = getattr(self, "_float_vars", None) or set()
+            self._to_cells()
+
+    #: components a cell of a store with exact cells keeps (more than that: the store takes the reference numbers)
+    exact_cell_width = 4
+    #: the same for a store keyed by nothing (one row: the root of a Boolean query), whose cells sum every tuple
+    exact_root_width = 8
+
+    def _back_to_cells(self) -> None:
+        """After a batch, while some store holds the reference numbers (a value did not fit its cells):
+        try exact cells again after 1, 2, 4, ... such batches (O(store) each try, so the tries thin out
+        while the values stay wide; once they cancel, the kernel takes the path again)."""
+        if not self._exact_cells:
+            return
+        stores = [n.store for n in self.tree.nodes() if isinstance(n.store, columnar.ColumnStore)]
+        if all(s.nc > 0 for s in stores):
+            self._cells_wait = self._cells_waited = 0
+            return
+        self._cells_waited = getattr(self, "_cells_waited", 0) + 1
+        wait = getattr(self, "_cells_wait", 0)
+        if self._cells_waited >= wait:
+            self._to_cells()
+            self._cells_waited = 0
+            self._cells_wait = max(1, 2 * wait)
+
+    def _to_cells(self) -> None:
+        """Every column store in exact cells (:meth:`.columnar.ColumnStore.to_cells`) where its values fit,
+        sharing the engine's set of float variables (after ``__init__``, a restore or a rebuild)."""
+        for node in self.tree.nodes():
+            store = node.store
+            if isinstance(store, columnar.ColumnStore):
+                store.float_vars = self._float_vars
+                store.to_cells(self.exact_root_width if store.arity == 0 else self.exact_cell_width)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -381,10 +425,11 @@ class FIVM(Engine):
         """``"compiled"`` (:mod:`._covar_kernel` over column stores), ``"numpy"`` (batches as grouped array
         operations, :mod:`.columnar`) or ``"python"`` (ring objects).
 
-        ``"auto"`` takes ``compiled`` for the continuous covariance ring with float payloads
-        (``exact=False``) on a τ tree when the extension is built, ``numpy`` for the covariance ring
-        otherwise (exact payloads stay Python ints in object arrays), both without indicator
-        projections, ``compiled`` for the SUM ring's ``(count, sum)`` lanes when ``_lanes_kernel``
+        ``"auto"`` takes ``compiled`` for the continuous covariance ring on a τ tree when the extension is
+        built (exact payloads, the default: exact cells, :class:`~._covar_kernel.ExactPath`; ``exact=False``:
+        binary64 cells, :class:`~._covar_kernel.Path`), ``numpy`` for the covariance ring otherwise (exact
+        payloads as Python numbers in object arrays), both without indicator projections, ``compiled`` for
+        the SUM ring's ``(count, sum)`` lanes when ``_lanes_kernel``
         is built (the delta rules and store updates of :mod:`.lanes` in C loops over the same dicts
         and Python numbers), and the Python reference implementation for every other ring.  ``compiled``
         runs a batch's delta up each leaf-to-root path in C where the path allows it (direct
@@ -405,12 +450,9 @@ class FIVM(Engine):
         supported = self.ring_name == "covariance" and not indicators
         if implementation in ("numpy", "compiled") and not supported:
             raise ValueError(f"implementation={implementation!r} covers the covariance ring without indicators")
-        compiled = supported and Path is not None and not self.ring.exact and not self._nu  # type: ignore[attr-defined]
+        compiled = supported and Path is not None and not self._nu
         if implementation == "compiled" and not compiled:
-            raise ValueError(
-                "implementation='compiled' needs the built extension (_covar_kernel), float payloads (exact=False) "
-                "and a tau view tree"
-            )
+            raise ValueError("implementation='compiled' needs the built extension (_covar_kernel) and a tau view tree")
         if implementation == "auto":
             return ("compiled" if compiled else "numpy") if supported else "python"
         return implementation
@@ -537,8 +579,8 @@ class FIVM(Engine):
                 path = self._paths.get(id(leaves[0])) if len(leaves) == 1 else None
                 if path is not None and path.ready():  # one occurrence, compiled (the common case)
                     codes, values = self._gather(table, rows, path) or (None, None)
-                    if codes is not None and path.takes(codes):
-                        self._run_path(path, codes, values, nets)
+                    if codes is not None and path.takes(codes) and self._run_path(path, codes, values, nets, table):
+                        pass
                     else:
                         self._propagate_columnar(relation, None, table, rows, nets)
                 else:
@@ -548,6 +590,7 @@ class FIVM(Engine):
                 self._base_to_dict(relation)
         if rebuild:
             self._rebuild()
+        self._back_to_cells()
 
     def _base_apply(self, relation: str, delta: dict[Row, int]) -> tuple[list[int], Any]:
         """``R += δR`` on the relation's dict or table: the old multiplicities (δR's order) and, for a
@@ -621,6 +664,7 @@ class FIVM(Engine):
                     self._propagate(leaf, d)
         if rebuild:
             self._rebuild()
+        self._back_to_cells()
         return out
 
     def _refuse_nan_keys(self, deltas: dict[str, dict[Row, int]]) -> None:
@@ -759,6 +803,7 @@ class FIVM(Engine):
             path = self._compiled_path(leaf)
             if path is not None and path.ready():
                 arrays = None
+                rows_in = None
                 if nets is None:
                     assert delta is not None
                     nets = [m for m in delta.values() if m]
@@ -767,8 +812,11 @@ class FIVM(Engine):
                 elif delta is not None:
                     rows_in = [r for r, m in delta.items() if m]
                     arrays = _delta_arrays(rows_in, path.code_cols, path.value_cols, self._keydict)
-                if arrays is not None and path.takes(arrays[0]):
-                    self._run_path(path, arrays[0], arrays[1], nets)
+                if (
+                    arrays is not None
+                    and path.takes(arrays[0])
+                    and self._run_path(path, arrays[0], arrays[1], nets, table if rows is not None else None, rows_in)
+                ):
                     continue
             if delta is None:
                 delta = table.delta_dict(rows, nets)
@@ -820,6 +868,8 @@ class FIVM(Engine):
 
         levels = []
         lifted_above: list[bool] = []
+        value_vars: dict[int, int] = {}  # a value column -> the ring index of the variable lifted from it
+        key_col = -1  # the value column of the view key carried up (key_values)
         written: list[columnar.ColumnStore] = []
         siblings: list[columnar.ColumnStore] = []
         child, node = leaf, leaf.parent
@@ -842,7 +892,15 @@ class FIVM(Engine):
             out_val = -1
             if key_values and direct.key_positions:
                 out_val = value(direct.key_positions[0]) if first else 0
+                if first:
+                    key_col = out_val
             layout = node.layout  # type: ignore[attr-defined]
+            for t, col in enumerate(lift_src):
+                var = layout.support[layout.lift_offset + t]
+                if first:
+                    value_vars[col] = var
+                elif key_col >= 0:
+                    value_vars[key_col] = var
             child_block, sibling_blocks = layout.plans[i]
             blocks = [child_block, *sibling_blocks]
             if layout.lift_size:
@@ -869,7 +927,17 @@ class FIVM(Engine):
             child, node = node, node.parent
         # a level above the first lifts its key from the key's code (the kernel: value = code, exact for ints)
         lifts_codes = not key_values and any(lifted_above)
-        return CompiledPath(Path(levels), code_cols, value_cols, written, siblings, child, lifts_codes)
+        if self._exact_cells:
+            if ExactPath is None:
+                return None
+            kernel = ExactPath(levels)
+        else:
+            kernel = Path(levels)
+        path = CompiledPath(kernel, code_cols, value_cols, written, siblings, child, lifts_codes)
+        if self._exact_cells:
+            path.exact = True
+            path.value_vars = [value_vars.get(j, -1) for j in range(len(value_cols))]
+        return path
 
     def _gather(self, table: Any, rows: Any, path: CompiledPath) -> tuple[np.ndarray, np.ndarray] | None:
         """A delta's ``(codes, values)`` for the compiled path from the table's cells (issue 38).
@@ -902,11 +970,55 @@ class FIVM(Engine):
                 codes[:, j] = self._keydict.codes(codes[:, j].tolist())
         return codes, values
 
-    def _run_path(self, path: CompiledPath, codes: np.ndarray, values: np.ndarray, nets: Any) -> None:
-        """One leaf's delta up its compiled path; the root's changes recorded for :meth:`drain_delta`."""
-        root = path.kernel.run(codes, values, nets, self._tracking)
+    def _run_path(
+        self, path: CompiledPath, codes: np.ndarray, values: np.ndarray, nets: Any, table: Any = None, rows: Any = None
+    ) -> bool:
+        """One leaf's delta up its compiled path; the root's changes recorded for :meth:`drain_delta`.
+
+        With exact cells (:class:`~._covar_kernel.ExactPath`): a NaN or an infinity is refused
+        (:class:`~ivm.rings.exact.NotFinite`, as the reference path does); the variables lifted from float
+        values are recorded (their sums read as exact dyadic rationals, the others as ints); and when the
+        kernel cannot take the batch exactly (a multiplicity or an int value beyond 2^53, which the arrays
+        hold as doubles, or a cell that would need more components than it keeps) the path's stores take
+        the reference numbers and False is returned: the caller runs the numpy path, no value rounded."""
+        if path.exact:
+            values = np.asarray(values, dtype=np.float64)
+            if values.size and not np.isfinite(values).all():
+                bad = values[~np.isfinite(values)][0]
+                raise NotFinite(f"{float(bad)!r} has no exact value to sum (NaN and infinities are refused)")
+            mults = np.asarray(nets, dtype=np.float64)  # (exact for multiplicities below 2^53 in size)
+            ok = not (mults.size and float(np.abs(mults).max()) >= _EXACT_INT)
+            if ok and values.size:
+                self._note_floats(path, values, table, rows)
+                big = np.abs(values).max(axis=0) >= _EXACT_INT
+                if big.any():  # a value of 2^53 or more read from an int column may not be that int
+                    kinds = table.kinds_of() if table is not None else None
+                    cols = path.value_cols.tolist()
+                    ok = kinds is not None and all(kinds[cols[j]] == "float" for j in np.flatnonzero(big).tolist())
+            root = path.kernel.run(codes, values, mults, self._tracking) if ok else False
+            if root is False:
+                for store in (*path.written, *path.siblings):
+                    store.to_numbers()
+                return False
+        else:
+            root = path.kernel.run(codes, values, nets, self._tracking)
         if root is not None and len(root[0]):
             self._record_codes(path.root, *root)
+        return True
+
+    def _note_floats(self, path: CompiledPath, values: np.ndarray, table: Any, rows: Any) -> None:
+        """Record the variables this delta lifts from floats (exact cells: their sums read as dyadic
+        rationals, as the reference path's ``exact(x)`` makes them; ints stay ints)."""
+        cols = path.value_cols.tolist()
+        if table is not None and hasattr(table, "kinds_of"):
+            kinds = table.kinds_of()
+            floats = [j for j, c in enumerate(cols) if kinds[c] == "float"]
+        else:  # the rows' own types (the general route): values read as float(x)
+            floats = [j for j, c in enumerate(cols) if any(type(r[c]) is not int for r in rows or ())]
+        for j in floats:
+            var = path.value_vars[j]
+            if var >= 0 and var not in self._float_vars:
+                self._float_vars.add(var)
 
     def _record_codes(self, root: ViewNode, codes: np.ndarray, counts: np.ndarray) -> None:
         """:meth:`_record_block` for the root's delta as int codes (keys ``(code,)``, or ``()``)."""
@@ -1335,6 +1447,8 @@ class FIVM(Engine):
         if self._columnar:
             self._rebuild_columnar()
             self._rebuild_tracking()
+            if self._exact_cells:
+                self._to_cells()
             return
         for node in self.tree.nodes():
             node.store = Store()
@@ -1699,7 +1813,19 @@ class CompiledPath:
     """A leaf's compiled path (:class:`~._covar_kernel.Path`): which tuple columns key the views and
     siblings (``code_cols``) and which are lifted (``value_cols``), the stores it writes and reads."""
 
-    __slots__ = ("_epoch", "_ready", "code_cols", "kernel", "lifts_codes", "root", "siblings", "value_cols", "written")
+    __slots__ = (
+        "_epoch",
+        "_ready",
+        "code_cols",
+        "exact",
+        "kernel",
+        "lifts_codes",
+        "root",
+        "siblings",
+        "value_cols",
+        "value_vars",
+        "written",
+    )
 
     def __init__(
         self,
@@ -1721,6 +1847,10 @@ class CompiledPath:
         self.root = root
         self._epoch = -1
         self._ready = False
+        #: an exact kernel (:class:`~._covar_kernel.ExactPath`): its stores must keep exact cells
+        self.exact = False
+        #: per value column, the ring index of the variable lifted from it (-1: none)
+        self.value_vars: list[int] = []
 
     def takes(self, codes: np.ndarray) -> bool:
         """Whether the kernel may run a delta with these codes: always, unless it lifts a key from its code
@@ -1736,6 +1866,8 @@ class CompiledPath:
             self._ready = all(s.codes is not None and not s.indexes for s in self.written) and all(
                 s.codes is not None for s in self.siblings
             )
+            if self.exact:  # (a store that took the reference numbers: the numpy path from now on)
+                self._ready = self._ready and all(s.nc > 0 for s in (*self.written, *self.siblings))
         return self._ready
 
 
