@@ -275,6 +275,7 @@ class Pipeline:
         self.dead_lettered: set[tuple[str, int, int, str]] = set()
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
         self.key_indexes: dict[str, KeyIndex] = {}  # keyed relations: key -> row, derived from their contents
+        self._keyed_records: dict[str, int] = {}  # per keyed relation: its records the batch applied
         self._schema_of = schema_of
         windows = _windows(config)
         views = {q.name: self._maintain(q, schema_of, windows) for q in config.queries}
@@ -513,6 +514,7 @@ class Pipeline:
         partition's updates in offset order.
         """
         batch = records if isinstance(records, RecordBatch) else RecordBatch.of(records)
+        self._keyed_records = {}
         positions = self.state.positions
         windows = self.state.windows
         store = self.store
@@ -551,6 +553,7 @@ class Pipeline:
             if getattr(codec, "keyed", False):  # upsert, Debezium: -old +new against the contents (processor.formats)
                 applied_records = self._apply_keyed(batch, rows, codec, updates, segments, dead)
                 accepted[relation] = accepted.get(relation, 0) + applied_records
+                self._keyed_records[relation] = self._keyed_records.get(relation, 0) + applied_records
                 continue
             values = _gather(batch.value, rows)
             index: list[int | None] | None = None  # packed records: update j is update index[j] of its record
@@ -691,6 +694,10 @@ class Pipeline:
                 f"query {name} refused {len(outcome.rejected)} updates its relations' contents accepted, "
                 f"first {first.update}: {first.reason}"
             )
+        for relation, n in self._keyed_records.items():  # a keyed relation counts records, as its input is
+            if relation in relations:
+                outcome.applied += n - applied[relation]
+                applied[relation] = n
         for relation, n in applied.items():
             if n:
                 self.metrics.updates_applied.labels(name, relation).inc(n)
