@@ -334,6 +334,7 @@ def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
     own model check).
     """
     from processor.codec import RelationCodec, load_schema
+    from processor.formats import with_mult
     from processor.pipeline import _model, _windows
 
     errors: list[str] = []
@@ -343,7 +344,8 @@ def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
         where = f"[relations.{rel.name}] schema"
         path = rel.schema_file()
         try:
-            codec = RelationCodec.from_schema(load_schema(path))
+            schema = load_schema(path)
+            codec = RelationCodec.from_schema(with_mult(schema) if rel.keyed else schema)  # keyed: processor.formats
         except FileNotFoundError:
             errors.append(f"{where}: schema file {path} does not exist")
         except (OSError, json.JSONDecodeError) as err:
