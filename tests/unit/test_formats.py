@@ -516,3 +516,43 @@ def test_a_rebuilt_slice_loads_only_its_rows_of_a_keyed_relation(tmp_path: Path)
         for name in current.pipeline.held:
             assert rebuilt.pipeline.views[name].result() == current.pipeline.views[name].result(), (index, name)
         assert rebuilt.pipeline.state.relations == current.pipeline.state.relations
+
+
+# ---------------------------------------------------------------- ivm produce
+
+
+def test_produce_writes_what_the_pipeline_reads(tmp_path: Path) -> None:
+    """``ivm produce``'s path (a JSON lines file read for each relation's target, sent by ``UpdateProducer``)
+    for an upsert and a Debezium relation: rows, then ``--delete`` of some; the pipeline fed its records
+    holds exactly the rows not deleted, and a Debezium delete is its ``d`` event then its tombstone."""
+    from processor.produce import Target, UpdateProducer, read_updates
+
+    path = write_config(
+        tmp_path, 'format = "upsert"\nkey = ["id"]', 'format = "debezium"\nencoding = "json"\nkey = ["id"]'
+    )
+    pipeline = Pipeline(load_config(path), MemorySink())
+    codecs = {c.relation: c for c in pipeline.codecs.values()}
+    codecs["customers"].op = "r"  # type: ignore[union-attr]
+    (tmp_path / "orders.jsonl").write_text("".join(json.dumps({"id": i, "customer": i % 3, "qty": 2}) + "\n"
+                                                   for i in range(6)))  # fmt: skip
+    (tmp_path / "customers.jsonl").write_text('{"id": 0, "region": "EU"}\n{"id": 1, "region": "US"}\n')
+    (tmp_path / "gone.jsonl").write_text('{"id": 4, "customer": 1, "qty": 2}\n')
+    (tmp_path / "left.jsonl").write_text('{"id": 1, "region": "US"}\n')
+    sink = MemorySink()
+    producer = UpdateProducer("unused:0", codecs, {r: r for r in codecs}, sink=sink)  # type: ignore[arg-type]
+    for relation, name, mult in [("orders", "orders", 1), ("customers", "customers", 1), ("orders", "gone", -1),
+                                 ("customers", "left", -1)]:  # fmt: skip
+        updates = read_updates(tmp_path / f"{name}.jsonl", [Target.of(codecs[relation])], mult, format="jsonl")
+        producer.send_all(updates)
+    customers = [(k, v) for t, k, v in sink.sent if t == "customers"]
+    assert [json.loads(v)["op"] if v else None for _k, v in customers] == ["r", "r", "d", None]
+    offsets: dict[str, int] = {}
+    records = []
+    for topic, key, value in sink.sent:
+        records.append(Record(topic, 0, offsets.setdefault(topic, 0), key, value))
+        offsets[topic] += 1
+    report = pipeline.process(records, 0)
+    assert report.dead_letters == 0
+    assert pipeline.state.relations["orders"] == {(i, i % 3, 2): 1 for i in range(6) if i != 4}
+    assert pipeline.state.relations["customers"] == {(0, "EU"): 1}
+    assert report.results["total"] == 2  # orders 0 and 3 of customer 0
