@@ -162,6 +162,19 @@ def _plain_control(r: dict[str, Any]) -> str:
 
 
 def _plain_relation(r: dict[str, Any]) -> str:
+    if r.get("tombstone"):  # a keyed relation's delete of a key (its record key as sent)
+        key = r.get("key") or b""
+        try:
+            shown = key.decode() if isinstance(key, bytes) else str(key)
+        except UnicodeDecodeError:
+            shown = key.hex()
+        return f"tombstone of record key {shown}"
+    if "mult" not in r:  # a keyed relation's record (processor.formats): a row, or a Debezium event
+        if "op" in r:
+            rows = [f"{k} {json.dumps(json_value(r[k]))}" for k in ("before", "after") if r.get(k) is not None]
+            return f"{r['relation']} op {r['op']}: {', '.join(rows)}"
+        row = {k: v for k, v in r.items() if k != "relation"}
+        return f"{r['relation']} row {json.dumps(json_value(row))}"
     values = [json.dumps(json_value(v)) for k, v in r.items() if k not in ("relation", "mult")]
     return f"{r['relation']}({', '.join(values)}) {r['mult']:+d}"
 

@@ -361,6 +361,11 @@ def run(args: argparse.Namespace) -> int:
     done = time.monotonic()
     inserts = sum(1 for u in updates if u.mult > 0)
     rate = len(updates) / (done - sending) if done > sending else 0.0
+    if any(getattr(codec, "keyed", False) for codec in codecs.values()):  # rows for keys: records, not updates
+        print(f"produced {producer.sent:,} records for {len(updates):,} rows ({inserts:,} rows, "
+              f"{len(updates) - inserts:,} deletes of their keys) to {', '.join(dict.fromkeys(topics.values()))} "
+              f"from {source} ({form}) in {done - started:.1f}s")  # fmt: skip
+        return 0
     records = f" in {producer.records:,} packed records" if isinstance(producer, PackedProducer) else ""
     print(f"produced {producer.sent:,} updates{records} ({inserts:,} inserts, {len(updates) - inserts:,} deletes) "
           f"to {', '.join(dict.fromkeys(topics.values()))} from {source} ({form}) in {done - started:.1f}s "

@@ -556,3 +556,28 @@ def test_produce_writes_what_the_pipeline_reads(tmp_path: Path) -> None:
     assert pipeline.state.relations["orders"] == {(i, i % 3, 2): 1 for i in range(6) if i != 4}
     assert pipeline.state.relations["customers"] == {(0, "EU"): 1}
     assert report.results["total"] == 2  # orders 0 and 3 of customer 0
+
+
+def test_subscribe_shows_keyed_records(tmp_path: Path) -> None:
+    """``ivm subscribe`` on a keyed relation topic: an upsert's row, a Debezium event, a tombstone; a row
+    with a field the relation does not have is a decode error naming it."""
+    from processor.codec import DecodeError
+    from processor.subscribe import TopicSpec, relation_decoder, render
+
+    config = load_config(
+        write_config(
+            tmp_path, 'format = "upsert"\nkey = ["id"]', 'format = "debezium"\nencoding = "json"\nkey = ["id"]'
+        )
+    )
+    orders, customers = (TopicSpec(r.topic, "relation", r.name, r) for r in config.relations)
+    codecs = Pipeline(config, MemorySink()).codecs
+    decode_orders, decode_customers = relation_decoder(orders, config), relation_decoder(customers, config)
+    row = decode_orders(codecs["orders"].encode_upsert((1, 10, 5))[1])  # type: ignore[union-attr]
+    assert render("relation", row) == 'orders row {"id": 1, "customer": 10, "qty": 5}'
+    event = decode_customers(codecs["customers"].encode_debezium("u", (1, "EU"), (1, "US"))[1])  # type: ignore[union-attr]
+    assert (
+        render("relation", event) == 'customers op u: before {"id": 1, "region": "EU"}, after {"id": 1, "region": "US"}'
+    )
+    assert render("relation", {"tombstone": True, "key": b'{"id": 1}'}) == 'tombstone of record key {"id": 1}'
+    with pytest.raises(DecodeError, match="field 'vip' is not an attribute of relation customers"):
+        decode_customers(debezium_json("c", None, {"id": 1, "region": "EU", "vip": True}))
