@@ -112,7 +112,7 @@ def check_against_recount(bootstrap: str, config: PipelineConfig, codecs: dict[s
     topics = {codec.topic: relation for relation, codec in codecs.items()}
     final = end_offsets(bootstrap, list(topics))
     result_topic = config.queries[0].result_topic
-    results = read_until(bootstrap, result_topic, lambda rs: reflects(rs[-1], final), idle_timeout=120)
+    results = read_until(bootstrap, result_topic, lambda rs: reflects(rs[-1], final), idle_timeout=300)
     assert reflects(results[-1], final), "the last result does not reflect all input"
     changes: dict[tuple[str, int], list[tuple[int, Any]]] = {}
     for topic, relation in topics.items():
@@ -140,8 +140,10 @@ def check_against_recount(bootstrap: str, config: PipelineConfig, codecs: dict[s
     return results
 
 
-def test_upsert_pipeline_matches_a_recount(kafka, start_job, topic_prefix, tmp_path) -> None:
-    """Upsert topics of three partitions (Avro and JSON), produced while the job runs."""
+@pytest.mark.parametrize("placement", ["driver", "executors"])
+def test_upsert_pipeline_matches_a_recount(kafka, start_job, topic_prefix, tmp_path, placement: str) -> None:
+    """Upsert topics of three partitions (Avro and JSON), produced while the job runs; under the executors'
+    placement the query has two shards (two slices, each keeping the keyed relations whole)."""
     config = shop_config(
         kafka.bootstrap,
         topic_prefix,
@@ -149,6 +151,8 @@ def test_upsert_pipeline_matches_a_recount(kafka, start_job, topic_prefix, tmp_p
         {"format": "upsert", "key": ("id",)},
         {"format": "upsert", "encoding": "json", "key": ("id",)},
         max_offsets_per_trigger=400,
+        placement=placement,
+        shards=2 if placement == "executors" else 1,
     )
     codecs, _schemas = relation_codecs(config)
     by_relation = {c.relation: c for c in codecs.values()}
