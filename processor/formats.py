@@ -182,7 +182,12 @@ class RowReader:
         for branch in branches:
             kind = _plain_type(branch)
             if kind in _INTEGRAL and type(value) is int:
-                return value
+                bits = 31 if kind == "int" else 63
+                if -(2**bits) <= value < 2**bits:
+                    return value
+                raise DecodeError(
+                    f"{self.what} {self.relation}: field {name!r} is {value}, out of range of an Avro {kind}"
+                )
             if kind in _REAL and type(value) in (int, float):
                 x = float(value)
                 if not math.isfinite(x):

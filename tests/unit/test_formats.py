@@ -147,6 +147,7 @@ def test_upsert_json_rows_are_checked_field_by_field() -> None:
         {"id": 1, "customer": 10, "qty": 5, "note": "x"},  # an attribute the relation does not have
         {"id": 1, "customer": "10", "qty": 5},  # a string for a long
         {"id": 1, "customer": 10, "qty": True},  # a boolean is not a long
+        {"id": 1, "customer": 10, "qty": 2**63},  # beyond a long
         {"schema": {"type": "struct"}, "payload": {"id": 1, "customer": 10, "qty": 5}},  # the Connect wrapper
     ]
     changes, errors = codec.decode_changes([key] * len(values), [json.dumps(v).encode() for v in values])
@@ -154,7 +155,8 @@ def test_upsert_json_rows_are_checked_field_by_field() -> None:
     assert "field 'note' is not an attribute of relation orders" in errors[1]
     assert "field 'customer' is a string '10', its type is \"long\"" in errors[2]
     assert "field 'qty' is a boolean" in errors[3]
-    assert changes[4] == ((1,), (1, 10, 5)) and 4 not in errors
+    assert "field 'qty' is 9223372036854775808, out of range of an Avro long" in errors[4]
+    assert changes[5] == ((1,), (1, 10, 5)) and 5 not in errors
 
 
 def debezium_json(op: str, before: dict | None, after: dict | None, wrapped: bool = False) -> bytes:
