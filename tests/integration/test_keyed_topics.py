@@ -140,7 +140,7 @@ def check_against_recount(bootstrap: str, config: PipelineConfig, codecs: dict[s
     return results
 
 
-@pytest.mark.parametrize("placement", ["driver", "executors"])
+@pytest.mark.parametrize("placement", ["driver", pytest.param("executors", marks=pytest.mark.slow)])
 def test_upsert_pipeline_matches_a_recount(kafka, start_job, topic_prefix, tmp_path, placement: str) -> None:
     """Upsert topics of three partitions (Avro and JSON), produced while the job runs; under the executors'
     placement the query has two shards (two slices, each keeping the keyed relations whole)."""
