@@ -2,7 +2,7 @@
 
 A relation topic carries, per ``[[relations]] format``:
 
-- ``"updates"`` (the default): tuple updates with a multiplicity (``processor.codec``);
+- ``"updates"`` (the default): tuple updates with a multiplicity (``ivm.processor.codecs.avro``);
 - ``"upsert"``: the current row per key, as a service writes a compacted topic.  The value is the
   row (the relation's attributes); the Kafka record key holds the key attributes (``key = [...]``);
   a tombstone (null value) deletes the key's row;
@@ -13,7 +13,7 @@ A relation topic carries, per ``[[relations]] format``:
 Both keyed formats make the relation a *keyed table*: at most one row per key, each with
 multiplicity 1.  A record is turned into the updates ``-old +new`` where ``old`` is the row the
 relation holds for the record's key (:class:`KeyIndex`, derived from the relation's contents,
-``processor.relations``) and ``new`` the record's row:
+``ivm.processor.state.relations``) and ``new`` the record's row:
 
 ===============================  ===========================================================
 record                           updates
@@ -61,8 +61,8 @@ from typing import Any
 
 import fastavro
 
+from ivm.processor.codecs.avro import DecodeError, _plain_type
 from ivm.updates import Row
-from processor.codec import DecodeError, _plain_type
 
 #: ``[[relations]] format``: tuple updates with a multiplicity, or a keyed format
 FORMATS = ("updates", "upsert", "debezium")
@@ -240,7 +240,7 @@ class KeyedCodec:
 
     ``schema`` is the relation's schema (:func:`with_mult`'s), ``key`` its key attributes,
     ``fmt`` ``"upsert"`` or ``"debezium"``, ``encoding`` one of :data:`FORMAT_ENCODINGS`'s;
-    ``registry`` (a ``processor.wire.RegistryClient``) for ``"confluent"``.  Picklable (Spark ships
+    ``registry`` (a ``ivm.processor.codecs.confluent.RegistryClient``) for ``"confluent"``.  Picklable (Spark ships
     it to the executors).  ``keyed = True`` is how the pipeline tells it from an update codec.
     """
 
@@ -288,7 +288,7 @@ class KeyedCodec:
         self.registers = register
         self._writers: dict[int, Any] = {}
         self._ids: tuple[int, int] | None = None
-        from processor.codec import RelationCodec
+        from ivm.processor.codecs.avro import RelationCodec
 
         self.codec = RelationCodec.from_schema(self.schema, self.relation)  # the rows' types (ivm produce's Target)
         self.op = "c"  # the op ivm produce writes a Debezium row with (c, r or u)
@@ -383,7 +383,7 @@ class KeyedCodec:
             return _json(data, f"{what} for relation {self.relation}")
         if self.encoding == "avro":
             return _avro(data, schema, f"{what} for relation {self.relation}")
-        from processor.wire import unframe
+        from ivm.processor.codecs.confluent import unframe
 
         schema_id, body = unframe(data)
         return _avro(body, self._writer(schema_id), f"{what} for relation {self.relation} (schema id {schema_id})")
@@ -393,7 +393,7 @@ class KeyedCodec:
         field names and types), which is what names the field of a schema change."""
         writer = self._writers.get(schema_id)
         if writer is None:
-            from processor.wire import SchemaNotFoundError
+            from ivm.processor.codecs.confluent import SchemaNotFoundError
 
             try:
                 registered = self.registry.schema(schema_id)
@@ -508,7 +508,7 @@ class KeyedCodec:
         fastavro.schemaless_writer(buf, schema, dict(record))
         if self.encoding == "avro":
             return buf.getvalue()
-        from processor.wire import frame
+        from ivm.processor.codecs.confluent import frame
 
         key_id, value_id = self.register()
         return frame(key_id if part == "key" else value_id, buf.getvalue())
@@ -517,7 +517,7 @@ class KeyedCodec:
         """The registry ids of the key and value schemas under ``<topic>-key`` and ``<topic>-value``
         (registered, or with ``register=False`` the latest ones registered)."""
         if self._ids is None:
-            from processor.wire import key_subject, value_subject
+            from ivm.processor.codecs.confluent import key_subject, value_subject
 
             value = row_schema(self.schema) if self.format == "upsert" else debezium_schema(self.schema)
             key = key_schema(self.schema, self.key)
@@ -619,7 +619,7 @@ def keyed_codec(config: Any, rel: Any, schema: Mapping[str, Any], register: bool
     """The codec of keyed relation ``rel`` (a ``RelationConfig``) of pipeline ``config``."""
     registry = None
     if rel.encoding == "confluent":
-        from processor.wire import registry_client
+        from ivm.processor.codecs.confluent import registry_client
 
         registry = registry_client(config)
     return KeyedCodec(schema, rel.key, rel.format, rel.encoding, rel.name, rel.topic, registry, register)

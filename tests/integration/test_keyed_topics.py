@@ -1,4 +1,4 @@
-"""Keyed relation topics against the real broker and Spark: upsert and Debezium pipelines (``processor/formats.py``).
+"""Keyed relation topics against the real broker and Spark: upsert and Debezium pipelines (``ivm/processor/formats.py``).
 
 Every published result is checked against a recount of exactly the input prefix its offsets name: the
 topics are read back, each record folded into "the last row per key; a tombstone or delete removes the
@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 import ivm
-from processor.config import PipelineConfig, QueryConfig, RelationConfig, dump_config
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig, dump_config
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.stack import ProcessorProcess
+from ivm.processor.pipeline import relation_codecs
+from ivm.processor.state.recovery import read_committed_progress
 from processor.formats import KeyedCodec
-from processor.local.stack import ProcessorProcess
-from processor.pipeline import relation_codecs
-from processor.produce import UpdateProducer
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import consume_raw, read_until
 from tests.oracles import count_answers
 

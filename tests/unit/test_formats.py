@@ -1,4 +1,4 @@
-"""Keyed relation topics (``processor/formats.py``): upsert and Debezium records turned into -old +new.
+"""Keyed relation topics (``ivm/processor/formats.py``): upsert and Debezium records turned into -old +new.
 
 Every stream here is checked against a recount that shares no code with the conversion: the table a
 keyed topic describes is "the last row per key, a tombstone or delete removes the key", folded in plain
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import ivm
-from processor.codec import OutputCodec
-from processor.config import ConfigError, load_config
+from ivm.processor.codecs.avro import OutputCodec
+from ivm.processor.config import ConfigError, load_config
+from ivm.processor.pipeline import Pipeline, Record
 from processor.formats import KeyedCodec, KeyIndex, with_mult
-from processor.pipeline import Pipeline, Record
 from tests.oracles import count_answers
 from tests.seeds import stable_seed
 from tests.unit.test_pipeline import MemorySink
@@ -405,7 +405,7 @@ def test_keyed_relation_configuration_is_checked(tmp_path: Path, orders: str, ex
 
 
 def test_keyed_relation_configuration_round_trips(tmp_path: Path) -> None:
-    from processor.config import dump_config
+    from ivm.processor.config import dump_config
 
     config = load_config(write_config(tmp_path, 'format = "upsert"\nkey = ["id"]', CUSTOMERS_UPSERT))
     rel = config.relations[0]
@@ -497,7 +497,7 @@ def test_a_rebuilt_slice_loads_only_its_rows_of_a_keyed_relation(tmp_path: Path)
     contents are whole there), and reaches the first host's state."""
     from dataclasses import replace
 
-    from processor.placement.host import SliceTable, slice_stores
+    from ivm.processor.placement.host import SliceTable, slice_stores
     from tests.unit.test_placement import InProcess
 
     config = replace(sharded(load_config(write_config_dir(11))), snapshot_every=2)
@@ -527,7 +527,7 @@ def test_produce_writes_what_the_pipeline_reads(tmp_path: Path) -> None:
     """``ivm produce``'s path (a JSON lines file read for each relation's target, sent by ``UpdateProducer``)
     for an upsert and a Debezium relation: rows, then ``--delete`` of some; the pipeline fed its records
     holds exactly the rows not deleted, and a Debezium delete is its ``d`` event then its tombstone."""
-    from processor.produce import Target, UpdateProducer, read_updates
+    from ivm.processor.kafka.produce import Target, UpdateProducer, read_updates
 
     path = write_config(
         tmp_path, 'format = "upsert"\nkey = ["id"]', 'format = "debezium"\nencoding = "json"\nkey = ["id"]'
@@ -563,8 +563,8 @@ def test_produce_writes_what_the_pipeline_reads(tmp_path: Path) -> None:
 def test_subscribe_shows_keyed_records(tmp_path: Path) -> None:
     """``ivm subscribe`` on a keyed relation topic: an upsert's row, a Debezium event, a tombstone; a row
     with a field the relation does not have is a decode error naming it."""
-    from processor.codec import DecodeError
-    from processor.subscribe import TopicSpec, relation_decoder, render
+    from ivm.processor.codecs.avro import DecodeError
+    from ivm.processor.kafka.subscribe import TopicSpec, relation_decoder, render
 
     config = load_config(
         write_config(
