@@ -126,6 +126,13 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
                 f"bulk data of {relation} refused by the input policy ({len(refused)} tuples), first {mine[j].row}: "
                 f"{reason}"
             )
+        if getattr(codecs[relation], "keyed", False):  # upsert, Debezium: one row per key, once
+            from ivm.processor.codecs.formats import KeyIndex
+
+            try:
+                KeyIndex(relation, codecs[relation].key_positions, store.contents[relation])
+            except ValueError as err:
+                raise BootstrapError(f"bulk data of {relation}: {err}") from None
     for name, view in pipeline.views.items():
         mine = list(store.updates(sorted(view.query.relations)))
         started = time.perf_counter()

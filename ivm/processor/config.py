@@ -68,6 +68,15 @@ class RelationConfig:
     # "avro": plain Avro binary with schemas/; "confluent": wire format + registry; "avro-packed" and
     # "confluent-packed": the same, each record an array of many updates (ivm.processor.codecs.avro.PackedCodec)
     encoding: str = "avro"
+    # "updates": tuple updates with a multiplicity; "upsert" / "debezium": a keyed table, its rows by the
+    # ``key`` attributes (codecs.formats): each record turned into -old +new against the relation's contents
+    format: str = "updates"
+    key: tuple[str, ...] = ()
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the relation is a keyed table (``format`` upsert or debezium, ``ivm.processor.codecs.formats``)."""
+        return self.format != "updates"
 
     def schema_file(self) -> Path:
         """The absolute path of the relation's Avro schema."""
@@ -470,7 +479,9 @@ class RelationTable(_Table):
     name: Annotated[str, AfterValidator(_identifier)]
     topic: Topic | None = None  # default: the name
     schema_: str | None = Field(None, alias="schema")  # default: relations/<name>.avsc of the schemas folder
-    encoding: Literal["avro", "confluent", "avro-packed", "confluent-packed"] = "avro"
+    encoding: Literal["avro", "confluent", "avro-packed", "confluent-packed", "json"] = "avro"
+    format: Literal["updates", "upsert", "debezium"] = "updates"
+    key: list[Annotated[str, AfterValidator(_nonempty)]] | None = None
     window_count: Count | None = None
     window_seconds: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
     window_group: Annotated[str, AfterValidator(_nonempty)] | None = None
@@ -982,14 +993,18 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
         unwindowed = r.ok(*windowed) and rel.window_count is None and rel.window_seconds is None
         if unwindowed and rel.window_group is not None:
             errors.append(f"{r.where} window_group: only for a windowed relation (set window_count or window_seconds)")
+        if r.ok("format", "key", "encoding") and rel.format == "updates":
+            errors += _keyed_problems(r.where, rel, None)
         if r.ok("schema", "name"):
             path = _schema_path(rel, base)
             if not path.is_file():
                 given = "" if rel.schema_ is not None else "no schema given and the default "
                 errors.append(f"{r.where} schema: {given}schema file {path} does not exist")
-            elif problem := _schema_problem(path):
+            elif problem := _schema_problem(path, r.ok("format") and rel.format != "updates"):
                 errors.append(f"{r.where} schema: {path} {problem}")
                 unreadable.add(rel.name)
+            elif r.ok("format", "key", "encoding") and rel.format != "updates":
+                errors += _keyed_problems(r.where, rel, path)
     groups: dict[str, Any] = {}
     for r in relations:
         rel = r.table
@@ -1005,6 +1020,9 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
                 f"relation {rel.name} has {_window(rel)}: one group shares one window"
             )
 
+    keyed = {r.table.name: r.table.format for r in relations if r.ok("name", "format") and r.table.format != "updates"}
+    if keyed:
+        errors += _keyed_patterns(queries, keyed)
     attributes = _attributes(
         [r.table for r in relations if r.ok("name", "schema") and r.table.name not in unreadable], base
     )
@@ -1013,8 +1031,72 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
     return errors
 
 
-def _schema_problem(path: Path) -> str | None:
-    """Why the file at ``path`` is not a relation update schema (an Avro record with a ``mult``), or ``None``."""
+def _keyed_problems(where: str, rel: Any, path: Path | None) -> list[str]:
+    """What is wrong with a relation's ``format``, ``key`` and ``encoding`` together (``ivm.processor.codecs.formats``):
+    a keyed format needs its key attributes (distinct attributes of the schema) and one of its encodings, no
+    window (a window's expirations would delete rows behind the key index); ``json`` and ``key`` are only for
+    the keyed formats."""
+    from ivm.processor.codecs.formats import FORMAT_ENCODINGS
+
+    if rel.format == "updates":
+        out = []
+        if rel.key is not None:
+            out.append(f'{where} key: only for a keyed relation (format = "upsert" or "debezium")')
+        if rel.encoding == "json":
+            out.append(f'{where} encoding: "json" is only for format = "upsert" or "debezium"')
+        return out
+    out = []
+    encodings = FORMAT_ENCODINGS[rel.format]
+    if rel.encoding not in encodings:
+        out.append(
+            f'{where} encoding: format = "{rel.format}" is read in encoding {" or ".join(encodings)}, '
+            f'not "{rel.encoding}"'
+        )
+    assert path is not None
+    attributes = [f["name"] for f in json.loads(path.read_text())["fields"] if f["name"] != "mult"]
+    if not rel.key:
+        out.append(
+            f'{where} key: format = "{rel.format}" needs the key attributes, e.g. key = ["{attributes[0]}"] '
+            "(each record is the row of its key)"
+        )
+    else:
+        unknown = [a for a in rel.key if a not in attributes]
+        if unknown:
+            out.append(f"{where} key: {unknown} not attributes of relation {rel.name} {attributes}")
+        if len(set(rel.key)) != len(rel.key):
+            out.append(f"{where} key: {rel.key} names an attribute twice")
+    if rel.window_count is not None or rel.window_seconds is not None:
+        key = "window_count" if rel.window_count is not None else "window_seconds"
+        out.append(
+            f'{where} {key}: a keyed relation (format = "{rel.format}") has no window: its rows leave by their '
+            "key's tombstone or delete, not by age"
+        )
+    return out
+
+
+def _keyed_patterns(queries: Sequence[Any], keyed: Mapping[str, str]) -> list[str]:
+    """A keyed relation's records update and delete any row: a query may declare no other pattern for it."""
+    from ivm.query.patterns import parse_patterns
+
+    out = []
+    for q in queries:
+        if not q.ok("patterns"):
+            continue
+        for pattern in q.table.patterns:
+            declared = parse_patterns([pattern])
+            names = [n.strip() for n in pattern.partition("=")[0].split("+")]
+            for name in names:
+                if name in keyed and (declared.level(name) != "A" or name in declared.deletion_only):
+                    out.append(
+                        f'{q.where} patterns: {pattern!r}: relation {name} is format = "{keyed[name]}", whose records '
+                        'update and delete any row (only "arbitrary" fits it)'
+                    )
+    return out
+
+
+def _schema_problem(path: Path, keyed: bool = False) -> str | None:
+    """Why the file at ``path`` is not a relation update schema (an Avro record with a ``mult``), or ``None``.
+    ``keyed``: the schema of a keyed relation's rows, which needs no ``mult`` (``ivm.processor.codecs.formats``)."""
     from ivm.processor.codecs.avro import RelationCodec
 
     try:
@@ -1024,7 +1106,12 @@ def _schema_problem(path: Path) -> str | None:
     except ValueError as err:
         return f"is not JSON: {err}"
     try:
-        RelationCodec.from_schema(schema)
+        if keyed:
+            from ivm.processor.codecs.formats import with_mult
+
+            RelationCodec.from_schema(with_mult(schema))
+        else:
+            RelationCodec.from_schema(schema)
     except Exception as err:  # fastavro's SchemaParseException and friends, a missing field
         return f"is not a relation update schema (an Avro record with the attributes and a long 'mult'): {err}"
     return None
@@ -1128,6 +1215,8 @@ def _build(
             rel.window_seconds,
             rel.window_group,
             rel.encoding,
+            rel.format,
+            tuple(rel.key or ()),
         )
         for rel in (r.table for r in entries["relations"])
     )
@@ -1233,6 +1322,9 @@ def dump_config(config: PipelineConfig) -> str:
         out += ["[[relations]]", f"name = {value(rel.name)}", f"topic = {value(rel.topic)}"]
         out.append(f"schema = {value(rel.schema_file())}")
         out.append(f"encoding = {value(rel.encoding)}")
+        if rel.keyed:
+            out.append(f"format = {value(rel.format)}")
+            out.append(f"key = [{', '.join(value(a) for a in rel.key)}]")
         if rel.window_count is not None:
             out.append(f"window_count = {rel.window_count}")
         if rel.window_seconds is not None:

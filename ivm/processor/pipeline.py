@@ -52,6 +52,7 @@ from ivm.processor.codecs.avro import (
     uses_registry,
 )
 from ivm.processor.codecs.confluent import PackedWireCodec, RegistryClient, WireCodec
+from ivm.processor.codecs.formats import KeyedCodec, KeyIndex, key_index, keyed_codec, with_mult
 from ivm.processor.config import ConfigError, PipelineConfig, QueryConfig
 from ivm.processor.control import ACKS as CONTROL_ACKS
 from ivm.processor.control import control_topic, encode_ack
@@ -273,6 +274,8 @@ class Pipeline:
         # a pipeline that started over meets the same records (ivm.processor.kafka.deadletters)
         self.dead_lettered: set[tuple[str, int, int, str]] = set()
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
+        self.key_indexes: dict[str, KeyIndex] = {}  # keyed relations: key -> row, derived from their contents
+        self._keyed_records: dict[str, int] = {}  # per keyed relation: its records the batch applied
         self._schema_of = schema_of
         windows = sliding_windows(config)
         views = {q.name: self._maintain(q, schema_of, windows) for q in config.queries}
@@ -312,6 +315,7 @@ class Pipeline:
                     "topic": rel.topic,
                     "attributes": [[a, types[a]] for a in codec.attributes],
                     "window": [rel.window_count, rel.window_seconds, rel.window_group],
+                    **({"format": rel.format, "key": list(rel.key)} if rel.keyed else {}),
                 }
             )
         out["windows"] = fingerprint(
@@ -398,7 +402,7 @@ class Pipeline:
         contents: how a query new to the pipeline, or changed, gets its state.  Returns the view."""
         q = self.query_configs[name]
         view = self._maintain(q, self._schema_of, self.state.windows)
-        load_view(view, list(self.store.updates(sorted(view.query.relations))))
+        load_view(view, list(self._held_updates(sorted(view.query.relations))))
         self.state.views[name] = view
         if q.model:
             self.state.models[name] = model_app(q, view)
@@ -406,6 +410,11 @@ class Pipeline:
             self.state.models.pop(name, None)
         self.state.fingerprints[f"query:{name}"] = self.fingerprints[f"query:{name}"]
         return view
+
+    def _held_updates(self, relations: Iterable[str]) -> Iterator[Update]:
+        """The contents of ``relations`` as inserts, for a view built from them: all of them here (a slice
+        of the executors' placement keeps a keyed relation whole, and loads only the rows routed to it)."""
+        return self.store.updates(relations)
 
     @property
     def store(self) -> RelationStore:
@@ -503,6 +512,7 @@ class Pipeline:
         partition's updates in offset order.
         """
         batch = records if isinstance(records, RecordBatch) else RecordBatch.of(records)
+        self._keyed_records = {}
         positions = self.state.positions
         windows = self.state.windows
         store = self.store
@@ -538,6 +548,13 @@ class Pipeline:
                 dead += [(batch.record(i), reason, "unknown_topic", None, None) for i in rows]
                 continue
             relation = codec.relation
+            if getattr(
+                codec, "keyed", False
+            ):  # upsert, Debezium: -old +new against the contents (ivm.processor.codecs.formats)
+                applied_records = self._apply_keyed(batch, rows, codec, updates, segments, dead)
+                accepted[relation] = accepted.get(relation, 0) + applied_records
+                self._keyed_records[relation] = self._keyed_records.get(relation, 0) + applied_records
+                continue
             values = _gather(batch.value, rows)
             index: list[int | None] | None = None  # packed records: update j is update index[j] of its record
             if getattr(codec, "packed", False):
@@ -593,6 +610,44 @@ class Pipeline:
                     for name, view in self.views.items()}  # fmt: skip
         return Applied(outcomes, dead, per_topic, oldest, accepted, refusals, acks, units)
 
+    def _apply_keyed(
+        self,
+        batch: RecordBatch,
+        rows: Sequence[int],
+        codec: KeyedCodec,
+        updates: list[tuple[str, Row, int]],
+        segments: list[tuple[str | None, int, int]],
+        dead: list[tuple[Record, str, str, str | None, str | None]],
+    ) -> int:
+        """The records ``rows`` (one partition's, in offset order) of a keyed relation (``codecs.formats``):
+        decoded to changes (the refused ones dead-lettered with their reason), turned into ``-old +new``
+        against the relation's contents (its :class:`~ivm.processor.codecs.formats.KeyIndex`) in offset order, admitted
+        to the contents and appended to the batch's ``updates``.  Returns the records applied (no-ops
+        included: an unchanged row, a delete of an absent key).  O(1) expected per record."""
+        relation = codec.relation
+        changes, errors = codec.decode_changes(_gather(batch.key, rows), _gather(batch.value, rows))
+        for j, reason in errors.items():
+            dead.append((batch.record(rows[j]), reason, "malformed", None, relation))
+        index = key_index(self.key_indexes, relation, codec.key_positions, self.state.relations[relation])
+        decoded, mults, _source = index.convert(changes, errors)
+        _kept, refused = self.store.admit(relation, decoded, mults)
+        if refused:  # cannot happen (config refuses delete-only keyed relations): the index and contents disagree
+            self.key_indexes.pop(relation, None)
+            raise RuntimeError(
+                f"keyed relation {relation}: the input policy refused {len(refused)} of its -old +new updates, "
+                f"first {decoded[refused[0][0]]}: {refused[0][2]}; its key index and contents disagree"
+            )
+        decoded, mults = self._route_keyed(relation, decoded, mults)
+        start = len(updates)
+        updates += zip(repeat(relation, len(decoded)), decoded, mults, strict=True)
+        segments.append((relation, start, len(updates)))
+        return len(rows) - len(errors)
+
+    def _route_keyed(self, relation: str, rows: list[Row], mults: list[int]) -> tuple[list[Row], list[int]]:
+        """The updates of a keyed relation this pipeline's views apply: all of them here; a slice of the
+        executors' placement keeps those routed to it (``ivm.processor.placement.slices``)."""
+        return rows, mults
+
     def _select_packed(
         self, batch: RecordBatch, relation: str, rows: list[int], flat: PackedDecoded
     ) -> tuple[list[int], PackedDecoded]:
@@ -639,6 +694,10 @@ class Pipeline:
                 f"query {name} refused {len(outcome.rejected)} updates its relations' contents accepted, "
                 f"first {first.update}: {first.reason}"
             )
+        for relation, n in self._keyed_records.items():  # a keyed relation counts records, as its input is
+            if relation in relations:
+                outcome.applied += n - applied[relation]
+                applied[relation] = n
         for relation, n in applied.items():
             if n:
                 self.metrics.updates_applied.labels(name, relation).inc(n)
@@ -871,13 +930,21 @@ def interleave(updates: list[Any], spans: Sequence[tuple[int, int]]) -> list[Any
     return list(map(updates.__getitem__, index[np.argsort(where, kind="stable")].tolist()))
 
 
-def relation_codecs(config: PipelineConfig) -> tuple[dict[str, RelationCodec | WireCodec], dict[str, dict[str, Any]]]:
+def relation_codecs(
+    config: PipelineConfig,
+) -> tuple[dict[str, RelationCodec | WireCodec | KeyedCodec], dict[str, dict[str, Any]]]:
     """Every configured relation's codec by topic, and its Avro schema by relation name."""
-    codecs: dict[str, RelationCodec | WireCodec] = {}
+    codecs: dict[str, RelationCodec | WireCodec | KeyedCodec] = {}
     schemas: dict[str, dict[str, Any]] = {}
     for rel in config.relations:
         path = rel.schema if rel.schema.is_absolute() else schemas_dir() / rel.schema
         schemas[rel.name] = load_schema(path)
+        if (
+            rel.keyed
+        ):  # upsert, Debezium (ivm.processor.codecs.formats): the rows' schema, read as the relation's updates'
+            schemas[rel.name] = with_mult(schemas[rel.name])
+            codecs[rel.topic] = keyed_codec(config, rel, schemas[rel.name])
+            continue
         codecs[rel.topic] = relation_codec(config, rel.topic, schemas[rel.name], rel.encoding, rel.name)
     return codecs, schemas
 

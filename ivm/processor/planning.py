@@ -471,6 +471,7 @@ def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
     own model check).
     """
     from ivm.processor.codecs.avro import RelationCodec, load_schema
+    from ivm.processor.codecs.formats import with_mult
 
     errors: list[str] = []
     relations: list[RelationPlan] = []
@@ -479,7 +480,10 @@ def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
         where = f"[relations.{rel.name}] schema"
         path = rel.schema_file()
         try:
-            codec = RelationCodec.from_schema(load_schema(path))
+            schema = load_schema(path)
+            codec = RelationCodec.from_schema(
+                with_mult(schema) if rel.keyed else schema
+            )  # keyed: ivm.processor.codecs.formats
         except FileNotFoundError:
             errors.append(f"{where}: schema file {path} does not exist")
         except (OSError, json.JSONDecodeError) as err:

@@ -175,7 +175,7 @@ def test_encoding_is_read_and_validated() -> None:
     ]
     wrong = [{"name": "R", "encoding": "protobuf"}, {"name": "S"}, {"name": "T"}]
     assert errors_of(config(relations=wrong)) == [
-        '[relations.R] encoding: expected "avro" or "confluent" or "avro-packed" or "confluent-packed", '
+        '[relations.R] encoding: expected "avro" or "confluent" or "avro-packed" or "confluent-packed" or "json", '
         'got the string "protobuf"'
     ]
 

@@ -76,6 +76,8 @@ def describe(plan: PipelinePlan) -> list[str]:
         lines.append(f"    topic:    {rel.topic}")
         lines.append(f"    schema:   {r.schema_file}")
         lines.append(f"    encoding: {rel.encoding}")
+        if getattr(rel, "keyed", False):  # upsert, Debezium: a keyed table (ivm.processor.codecs.formats)
+            lines.append(f"    format:   {rel.format}, key ({', '.join(rel.key)}): each record is -old +new")
         lines.append(f"    window:   {r.window or 'none'}")
     lines += ["", "queries:"]
     outputs: list[str] = []

@@ -54,6 +54,12 @@ Packed relations (encoding avro-packed or confluent-packed, or --pack N without 
 (default 500) of a relation per Kafka record, each tuple's updates in one bucket per partition of the topic,
 so they stay in one partition and in order (README: packed records).
 
+Keyed relations (-c CONFIG with format = "upsert" or "debezium", README: upsert and Debezium topics): each
+row is the current row of its key; --delete (or a negative 'mult') deletes its key instead.  Upsert: the
+row as the value, the key attributes as the record key, a delete a tombstone.  Debezium: the change event
+--op (c, r or u; default c) with the row as 'after', a delete the 'd' event with the row as 'before' and
+then its tombstone, as Debezium writes them; --json-schema wraps JSON events in {"schema", "payload"}.
+
 --rate N sends at most N updates a second (a token bucket); a progress bar is drawn on stderr when it
 is a terminal; the last line gives the counts.
 Errors (one line each, exit 2): a value that does not fit its field, an unknown column or field, a
@@ -135,6 +141,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--schema-registry", help="URL of the Confluent-compatible registry API (overrides -c's)")
     p.add_argument(
+        "--op", choices=["c", "r", "u"], default="c",
+        help='format = "debezium": the op of the events written for the rows (c insert, r snapshot, u update)',
+    )  # fmt: skip
+    p.add_argument(
+        "--json-schema", action="store_true",
+        help='format = "debezium", encoding = "json": events in the {"schema": ..., "payload": ...} wrapper',
+    )  # fmt: skip
+    p.add_argument(
         "--no-register", dest="register", action="store_false",
         help="confluent encoding: register no schema; write with the latest one registered under <topic>-key and "
         "<topic>-value, which must be the relation's schema (refused by name otherwise)",
@@ -212,6 +226,15 @@ def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[st
             raise CommandError(f"relation {r} is encoded {rel.encoding!r}: it needs [kafka] schema_registry in "
                                f"{args.config} or --schema-registry")  # fmt: skip
         schema = load_schema(rel.schema_file())
+        if rel.keyed:  # upsert, Debezium: rows for their keys (ivm.processor.codecs.formats)
+            from dataclasses import replace
+
+            from ivm.processor.codecs.formats import keyed_codec, with_mult
+
+            codec = keyed_codec(config, replace(rel, topic=topics[r]), with_mult(schema), register=args.register)
+            codec.op, codec.with_schema = args.op, args.json_schema
+            codecs[r] = codec
+            continue
         codecs[r] = relation_codec(config, topics[r], schema, rel.encoding, rel.name, register=args.register)
     return codecs, topics, config.kafka.with_bootstrap(args.bootstrap)
 
@@ -268,6 +291,13 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--topic names one topic; {len(relations)} relations given ({', '.join(relations)})")
     configure = _configured if args.config else _unconfigured
     codecs, topics, bootstrap = configure(args, relations)
+    debezium = [r for r in relations if getattr(codecs[r], "format", None) == "debezium"]
+    if (args.op != "c" or args.json_schema) and len(debezium) < len(relations):
+        flag = "--op" if args.op != "c" else "--json-schema"
+        other = next(r for r in relations if r not in debezium)
+        raise CommandError(f'{flag}: only for relations of format = "debezium" (with -c); relation {other} is not')
+    if args.json_schema and any(codecs[r].encoding != "json" for r in debezium):
+        raise CommandError('--json-schema: only for encoding = "json" (Avro events carry their schema in the registry)')
     packed = [r for r in relations if getattr(codecs[r], "packed", False)]
     if args.pack is not None and (args.pack < 1 or len(packed) < len(relations)):
         one = next(r for r in relations if r not in packed) if len(packed) < len(relations) else None
@@ -276,7 +306,8 @@ def run(args: argparse.Namespace) -> int:
             f"--pack: relation {one} is encoded one update per record ({args.config}); --pack is for the "
             "packed encodings (avro-packed, confluent-packed)"
         )  # fmt: skip
-    plain = [r for r in relations if not isinstance(codecs[r], WireCodec)]
+    registered = [r for r in relations if isinstance(codecs[r], WireCodec) or getattr(codecs[r], "registry", None)]
+    plain = [r for r in relations if r not in registered]
     if not args.register and plain:
         raise CommandError(f"--no-register: only for the confluent encoding; relation {plain[0]} is plain Avro "
                            "(no registry involved)")  # fmt: skip
@@ -304,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:  # InputError: the file (its name, line and field); ValueError: the options
         raise CommandError(str(err)) from err
     for codec in codecs.values():  # now: a registry that cannot be reached is one line (RegistryError, exit 1)
-        if isinstance(codec, WireCodec):
+        if isinstance(codec, WireCodec) or getattr(codec, "registry", None) is not None:
             codec.register()
     require_broker(bootstrap)
     # a missing relation topic: as ivm run creates it ([topics.relations] of -c, else the cluster's defaults)
@@ -330,6 +361,11 @@ def run(args: argparse.Namespace) -> int:
     done = time.monotonic()
     inserts = sum(1 for u in updates if u.mult > 0)
     rate = len(updates) / (done - sending) if done > sending else 0.0
+    if any(getattr(codec, "keyed", False) for codec in codecs.values()):  # rows for keys: records, not updates
+        print(f"produced {producer.sent:,} records for {len(updates):,} rows ({inserts:,} rows, "
+              f"{len(updates) - inserts:,} deletes of their keys) to {', '.join(dict.fromkeys(topics.values()))} "
+              f"from {source} ({form}) in {done - started:.1f}s")  # fmt: skip
+        return 0
     records = f" in {producer.records:,} packed records" if isinstance(producer, PackedProducer) else ""
     print(f"produced {producer.sent:,} updates{records} ({inserts:,} inserts, {len(updates) - inserts:,} deletes) "
           f"to {', '.join(dict.fromkeys(topics.values()))} from {source} ({form}) in {done - started:.1f}s "

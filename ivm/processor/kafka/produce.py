@@ -1046,6 +1046,12 @@ class UpdateProducer:
             codec = self.codecs[update.relation]
         except KeyError:
             raise ValueError(f"no schema for relation {update.relation!r}; known: {sorted(self.codecs)}") from None
+        if getattr(
+            codec, "keyed", False
+        ):  # upsert, Debezium (ivm.processor.codecs.formats): a row, or its key's delete
+            for key, value in codec.encode_records(update.row, update.mult):
+                self.send_raw(self.topics[update.relation], key, value)
+            return
         key, value = codec.encode(update.row, update.mult)
         self.send_raw(self.topics[update.relation], key, value)
 

@@ -162,6 +162,19 @@ def _plain_control(r: dict[str, Any]) -> str:
 
 
 def _plain_relation(r: dict[str, Any]) -> str:
+    if r.get("tombstone"):  # a keyed relation's delete of a key (its record key as sent)
+        key = r.get("key") or b""
+        try:
+            shown = key.decode() if isinstance(key, bytes) else str(key)
+        except UnicodeDecodeError:
+            shown = key.hex()
+        return f"tombstone of record key {shown}"
+    if "mult" not in r:  # a keyed relation's record (ivm.processor.codecs.formats): a row, or a Debezium event
+        if "op" in r:
+            rows = [f"{k} {json.dumps(json_value(r[k]))}" for k in ("before", "after") if r.get(k) is not None]
+            return f"{r['relation']} op {r['op']}: {', '.join(rows)}"
+        row = {k: v for k, v in r.items() if k != "relation"}
+        return f"{r['relation']} row {json.dumps(json_value(row))}"
     values = [json.dumps(json_value(v)) for k, v in r.items() if k not in ("relation", "mult")]
     return f"{r['relation']}({', '.join(values)}) {r['mult']:+d}"
 
@@ -274,6 +287,8 @@ def relation_decoder(spec: TopicSpec, config: Any = None) -> Decoder:
         raise ValueError(f"relation {rel.name}: cannot read its schema {path}: {err}") from None
     encoding = getattr(rel, "encoding", "avro")
     codec: Any
+    if getattr(rel, "keyed", False):  # upsert, Debezium (ivm.processor.codecs.formats): the row, or the change event
+        return _keyed_decoder(config, rel, schema, spec.topic)
     if uses_registry(encoding):
         from ivm.processor.codecs.confluent import PackedWireCodec, WireCodec, registry_client
 
@@ -303,6 +318,34 @@ def relation_decoder(spec: TopicSpec, config: Any = None) -> Decoder:
         return {"relation": rel.name, "updates": updates}
 
     return decode_packed if is_packed(encoding) else decode
+
+
+def _keyed_decoder(config: Any, rel: Any, schema: dict[str, Any], topic: str) -> Decoder:
+    """A keyed relation topic's values: an upsert's row, or a Debezium event's ``op``, ``before`` and ``after``
+    (each row checked against the relation's attributes: :class:`DecodeError` naming the field)."""
+    from dataclasses import replace
+
+    from ivm.processor.codecs.formats import keyed_codec, with_mult
+
+    if rel.encoding == "confluent" and not getattr(config, "schema_registry", ""):
+        raise ValueError(f"relation {rel.name} uses encoding 'confluent' but [kafka].schema_registry is not set")
+    codec = keyed_codec(config, replace(rel, topic=topic), with_mult(schema))
+
+    def row(value: Any) -> dict[str, Any] | None:
+        return None if value is None else dict(zip(codec.attributes, codec.reader.row(value), strict=True))
+
+    def decode(value: bytes | None) -> dict[str, Any]:
+        if value is None:
+            return {"relation": rel.name, "tombstone": True}
+        if codec.format == "upsert":
+            return {"relation": rel.name, **(row(codec._decode(value, codec.row_avro, "row")) or {})}
+        event = codec._decode(value, codec.envelope_avro, "Debezium change event")
+        if not isinstance(event, dict) or "op" not in event:
+            raise DecodeError(f"not a Debezium change event for relation {rel.name}: no 'op' field")
+        return {"relation": rel.name, "op": event["op"], "before": row(event.get("before")),
+                "after": row(event.get("after"))}  # fmt: skip
+
+    return decode
 
 
 def output_decoder(kind: str) -> Decoder:

@@ -59,6 +59,12 @@ class Router:
             if codec is None or tp[0] == self.control_topic:
                 out.rows.setdefault(0, []).extend(rows)
                 continue
+            if getattr(codec, "keyed", False):  # upsert, Debezium: every slice keeps the keyed table whole
+                for s in range(self.placement.slices):  # (SlicePipeline._route_keyed); slice 0 reports
+                    out.rows.setdefault(s, []).extend(rows)
+                    if s:
+                        out.quiet.setdefault(s, set()).update(rows)
+                continue
             if getattr(codec, "packed", False):
                 updates = self._split_packed(codec, batch, rows, out)
                 out.summaries[-1] = dataclasses.replace(summary, updates=updates)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from ivm.processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Po
 from ivm.processor.placement.routing import Placement
 from ivm.processor.planning import build_view
 from ivm.shards import ShardedView, ShardSlice
+from ivm.updates import Row, Update
 from ivm.view import Outcome
 
 
@@ -157,6 +158,30 @@ class SlicePipeline(Pipeline):
         )
         return [rows[j] for j in keep], kept
 
+    def _route_keyed(self, relation: str, rows: list[Row], mults: list[int]) -> tuple[list[Row], list[int]]:
+        """A keyed relation (upsert, Debezium, ``codecs.formats``): every slice gets all of its records and
+        keeps its whole contents, so that the row a record replaces is known wherever the new row goes (the
+        routing is by the row's values, which the record changes); its views get only the ``-old +new``
+        updates routed here (``routing.py``), exactly the driver's updates for this slice's shards.  Cost:
+        each slice holds the keyed relation's rows and decodes all of its records."""
+        if not rows:
+            return rows, mults
+        me = self.index
+        keep = [j for j, targets in enumerate(self.placement.slices_of_many(relation, rows)) if me in targets]
+        return [rows[j] for j in keep], [mults[j] for j in keep]
+
+    def _held_updates(self, relations: Iterable[str]) -> Iterator[Update]:
+        """The contents of ``relations`` routed to this slice: a keyed relation's contents are whole here
+        (:meth:`_route_keyed`), the rows of its other slices left out."""
+        for update in super()._held_updates(relations):
+            if update.relation in self._keyed and self.index not in self.placement.slices_of(*update[:2]):
+                continue
+            yield update
+
+    @property
+    def _keyed(self) -> set[str]:
+        return {rel.name for rel in self.config.relations if rel.keyed}
+
     def replay(self, records: Iterable[Record] | RecordBatch) -> int:
         """Apply committed input again (a rebuild): only the records routed to this slice."""
         return super().replay([r for r in records if self.holds(r)])
@@ -170,6 +195,8 @@ class SlicePipeline(Pipeline):
         codec = self.codecs.get(record.topic)
         if codec is None or record.topic == self.control_topic:
             return [0]
+        if getattr(codec, "keyed", False):  # a keyed relation is kept whole by every slice (_route_keyed)
+            return list(range(self.placement.slices))
         if getattr(codec, "packed", False):  # every slice holding one of its updates (slice 0: an invalid one)
             flat = codec.decode_many([record.value])
             out = {0} if flat.errors else set()
