@@ -14,7 +14,7 @@ import numpy as np
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
-from ivm.query.expr import Entry, EntryError
+from ivm.query.expr import Entry, EntryError, null_guarded
 from ivm.query.lifted import Lifted, is_finite, is_number, lifted_positions, order_family, ordered_positions
 from ivm.query.model import Query
 from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
@@ -79,12 +79,14 @@ class View:
         #: value's: :func:`order_family`); a value of another kind would not compare with the others
         self._ordered = ordered_positions(query)
         self._families: dict[str, Any] = {}
-        #: per relation with a selection or computed attributes, how its updates enter (:mod:`ivm.query.expr`)
-        self._entries: dict[str, Entry] = dict(query.entries)
+        #: per relation with a selection, computed attributes or join variables, how its updates enter
+        #: (:mod:`ivm.query.expr`; NULL never joins: :func:`~ivm.query.expr.null_guarded`)
+        self._entries: dict[str, Entry] = _entries_of(query)
         self._enterers = {relation: entry.compile() for relation, entry in self._entries.items()}
         self._conditions = {r: e.where.compile() for r, e in self._entries.items() if e.where is not None}
-        #: per relation, the updates its selection dropped where they entered (counted, never rejected)
-        self.filtered: dict[str, int] = dict.fromkeys((e.relation for e in query.entry if e.where is not None), 0)
+        #: per relation, the updates its selection or a NULL join key dropped where they entered (counted,
+        #: never rejected)
+        self.filtered: dict[str, int] = dict.fromkeys((r for r, e in self._entries.items() if e.filters), 0)
 
     def __getstate__(self) -> dict[str, Any]:
         """The view's state for a snapshot (pickle): the compiled entries are closures, made again on load."""
@@ -95,9 +97,9 @@ class View:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        entries = state.get("_entries") or {}  # snapshots from before entries were added have none
+        entries = _entries_of(self.query)  # snapshots from before entries (or NULL join keys) were added have none
         self._entries = entries
-        self.filtered = state.get("filtered", {})
+        self.filtered = {**dict.fromkeys((r for r, e in entries.items() if e.filters), 0), **state.get("filtered", {})}
         self._enterers = {relation: entry.compile() for relation, entry in entries.items()}
         self._conditions = {r: e.where.compile() for r, e in entries.items() if e.where is not None}
 
@@ -196,11 +198,12 @@ class View:
             try:
                 if self._entries[relation].derived:
                     entered = list(map(enter, mine))
-                else:  # a selection alone: the rows that pass it, as they are
-                    where = self._conditions[relation]
-                    entered = [
-                        row if passes is True else None for row, passes in zip(mine, map(where, mine), strict=True)
-                    ]
+                else:  # a selection or NULL join keys alone: the rows that pass, as they are
+                    kept = self._entries[relation].keep(mine, self._conditions.get(relation))
+                    if kept is None:
+                        filtered[relation] = 0
+                        continue  # every row enters as it is given
+                    entered = [row if ok else None for row, ok in zip(mine, kept, strict=True)]
             except EntryError:
                 return None  # the loop says which update, and why
             new = tuple.__new__
@@ -460,7 +463,8 @@ class View:
         for x in self._ordered.get(relation, ()):
             value = row[x.position]
             kind = order_family(value)
-            want = self._families.setdefault(x.variable, kind)
+            # the first value with an order fixes the variable's kind (one without, refused, fixes nothing)
+            want = self._families.setdefault(x.variable, kind) if kind is not None else None
             if kind is None or kind != want:
                 why = "has no order" if kind is None else f"does not compare with its other values ({_kind_name(want)})"
                 return "not_comparable", f"{_where(relation, x)} is compared by {x.aggregate}: {value!r} {why}"
@@ -564,7 +568,11 @@ class View:
             )
         from ivm.engines.fivm.factorizable import contains, expand_net, normalize
 
-        if relation in self._entries:
+        entry = self._entries.get(relation)
+        dropped = 0
+        if entry is not None and entry.where is None and not entry.derived:  # NULL join keys alone
+            factors, dropped = _drop_null_keys(entry, normalize(self.query, relation, factors, integers=True))
+        elif entry is not None:
             raise TypeError(
                 f"apply_factorized of {relation}, which enters the query through {self._entries[relation]}: a "
                 "factorized update is not filtered or extended per tuple (apply the expanded tuples)"
@@ -589,6 +597,9 @@ class View:
             if outcome.rejected:
                 return outcome
         outcome.applied = engine_apply(relation, factors)
+        if dropped:
+            outcome.filtered = dropped
+            self.filtered[relation] += dropped
         return outcome
 
     def load(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
@@ -676,3 +687,40 @@ class View:
         if self.filtered:
             stats = {**stats, "entry_filtered": sum(self.filtered.values())}
         return stats
+
+
+def _entries_of(query: Query) -> dict[str, Entry]:
+    """Per relation, how its updates enter: the query's selections and computed attributes, and NULL join keys
+    (:func:`ivm.query.expr.null_guarded`: NULL never joins, as in SQL)."""
+    own = {e.relation: e.arity for e in query.entry}
+    relations = [(r, own.get(r, n)) for r, n in query.relations.items()]
+    atoms = [(a.relation, tuple(a.terms)) for a in query.atoms]
+    return {e.relation: e for e in null_guarded(relations, atoms, query.entry)}
+
+
+def _drop_null_keys(entry: Entry, products: list[list[Any]]) -> tuple[list[list[Any]], int]:
+    """A factorized update (normalized: factors named by column positions) without the tuples that have NULL
+    where they would join: each factor's rows with a NULL at a ``nonnull`` position dropped, which drops exactly
+    the expanded tuples holding them (the predicate is per column).  A NULL at a ``null_refused`` position
+    raises ``ValueError``.  Also the number of expanded tuples dropped."""
+    nonnull = set(entry.nonnull)
+    refused = dict(entry.null_refused)
+    out: list[list[Any]] = []
+    dropped = 0
+    for product in products:
+        before, after = 1, 1
+        factors = []
+        for positions, data in product:
+            for p, where in refused.items():
+                if p in positions and any(key[positions.index(p)] is None for key in data):
+                    raise ValueError(
+                        f"NULL at position {p} of {entry.relation} ({where}) in a factorized update: NULL never "
+                        "joins, but the relation also occurs where that position is no join variable"
+                    )
+            at = [i for i, p in enumerate(positions) if p in nonnull]
+            kept = {key: m for key, m in data.items() if not any(key[i] is None for i in at)} if at else data
+            before, after = before * len(data), after * len(kept)
+            factors.append((positions, kept))
+        dropped += before - after
+        out.append(factors)
+    return out, dropped
