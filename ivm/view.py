@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 import numpy as np
@@ -379,7 +379,9 @@ class View:
         without a Python tuple per row); otherwise the rows are made and take :meth:`apply`, which
         says what is refused.  The same outcome and state either way.
         """
-        fast = None if relation in self._entries else self._columns_admissible(relation, columns, multiplicities)
+        entry = self._entries.get(relation)
+        entering = entry is not None and not (entry.where is None and not entry.derived and _no_null(entry, columns))
+        fast = None if entering else self._columns_admissible(relation, columns, multiplicities)
         if fast is None:
             return self.apply(from_columns(relation, columns, multiplicities))
         self.engine.apply_columns(relation, columns, multiplicities)
@@ -734,3 +736,28 @@ def _drop_null_keys(entry: Entry, products: list[list[Any]]) -> tuple[list[list[
         dropped += before - after
         out.append(factors)
     return out, dropped
+
+
+def _no_null(entry: Entry, columns: Sequence[Any]) -> bool:
+    """Do the columns of ``entry``'s NULL join keys hold no NULL (``None``)?  A numeric numpy column has none; a
+    pyarrow array says (``null_count``); other columns are looked at value by value.  ``False`` if unsure."""
+    for position in (*entry.nonnull, *(p for p, _ in entry.null_refused)):
+        if position >= len(columns):
+            return False
+        column = columns[position]
+        if isinstance(column, np.ndarray):
+            if column.dtype.kind in "iufb":
+                continue
+            if column.dtype.kind != "O":
+                return False
+        nulls = getattr(column, "null_count", None)
+        if isinstance(nulls, int):
+            if nulls:
+                return False
+            continue
+        try:
+            if any(map(is_, column, repeat(None))):
+                return False
+        except TypeError:
+            return False
+    return True

@@ -235,3 +235,12 @@ def test_a_snapshot_keeps_the_null_join_keys() -> None:
 
     view = pickle.loads(pickle.dumps(ivm.maintain("Q() :- R(a, b), S(b, c)")))
     assert view.apply([("R", (1, None), 1)]).filtered == 1
+
+
+def test_columns_with_null_join_keys_are_dropped_and_without_them_go_as_they_are() -> None:
+    view = ivm.maintain("Q(a) :- R(a, b), S(b, c)", engine="fivm")
+    out = view.apply_columns("R", [np.array([1, 2, 3]), [5, None, 6]])
+    assert (out.applied, out.filtered) == (2, 1)
+    out = view.apply_columns("S", [np.array([5, 6]), np.array([0, 0])])
+    assert (out.applied, out.filtered) == (2, 0)
+    assert view.result() == {(1,): 1, (3,): 1}
