@@ -206,3 +206,25 @@ def test_an_update_a_query_cannot_evaluate_is_dead_lettered_and_the_batch_applie
     assert by_place[(1, "heavy")].startswith("query heavy: edges row (2, 3, 'x') cannot enter the query")
     assert "NULL at position 0 (src in edges(src, dst, w), dst in edges(dst, e2_dst, e2_w))" in by_place[(2, "paths")]
     assert {d["query"] for d in letters} == {"heavy", "paths"}  # "all" took every update, NULL as a group
+
+
+def test_a_refused_update_in_a_window_is_dead_lettered_once_and_its_expiry_refused_quietly(tmp_path: Path) -> None:
+    (tmp_path / "edges.avsc").write_text(json.dumps(EDGES))
+    text = f'[processor]\nname = "g"\nstate_dir = "{tmp_path / "state"}"\n[kafka]\nbootstrap = "127.0.0.1:39092"\n'
+    text += '[[relations]]\nname = "edges"\ntopic = "edges"\nschema = "edges.avsc"\nwindow_count = 2\n'
+    text += f'[[queries]]\nname = "heavy"\nquery = {json.dumps(EDGE_QUERIES["heavy"])}\n'
+    (tmp_path / "g.toml").write_text(text)
+    config = load_config(tmp_path / "g.toml")
+    sink = MemorySink()
+    pipeline = Pipeline(config, sink)
+    codec = RelationCodec.from_schema(load_schema(tmp_path / "edges.avsc"), "edges")
+    rows = [(1, 2, 5), (2, 3, "x"), (3, 1, 7), (2, 1, 4), (4, 4, 1)]
+    results = []
+    for offset, row in enumerate(rows):
+        key, value = codec.encode(row, 1)
+        pipeline.process([Record("edges", 0, offset, key, value)], offset)
+        results.append(pipeline.views["heavy"].result())
+    # the window holds the last two tuples; (2, 3, 'x') is refused when it comes and when it expires
+    assert results == [{(1,): 1}, {(1,): 1}, {(3,): 1}, {(3,): 1, (2,): 1}, {(2,): 1}]
+    letters = sink.on(config.dead_letter_topic)
+    assert [(d["offset"], d["query"]) for d in letters] == [(1, "heavy")]
