@@ -115,7 +115,10 @@ class View:
         if its tuple fails the selection it is dropped and counted (:attr:`Outcome.filtered`,
         :attr:`filtered`), else its computed attributes are appended; O(size of the expressions) per
         update.  A value an expression cannot evaluate (a string in arithmetic, a string compared with a
-        number) refuses the update by name.
+        number) refuses the update by name.  NULL never joins, as in SQL: an update with NULL (``None``) in a
+        join variable is dropped and counted the same way (rule syntax too), and one with NULL where a
+        self-joined relation joins in one atom but not in another is refused (``null_join_key``):
+        :class:`~ivm.query.expr.Entry`, :func:`~ivm.query.expr.null_guarded`.
 
         The state is looked up only where the policy can refuse: for deletes (``negative =
         "reject"``) and for inserts under set semantics (``duplicate = "reject"``); a batch of
