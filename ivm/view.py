@@ -510,7 +510,8 @@ class View:
         they decode), which saves a pass over the lifted values.
         """
         if self._entries:  # selections and computed attributes first; a computed value may be no finite number
-            return self._enter(updates, lambda entered: self._apply_admitted_entered(entered, finite=False))
+            vouched = finite and not any(e.derived for e in self._entries.values())
+            return self._enter(updates, lambda entered: self._apply_admitted_entered(entered, finite=vouched))
         return self._apply_admitted_entered(updates, finite=finite)
 
     def _apply_admitted_entered(self, updates: list[Any], *, finite: bool) -> Outcome:
