@@ -6,15 +6,15 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import itemgetter
+from itertools import chain, repeat
+from operator import is_, itemgetter
 from typing import Any
 
 import numpy as np
 
 from ivm.engines.base import Engine
 from ivm.policy import Policy
-from ivm.query.expr import Entry, EntryError
+from ivm.query.expr import Entry, EntryError, null_guarded
 from ivm.query.lifted import Lifted, is_finite, is_number, lifted_positions, order_family, ordered_positions
 from ivm.query.model import Query
 from ivm.updates import Row, Update, from_columns, mult_of, relation_of, row_of
@@ -79,12 +79,16 @@ class View:
         #: value's: :func:`order_family`); a value of another kind would not compare with the others
         self._ordered = ordered_positions(query)
         self._families: dict[str, Any] = {}
-        #: per relation with a selection or computed attributes, how its updates enter (:mod:`ivm.query.expr`)
-        self._entries: dict[str, Entry] = dict(query.entries)
+        #: per relation with a selection, computed attributes or join variables, how its updates enter
+        #: (:mod:`ivm.query.expr`; NULL never joins: :func:`~ivm.query.expr.null_guarded`)
+        self._entries: dict[str, Entry] = _entries_of(query)
         self._enterers = {relation: entry.compile() for relation, entry in self._entries.items()}
         self._conditions = {r: e.where.compile() for r, e in self._entries.items() if e.where is not None}
-        #: per relation, the updates its selection dropped where they entered (counted, never rejected)
-        self.filtered: dict[str, int] = dict.fromkeys((e.relation for e in query.entry if e.where is not None), 0)
+        #: every entry only drops NULL join keys (no selection, no computed attribute: a batch without NULLs passes)
+        self._null_keys_only = all(e.where is None and not e.derived for e in self._entries.values())
+        #: per relation, the updates its selection or a NULL join key dropped where they entered (counted,
+        #: never rejected)
+        self.filtered: dict[str, int] = dict.fromkeys((r for r, e in self._entries.items() if e.filters), 0)
 
     def __getstate__(self) -> dict[str, Any]:
         """The view's state for a snapshot (pickle): the compiled entries are closures, made again on load."""
@@ -95,11 +99,12 @@ class View:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        entries = state.get("_entries") or {}  # snapshots from before entries were added have none
+        entries = _entries_of(self.query)  # snapshots from before entries (or NULL join keys) were added have none
         self._entries = entries
-        self.filtered = state.get("filtered", {})
+        self.filtered = {**dict.fromkeys((r for r, e in entries.items() if e.filters), 0), **state.get("filtered", {})}
         self._enterers = {relation: entry.compile() for relation, entry in entries.items()}
         self._conditions = {r: e.where.compile() for r, e in entries.items() if e.where is not None}
+        self._null_keys_only = all(e.where is None and not e.derived for e in entries.values())
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
@@ -110,7 +115,10 @@ class View:
         if its tuple fails the selection it is dropped and counted (:attr:`Outcome.filtered`,
         :attr:`filtered`), else its computed attributes are appended; O(size of the expressions) per
         update.  A value an expression cannot evaluate (a string in arithmetic, a string compared with a
-        number) refuses the update by name.
+        number) refuses the update by name.  NULL never joins, as in SQL: an update with NULL (``None``) in a
+        join variable is dropped and counted the same way (rule syntax too), and one with NULL where a
+        self-joined relation joins in one atom but not in another is refused (``null_join_key``):
+        :class:`~ivm.query.expr.Entry`, :func:`~ivm.query.expr.null_guarded`.
 
         The state is looked up only where the policy can refuse: for deletes (``negative =
         "reject"``) and for inserts under set semantics (``duplicate = "reject"``); a batch of
@@ -126,6 +134,13 @@ class View:
         outcome indexes and names the updates as given.  Updates of other relations, and malformed ones,
         go through as they are (``then`` says what is wrong with them)."""
         items = updates if isinstance(updates, list) else list(updates)
+        if self._null_keys_only:  # NULL join keys alone: a batch without a NULL enters as it is (one C-level pass)
+            try:
+                clean = None not in chain.from_iterable(map(row_of, items))
+            except Exception:  # a malformed update, or a value whose == fails: the paths below say what is wrong
+                clean = False
+            if clean:
+                return then(items)
         fast = self._enter_batch(items, then)
         if fast is not None:
             return fast
@@ -196,11 +211,12 @@ class View:
             try:
                 if self._entries[relation].derived:
                     entered = list(map(enter, mine))
-                else:  # a selection alone: the rows that pass it, as they are
-                    where = self._conditions[relation]
-                    entered = [
-                        row if passes is True else None for row, passes in zip(mine, map(where, mine), strict=True)
-                    ]
+                else:  # a selection or NULL join keys alone: the rows that pass, as they are
+                    kept = self._entries[relation].keep(mine, self._conditions.get(relation))
+                    if kept is None:
+                        filtered[relation] = 0
+                        continue  # every row enters as it is given
+                    entered = [row if ok else None for row, ok in zip(mine, kept, strict=True)]
             except EntryError:
                 return None  # the loop says which update, and why
             new = tuple.__new__
@@ -366,7 +382,9 @@ class View:
         without a Python tuple per row); otherwise the rows are made and take :meth:`apply`, which
         says what is refused.  The same outcome and state either way.
         """
-        fast = None if relation in self._entries else self._columns_admissible(relation, columns, multiplicities)
+        entry = self._entries.get(relation)
+        entering = entry is not None and not (entry.where is None and not entry.derived and _no_null(entry, columns))
+        fast = None if entering else self._columns_admissible(relation, columns, multiplicities)
         if fast is None:
             return self.apply(from_columns(relation, columns, multiplicities))
         self.engine.apply_columns(relation, columns, multiplicities)
@@ -460,7 +478,8 @@ class View:
         for x in self._ordered.get(relation, ()):
             value = row[x.position]
             kind = order_family(value)
-            want = self._families.setdefault(x.variable, kind)
+            # the first value with an order fixes the variable's kind (one without, refused, fixes nothing)
+            want = self._families.setdefault(x.variable, kind) if kind is not None else None
             if kind is None or kind != want:
                 why = "has no order" if kind is None else f"does not compare with its other values ({_kind_name(want)})"
                 return "not_comparable", f"{_where(relation, x)} is compared by {x.aggregate}: {value!r} {why}"
@@ -491,7 +510,8 @@ class View:
         they decode), which saves a pass over the lifted values.
         """
         if self._entries:  # selections and computed attributes first; a computed value may be no finite number
-            return self._enter(updates, lambda entered: self._apply_admitted_entered(entered, finite=False))
+            vouched = finite and not any(e.derived for e in self._entries.values())
+            return self._enter(updates, lambda entered: self._apply_admitted_entered(entered, finite=vouched))
         return self._apply_admitted_entered(updates, finite=finite)
 
     def _apply_admitted_entered(self, updates: list[Any], *, finite: bool) -> Outcome:
@@ -564,7 +584,11 @@ class View:
             )
         from ivm.engines.fivm.factorizable import contains, expand_net, normalize
 
-        if relation in self._entries:
+        entry = self._entries.get(relation)
+        dropped = 0
+        if entry is not None and entry.where is None and not entry.derived:  # NULL join keys alone
+            factors, dropped = _drop_null_keys(entry, normalize(self.query, relation, factors, integers=True))
+        elif entry is not None:
             raise TypeError(
                 f"apply_factorized of {relation}, which enters the query through {self._entries[relation]}: a "
                 "factorized update is not filtered or extended per tuple (apply the expanded tuples)"
@@ -589,6 +613,9 @@ class View:
             if outcome.rejected:
                 return outcome
         outcome.applied = engine_apply(relation, factors)
+        if dropped:
+            outcome.filtered = dropped
+            self.filtered[relation] += dropped
         return outcome
 
     def load(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
@@ -670,9 +697,71 @@ class View:
         return out
 
     def stats(self) -> dict[str, int | float]:
-        """The engine's statistics; with a selection also ``entry_filtered``, the updates it dropped where they
-        entered (:attr:`filtered`)."""
+        """The engine's statistics; with a selection (or once a NULL join key was dropped) also
+        ``entry_filtered``, the updates dropped where they entered (:attr:`filtered`)."""
         stats = self.engine.stats()
-        if self.filtered:
+        if any(self.filtered.values()) or any(e.where is not None for e in self.query.entry):
             stats = {**stats, "entry_filtered": sum(self.filtered.values())}
         return stats
+
+
+def _entries_of(query: Query) -> dict[str, Entry]:
+    """Per relation, how its updates enter: the query's selections and computed attributes, and NULL join keys
+    (:func:`ivm.query.expr.null_guarded`: NULL never joins, as in SQL)."""
+    own = {e.relation: e.arity for e in query.entry}
+    relations = [(r, own.get(r, n)) for r, n in query.relations.items()]
+    atoms = [(a.relation, tuple(a.terms)) for a in query.atoms]
+    return {e.relation: e for e in null_guarded(relations, atoms, query.entry)}
+
+
+def _drop_null_keys(entry: Entry, products: list[list[Any]]) -> tuple[list[list[Any]], int]:
+    """A factorized update (normalized: factors named by column positions) without the tuples that have NULL
+    where they would join: each factor's rows with a NULL at a ``nonnull`` position dropped, which drops exactly
+    the expanded tuples holding them (the predicate is per column).  A NULL at a ``null_refused`` position
+    raises ``ValueError``.  Also the number of expanded tuples dropped."""
+    nonnull = set(entry.nonnull)
+    refused = dict(entry.null_refused)
+    out: list[list[Any]] = []
+    dropped = 0
+    for product in products:
+        before, after = 1, 1
+        factors = []
+        for positions, data in product:
+            for p, where in refused.items():
+                if p in positions and any(key[positions.index(p)] is None for key in data):
+                    raise ValueError(
+                        f"NULL at position {p} of {entry.relation} ({where}) in a factorized update: NULL never "
+                        "joins, but the relation also occurs where that position is no join variable"
+                    )
+            at = [i for i, p in enumerate(positions) if p in nonnull]
+            kept = {key: m for key, m in data.items() if not any(key[i] is None for i in at)} if at else data
+            before, after = before * len(data), after * len(kept)
+            factors.append((positions, kept))
+        dropped += before - after
+        out.append(factors)
+    return out, dropped
+
+
+def _no_null(entry: Entry, columns: Sequence[Any]) -> bool:
+    """Do the columns of ``entry``'s NULL join keys hold no NULL (``None``)?  A numeric numpy column has none; a
+    pyarrow array says (``null_count``); other columns are looked at value by value.  ``False`` if unsure."""
+    for position in (*entry.nonnull, *(p for p, _ in entry.null_refused)):
+        if position >= len(columns):
+            return False
+        column = columns[position]
+        if isinstance(column, np.ndarray):
+            if column.dtype.kind in "iufb":
+                continue
+            if column.dtype.kind != "O":
+                return False
+        nulls = getattr(column, "null_count", None)
+        if isinstance(nulls, int):
+            if nulls:
+                return False
+            continue
+        try:
+            if any(map(is_, column, repeat(None))):
+                return False
+        except TypeError:
+            return False
+    return True

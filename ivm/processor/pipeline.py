@@ -456,7 +456,7 @@ class Pipeline:
         for name, outcome in applied.outcomes.items():
             report.applied[name] = outcome.applied
             view = self.views[name]
-            refused = sum(applied.refused.get(r, 0) for r in view.query.relations)
+            refused = sum(applied.refused.get(r, 0) for r in view.query.relations) + len(outcome.rejected)
             report.results[name] = self._publish(batch_id, self.query_configs[name], view, outcome, refused)
             self._publish_model(batch_id, self.query_configs[name])
         self._publish_progress(batch_id)
@@ -478,8 +478,9 @@ class Pipeline:
     def _count_relations(self, applied: Applied) -> None:
         """Per relation: records consumed = records applied + records dead-lettered (the exported invariant)."""
         dead: Counter[str] = Counter(relation or self.relation_of_topic.get(r.topic, r.topic)
-                                     for r, _, _, _, relation in applied.dead
-                                     if r.topic != self.control_topic)  # fmt: skip
+                                     for r, _, _, query, relation in applied.dead
+                                     if r.topic != self.control_topic
+                                     and query is None)  # fmt: skip  # a query's refusal: applied to the relation
         for topic, n in applied.per_topic.items():
             if topic == self.control_topic:
                 continue
@@ -524,6 +525,9 @@ class Pipeline:
         units: dict[str, int] = {}  # per packed topic: its updates less its records (consumed counts updates)
         accepted: dict[str, int] = {}
         refusals: dict[str, int] = {}
+        # where the updates came from, for a view's refusal of one (_apply_view): (start, stop, k -> record)
+        self._sources: list[tuple[int, int, Callable[[int], Any]]] = []
+        self._view_dead: list[tuple[Record, str, str, str | None, str | None]] = []
         oldest = 0
         runs = batch.runs()
         runs.sort(key=lambda run: run[0][0] != self.control_topic)  # control records first: stable otherwise
@@ -573,6 +577,8 @@ class Pipeline:
             start = len(updates)
             if windows is not None:
                 kept = 0
+                from_record: dict[int, Any] = {}  # update index -> its record (a window's expirations have none)
+                self._sources.append((start, start, from_record.get))  # stop set below
                 for j, i in enumerate(rows):
                     if j in errors:
                         continue
@@ -588,9 +594,11 @@ class Pipeline:
                     for expired in windows.admit(update, batch.timestamp_ms[i] / 1000):
                         store.apply(expired)
                         updates.append(expired)
+                    from_record[len(updates)] = origin(j)
                     updates.append(update)
                     kept += 1
                 accepted[relation] = accepted.get(relation, 0) + kept
+                self._sources[-1] = (start, len(updates), lambda i, get=from_record.get: get(i))
                 segments.append((None, start, len(updates)))
                 _in_offset_order(dead, mark)
                 continue
@@ -605,9 +613,11 @@ class Pipeline:
                 mults = list(map(mults.__getitem__, keep))
             accepted[relation] = accepted.get(relation, 0) + len(keep)
             updates += zip(repeat(relation, len(keep)), decoded, mults, strict=True)  # type: ignore[arg-type]
+            self._sources.append((start, len(updates), lambda i, o=origin, k=keep, s=start: o(k[i - s])))
             segments.append((relation, start, len(updates)))
         outcomes = {name: self._apply_view(name, view, updates, segments)
                     for name, view in self.views.items()}  # fmt: skip
+        dead += self._view_dead
         return Applied(outcomes, dead, per_topic, oldest, accepted, refusals, acks, units)
 
     def _apply_keyed(
@@ -664,8 +674,14 @@ class Pipeline:
     ) -> ivm.Outcome:
         """Apply the admitted updates of ``view``'s relations as one batch.
 
-        The relations' contents enforced the input policy already, so a view refuses nothing; if
-        one does, the view and the contents disagree, and the batch fails (nothing is committed).
+        The relations' contents enforced the input policy already, so a view refuses nothing for the policy;
+        if one does, the view and the contents disagree, and the batch fails (nothing is committed).  A view
+        may refuse an update for its values where it enters the query (:data:`VALUE_REFUSALS`: a value its
+        selection or expression cannot evaluate, a NULL join key of a self-join, a value its aggregate cannot
+        take): that update is dead-lettered for this query with the reason, the batch's other updates are
+        applied, and the relation's contents and the other queries keep it.  Such a refusal depends on the
+        row alone, so a later delete of the same tuple is refused the same way and the view stays the query
+        over the updates it took.
         """
         relations = view.query.relations
         mine: list[tuple[str, Row, int]] = []
@@ -689,11 +705,14 @@ class Pipeline:
         # finite: RelationCodec.decode refuses a NaN or an infinity (a dead letter), so the view need not look
         outcome = view.apply_admitted(mine, finite=True)
         if outcome.rejected:
-            first = outcome.rejected[0]
-            raise RuntimeError(
-                f"query {name} refused {len(outcome.rejected)} updates its relations' contents accepted, "
-                f"first {first.update}: {first.reason}"
-            )
+            policy = [r for r in outcome.rejected if r.kind not in VALUE_REFUSALS]
+            if policy:
+                first = policy[0]
+                raise RuntimeError(
+                    f"query {name} refused {len(policy)} updates its relations' contents accepted, "
+                    f"first {first.update}: {first.reason}"
+                )
+            self._dead_letter_refused(name, view, outcome, updates, segments)
         for relation, n in self._keyed_records.items():  # a keyed relation counts records, as its input is
             if relation in relations:
                 outcome.applied += n - applied[relation]
@@ -702,6 +721,37 @@ class Pipeline:
             if n:
                 self.metrics.updates_applied.labels(name, relation).inc(n)
         return outcome
+
+    def _dead_letter_refused(
+        self,
+        name: str,
+        view: Any,
+        outcome: ivm.Outcome,
+        updates: list[tuple[str, Row, int]],
+        segments: list[tuple[str | None, int, int]],
+    ) -> None:
+        """The dead letters of the updates ``view`` refused for their values (``outcome.rejected`` indexes the
+        batch :meth:`_apply_view` gave it): each named by its record, the query and the reason.  A window's
+        expiration has no record: its refusal (the expiry of an update refused when it came) is logged."""
+        relations = view.query.relations
+        at: list[int] = []  # the batch's updates as indices of ``updates``, selected as _apply_view selects them
+        if any(relation is None for relation, _, _ in segments):
+            for relation, start, stop in segments:
+                if relation is None:
+                    at += [j for j in range(start, stop) if updates[j][0] in relations]
+                elif relation in relations:
+                    at += range(start, stop)
+        else:
+            spans = [(start, stop) for relation, start, stop in segments if relation in relations and stop > start]
+            at = interleave(list(range(len(updates))), spans)
+        sources = getattr(self, "_sources", [])
+        for refusal in outcome.rejected:
+            i = at[refusal.index]
+            record = next((source(i) for start, stop, source in sources if start <= i < stop), None)
+            if record is None:
+                log.info("query %s refused a window's expiry %s: %s", name, refusal.update, refusal.reason)
+                continue
+            self._view_dead.append((record, f"query {name}: {refusal.reason}", refusal.kind, name, refusal.update[0]))
 
     def _publish_model(self, batch_id: int, q: QueryConfig) -> None:
         model = self.state.models.get(q.name)
@@ -843,6 +893,11 @@ class Pipeline:
         )
         self.metrics.dead_letters.labels(self.config.dead_letter_topic).inc()
 
+
+#: the kinds of refusal a view makes for an update's values where it enters the query (selections, computed
+#: attributes, NULL join keys of self-joins: :class:`ivm.query.expr.EntryError`; values the aggregate cannot
+#: take: :meth:`ivm.view.View._value_violation`); the runtime dead-letters them per update and query
+VALUE_REFUSALS = frozenset({"not_a_number", "not_comparable", "not_finite", "unhashable", "null_join_key"})
 
 _POSITIVE = (0).__lt__  # t > 0: a Kafka timestamp (-1 or 0: none)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Number
 from operator import itemgetter
 from typing import Any, Literal
@@ -472,11 +472,21 @@ def conjunction(parts: Sequence[Expr]) -> Expr | None:
 
 @dataclass(frozen=True)
 class Entry:
-    """How updates of ``relation`` enter the view: its selection and its computed attributes.
+    """How updates of ``relation`` enter the view: its selection, its NULL join keys and its computed attributes.
 
     ``arity`` is the relation's own (its schema's); the view's atoms of ``relation`` have
     ``arity + len(derived)`` terms, the computed values appended in order.  :meth:`enter` maps
     one row; O(size of the expressions).
+
+    NULL never joins, as in SQL (an equi-join ``r.b = s.b`` is unknown when either side is NULL, and
+    the engines would join ``None`` with ``None``): ``nonnull`` are the positions that are a join
+    variable (a variable at two or more positions of the body) in every atom of ``relation``; a row
+    with NULL there has no join partner, so it is dropped like a row failing the selection (σ_{x IS
+    NOT NULL}, linear: a delete of such a row is dropped too).  ``null_refused`` are the positions
+    that are a join variable in some atom of a self-joined ``relation`` but not in another, each with
+    its description: a NULL there joins in none of the former and is a value in the latter, which one
+    relation-wide entry cannot express, so the row is refused (:class:`EntryError`
+    ``null_join_key``), never applied with a wrong result.
 
     >>> e = Entry("R", 2, Compare(">", Column(1, "qty"), Const(5)),
     ...           (("amount", Arithmetic("*", Column(0, "price"), Column(1, "qty"))),))
@@ -484,42 +494,166 @@ class Entry:
     ((2.5, 6, 15.0), None, None)
     >>> str(e)
     'R: WHERE qty > 5; amount := (price * qty)'
+    >>> Entry("S", 2, nonnull=(0,)).enter((None, 1)), str(Entry("S", 2, nonnull=(0,)))
+    (None, 'S: NULL never joins at position 0')
     """
 
     relation: str
     arity: int
     where: Expr | None = None
     derived: tuple[tuple[str, Expr], ...] = ()
+    #: positions that are a join variable in every atom of the relation: a NULL there drops the row
+    nonnull: tuple[int, ...] = ()
+    #: (position, description) of positions that are a join variable in some atom of the relation only: a NULL
+    #: there refuses the row
+    null_refused: tuple[tuple[int, str], ...] = ()
+
+    def _refuse_null(self, row: tuple[Value, ...]) -> None:
+        for position, where in self.null_refused:
+            if row[position] is None:
+                raise EntryError(
+                    "null_join_key",
+                    f"NULL at position {position} ({where}): NULL never joins (as in SQL), and {self.relation} "
+                    "occurs where that position is a join variable and where it is not, so the row can be neither "
+                    "dropped nor applied",
+                )
+
+    def passes(self) -> Callable[[tuple[Value, ...]], bool] | None:
+        """The row filter as one closure: ``True`` if the row enters, ``False`` if it is dropped (the selection
+        is not true, or a NULL in a ``nonnull`` position); raises :class:`EntryError` (a value an expression
+        cannot evaluate, a NULL in a ``null_refused`` position).  ``None`` if every row enters."""
+        where = self.where.compile() if self.where is not None else None
+        nonnull, refused, refuse = self.nonnull, self.null_refused, self._refuse_null
+        if where is None and not nonnull and not refused:
+            return None
+        keys = itemgetter(*nonnull) if len(nonnull) > 1 else None
+        single = nonnull[0] if len(nonnull) == 1 else None
+
+        def passes(row: tuple[Value, ...]) -> bool:
+            if where is not None and where(row) is not True:
+                return False
+            if single is not None:
+                if row[single] is None:
+                    return False
+            elif keys is not None and None in keys(row):
+                return False
+            if refused:
+                refuse(row)
+            return True
+
+        return passes
+
+    def keep(
+        self, rows: list[tuple[Value, ...]], where: Callable[[tuple[Value, ...]], Value] | None = None
+    ) -> list[bool] | None:
+        """:meth:`passes` of each row, in C-level passes where it can: ``None`` if every row enters.  Raises
+        :class:`EntryError` as :meth:`passes` does (some row, not said which).  ``where`` is the selection
+        compiled, if the caller has it."""
+        kept = None
+        if self.where is not None:
+            kept = [p is True for p in map(where or self.where.compile(), rows)]
+        for position in self.nonnull:
+            values = list(map(itemgetter(position), rows))
+            if None in values:
+                mask = [v is not None for v in values]
+                kept = mask if kept is None else [a and b for a, b in zip(kept, mask, strict=True)]
+        for position, _ in self.null_refused:
+            values = list(map(itemgetter(position), rows))
+            if None in values:
+                for row, ok in zip(rows, kept or [True] * len(rows), strict=True):
+                    if ok:
+                        self._refuse_null(row)
+        return None if kept is None or all(kept) else kept
 
     def enter(self, row: tuple[Value, ...]) -> tuple[Value, ...] | None:
-        """The row as the view's atoms see it, or ``None`` if the selection filters it out.
+        """The row as the view's atoms see it, or ``None`` if the selection filters it out (or it has NULL
+        where it would join).
 
-        Raises :class:`EntryError` if a value does not fit an expression."""
+        Raises :class:`EntryError` if a value does not fit an expression, or is a NULL in a ``null_refused``
+        position."""
         where = self.where
         if where is not None and where.evaluate(row) is not True:
             return None
+        if any(row[p] is None for p in self.nonnull):
+            return None
+        self._refuse_null(row)
         if not self.derived:
             return row
         return row + tuple(e.evaluate(row) for _, e in self.derived)
 
     def compile(self) -> Callable[[tuple[Value, ...]], tuple[Value, ...] | None]:
         """:meth:`enter` as one closure (the expressions compiled, :meth:`Expr.compile`): the same rows and errors."""
-        where = self.where.compile() if self.where is not None else None
+        passes = self.passes()
         derived = tuple(e.compile() for _, e in self.derived)
         if not derived:
-            assert where is not None
-            return lambda row: row if where(row) is True else None
-        if where is None:
+            assert passes is not None
+            return lambda row: row if passes(row) else None
+        if passes is None:
             return lambda row: row + tuple([f(row) for f in derived])
 
         def enter(row: tuple[Value, ...]) -> tuple[Value, ...] | None:
-            if where(row) is not True:
+            if not passes(row):
                 return None
             return row + tuple([f(row) for f in derived])
 
         return enter
 
+    @property
+    def filters(self) -> bool:
+        """Can a row be dropped where it enters (a selection, or NULL join keys)?"""
+        return self.where is not None or bool(self.nonnull)
+
     def __str__(self) -> str:
         parts = [f"WHERE {self.where}"] if self.where is not None else []
         parts += [f"{name} := {e}" for name, e in self.derived]
+        if self.nonnull:
+            parts.append(
+                f"NULL never joins at position{'s' if len(self.nonnull) > 1 else ''} "
+                + ", ".join(map(str, self.nonnull))
+            )
+        parts += [f"NULL refused at position {p} ({where})" for p, where in self.null_refused]
         return f"{self.relation}: {'; '.join(parts)}"
+
+
+def null_guarded(
+    relations: Sequence[tuple[str, int]], atoms: Sequence[tuple[str, tuple[str, ...]]], entries: Sequence[Entry]
+) -> tuple[Entry, ...]:
+    """``entries`` with each relation's NULL join keys (:attr:`Entry.nonnull`, :attr:`Entry.null_refused`):
+    ``relations`` are (relation, own arity) for every relation of the query, ``atoms`` (relation, terms) for
+    every atom of the body (the terms after the own arity are computed attributes).
+
+    A *join variable* is a variable at two or more positions of the body (in two atoms, or twice in one:
+    SQL's ``r.x = s.y`` and ``r.x = r.y`` are both unknown on NULL); a variable at one position (a group-by
+    key, an aggregated attribute, an unused column) keeps NULL as a value, as SQL's GROUP BY does.  Raises
+    ``ValueError`` if a computed attribute is a join variable (the SQL front end makes none)."""
+    count: dict[str, int] = {}
+    for _, terms in atoms:
+        for term in terms:
+            count[term] = count.get(term, 0) + 1
+    by_relation = {e.relation: e for e in entries}
+    out: list[Entry] = []
+    for relation, arity in relations:
+        occurrences = [terms for r, terms in atoms if r == relation]
+        nonnull: list[int] = []
+        refused: list[tuple[int, str]] = []
+        width = len(occurrences[0])
+        for position in range(width):
+            joins = [count[terms[position]] > 1 for terms in occurrences]
+            if not any(joins):
+                continue
+            if position >= arity:
+                raise ValueError(f"computed attribute {occurrences[0][position]} of {relation} is a join variable")
+            if all(joins):
+                nonnull.append(position)
+            else:
+                shown = ", ".join(f"{terms[position]} in {relation}({', '.join(terms)})" for terms in occurrences)
+                refused.append((position, shown))
+        entry = by_relation.get(relation)
+        if not nonnull and not refused:
+            if entry is not None:
+                out.append(entry)
+            continue
+        if entry is None:
+            entry = Entry(relation, arity)
+        out.append(replace(entry, nonnull=tuple(nonnull), null_refused=tuple(refused)))
+    return tuple(out)

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import ivm
+from ivm.engines import ENGINES
+from ivm.query.parse import parse
 from ivm.query.sql import parse_sql
 from ivm.shards import ShardSlice
 
@@ -69,7 +71,8 @@ def test_refusals_keep_the_index_and_the_row_as_given() -> None:
     ]
     reasons = [r.reason for r in out.rejected]
     assert reasons[0] == (
-        "orders row (2, 1, 'many', 2.0) cannot enter the query (orders: WHERE qty > 5; expr1 := (price - 1)): "
+        "orders row (2, 1, 'many', 2.0) cannot enter the query (orders: WHERE qty > 5; expr1 := (price - 1); NULL "
+        "never joins at position 1): "
         "'many' does not compare with 5 in qty > 5 (string and number)"
     )
     assert reasons[1] == "relation orders has arity 4, tuple (3, 1, 7) has 3"
@@ -158,3 +161,86 @@ def test_compiled_entries_agree_with_the_tree_on_every_value() -> None:
             except EntryError as error:
                 got = (error.kind, str(error))
             assert got == want, row
+
+
+# NULL never joins (as in SQL): a NULL join key is dropped where it enters, SQL and rule syntax alike
+
+
+PATH = "Q(a) :- R(a, b), S(b, c)"
+
+
+@pytest.mark.parametrize("engine", [n for n, cls in sorted(ENGINES.items()) if not cls.refuses(parse(PATH))])
+def test_a_null_join_key_is_dropped_counted_and_its_delete_cancels(engine: str) -> None:
+    view = ivm.maintain(PATH, engine=engine)
+    out = view.apply([("R", (1, None), 1), ("S", (None, 5), 2), ("R", (None, 2), 1), ("S", (2, None), 1)])
+    # None = None would join R(1, NULL) with S(NULL, 5); only R(NULL, 2) ⋈ S(2, NULL) joins (a NULL group key)
+    assert (out.applied, out.filtered, out.rejected) == (2, 2, [])
+    assert dict(view.enumerate()) == {(None,): 1}
+    assert view.filtered == {"R": 1, "S": 1} and view.stats()["entry_filtered"] == 2
+    out = view.apply([("S", (None, 5), -2), ("R", (1, None), -1), ("R", (None, 2), -1)])
+    assert (out.applied, out.filtered, out.rejected) == (1, 2, [])
+    assert dict(view.enumerate()) == {}
+
+
+def test_a_null_join_key_under_the_reject_policy_is_dropped_not_an_absent_delete() -> None:
+    view = ivm.maintain("Q() :- R(a, b), S(b, c)", policy=ivm.Policy(negative="reject"))
+    assert view.apply([("R", (1, None), 1)]).filtered == 1
+    out = view.apply([("R", (1, None), -1), ("R", (1, None), -1)])  # never applied: no absent delete either
+    assert (out.applied, out.filtered, out.rejected) == (0, 2, [])
+
+
+def test_a_variable_repeated_in_one_atom_is_a_join_variable_and_a_single_one_keeps_null() -> None:
+    view = ivm.maintain("Q(c) :- S(b, b, c)")
+    out = view.apply([("S", (None, None, 1), 1), ("S", (1, 1, None), 1), ("S", (2, 2, 7), 1)])
+    assert (out.applied, out.filtered) == (2, 1)
+    assert view.result() == {(None,): 1, (7,): 1}
+
+
+def test_a_null_where_a_self_join_joins_in_one_occurrence_only_is_refused_by_name() -> None:
+    view = ivm.maintain("Q(a) :- R(a, b), R(b, c)")
+    out = view.apply([("R", (None, 1), 1), ("R", (1, 2), 1), ("R", (2, 3), 1)])
+    assert out.applied == 2 and [(r.index, r.kind) for r in out.rejected] == [(0, "null_join_key")]
+    assert "NULL at position 0 (a in R(a, b), b in R(b, c))" in out.rejected[0].reason
+    assert view.result() == {(1,): 1}
+    both = ivm.maintain("Q(a) :- R(a, b), R(b, a)")  # a join variable in both occurrences: dropped
+    assert both.apply([("R", (None, 1), 1)]).filtered == 1
+
+
+def test_sql_null_join_keys_with_a_selection_and_the_batch_path() -> None:
+    view = ivm.maintain(parse_sql(SQL, SCHEMA))
+    batch = [("products", (1, "books"), 1), ("products", (None, "games"), 1)]
+    batch += [("orders", (i, None if i % 2 else 1, 7, 2.0), 1) for i in range(10)]
+    out = view.apply(batch)
+    assert (out.applied, out.filtered, out.rejected) == (6, 6, [])
+    assert view.result() == {("books",): 5 * 7 * 1.0}
+    assert view.filtered == {"orders": 5, "products": 1}
+
+
+def test_a_factorized_update_drops_its_null_join_keys() -> None:
+    view = ivm.maintain("Q() :- R(A,B), S(A,C,E), T(C,D)", engine="fivm")
+    view.apply([("R", (1, 1), 1), ("R", (None, 1), 1), ("T", (1, 1), 1)])
+    out = view.apply_factorized("S", [[("A", {1: 1, None: 1}), ("C", {1: 1}), ("E", {7: 1, None: 1})]])
+    assert (out.applied, out.filtered, view.result()) == (2, 2, 2)
+
+
+def test_a_refused_null_does_not_fix_the_kind_min_compares() -> None:
+    view = ivm.maintain("Q(a, MIN(c)) :- R(a, b), S(b, c)")
+    out = view.apply([("S", (1, None), 1), ("S", (1, 4), 1), ("R", (0, 1), 1)])
+    assert [r.kind for r in out.rejected] == ["not_comparable"] and out.applied == 2
+    assert view.result() == {(0,): 4}
+
+
+def test_a_snapshot_keeps_the_null_join_keys() -> None:
+    import pickle
+
+    view = pickle.loads(pickle.dumps(ivm.maintain("Q() :- R(a, b), S(b, c)")))
+    assert view.apply([("R", (1, None), 1)]).filtered == 1
+
+
+def test_columns_with_null_join_keys_are_dropped_and_without_them_go_as_they_are() -> None:
+    view = ivm.maintain("Q(a) :- R(a, b), S(b, c)", engine="fivm")
+    out = view.apply_columns("R", [np.array([1, 2, 3]), [5, None, 6]])
+    assert (out.applied, out.filtered) == (2, 1)
+    out = view.apply_columns("S", [np.array([5, 6]), np.array([0, 0])])
+    assert (out.applied, out.filtered) == (2, 0)
+    assert view.result() == {(1,): 1, (3,): 1}
