@@ -21,7 +21,7 @@ import pytest
 
 import ivm
 from ivm.engines import ENGINES, EngineRefused
-from ivm.engines.aggregates import GroupAggregates
+from ivm.engines.aggregates.engine import GroupAggregates
 from ivm.query.explain import explain, render_text
 from ivm.query.model import Aggregate, Atom, Comparison, Query
 from ivm.query.parse import QuerySyntaxError, parse
