@@ -4,13 +4,13 @@ Engines whose state is compiled (F-IVM's column stores, the q-hierarchical compa
 triangle's C tables) count their own allocations.  Every other engine keeps Python objects (dicts,
 sets, tuples, ints), and :func:`deep_bytes` counts those: ``sys.getsizeof`` of every object
 reachable from the engine's attributes, each object once (by identity), walking dicts, lists,
-tuples, sets, deques, objects with a ``__dict__`` or ``__slots__``, and numpy arrays (their
-``nbytes``).  Not counted: objects the interpreter shares with everything else (classes,
-functions, modules, ``None``/``True``/``False``, the small ints -5..256 CPython caches, the
-engine's :class:`~ivm.query.model.Query`), so the figure is what the state adds to the process.
-It is a lower bound of the allocator's footprint (``getsizeof`` is the object, not its malloc
-padding or the arena's free space), the same measure the Python reference of the q-hierarchical
-engine has always reported.
+tuples, sets, deques, objects with a ``__dict__`` or ``__slots__``, and numpy arrays
+(``getsizeof`` counts an array's own data; a view's base is counted once).  Not counted: objects
+the interpreter shares with everything else (classes, functions, modules, ``None``, ``True``,
+``False``, the small ints -5..256 CPython caches, the engine's query), so the figure is what the
+state adds to the process.  It is a lower bound of the allocator's footprint (``getsizeof`` is the
+object, not its malloc padding or the arena's free space), the measure the Python reference of the
+q-hierarchical engine has always reported.
 
 The walk is O(state), so :class:`Gauge` re-measures only when the number of stored tuples moved by
 an eighth (or 256) since the last measurement: ``stats()`` stays amortized O(1) per update, and the
@@ -63,7 +63,7 @@ def deep_bytes(roots: Iterable[Any], skip: Iterable[Any] = ()) -> int:
         if obj is None or t is bool or isinstance(obj, _SHARED):
             continue
         if isinstance(obj, np.ndarray):
-            total += size(obj) + (obj.nbytes if obj.base is None else 0)
+            total += size(obj)  # (an array that owns its data counts it here; a view counts its base below)
             if obj.base is not None:
                 stack.append(obj.base)
             if obj.dtype == object:

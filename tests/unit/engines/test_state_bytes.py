@@ -51,7 +51,8 @@ def _tuples(query: ivm.Query, rng: random.Random, n: int) -> list[ivm.Update]:
     out, seen = [], set()
     while len(out) < n:
         rel = names[len(out) % len(names)]
-        row = tuple(rng.randrange(40) for _ in range(arity[rel]))
+        domain = {1: 5000, 2: 60}.get(arity[rel], 20)  # room for 3,000 distinct tuples in every relation
+        row = tuple(rng.randrange(domain) for _ in range(arity[rel]))
         if (rel, row) not in seen:
             seen.add((rel, row))
             out.append(ivm.Update(rel, row, 1))
