@@ -1,4 +1,7 @@
-"""The engines: one module per algorithm, all behind :class:`Engine`.
+"""The engines: one folder per algorithm with its compiled kernels beside it, all behind :class:`Engine`.
+
+Shared below them: :mod:`~ivm.engines.base` (the protocol), :mod:`~ivm.engines.keys` (key values as
+int64 codes) and :mod:`~ivm.engines.memory` (the bytes of a Python state, for ``stats()``).
 
 Each engine computes some aggregates (:data:`COMPUTES`, by ``Aggregate.kind``)
 and no HAVING; every other query it refuses by name, through its own
