@@ -232,7 +232,7 @@ def test_a_kernel_that_does_not_load_is_named(monkeypatch: pytest.MonkeyPatch) -
     assert missing.error == "No module named 'ivm.engines.qhier._qhier_kernel'"
     assert "missing (their Python loops run, 5-10x slower): " in summary(report)
     assert "ivm.engines.qhier._qhier_kernel" in summary(report)
-    with pytest.raises(KernelsMissing, match=r"ivm\.engines\._qhier_kernel \(No module named"):
+    with pytest.raises(KernelsMissing, match=r"ivm\.engines\.qhier\._qhier_kernel \(No module named"):
         require_compiled(report, ci=True)
     assert require_compiled(report, ci=False) == report
 
