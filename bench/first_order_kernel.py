@@ -184,7 +184,7 @@ class PlainLoop:
 def make(system: str) -> Any:
     """The engine (or loop) of ``system`` (see the module docstring)."""
     import ivm
-    from ivm.engines.first_order import FirstOrderIVM
+    from ivm.engines.first_order.engine import FirstOrderIVM
     from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
     from ivm.query import parse
 

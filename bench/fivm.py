@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import duckdb
 import numpy as np
 
-from ivm.engines.first_order_general import FirstOrderDelta
+from ivm.engines.first_order.general import FirstOrderDelta
 from ivm.engines.fivm import FIVM
 from ivm.query import Query, parse
 from ivm.updates import Update

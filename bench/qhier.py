@@ -10,7 +10,7 @@ benchmark measures both, with the state's memory, on two queries,
 on data whose join degrees grow like sqrt(N) (sqrt(N) values of x), so that
 first-order IVM (delta queries over indexed base relations, result
 materialised) pays O(sqrt(N)) per update while the q-hierarchical engine does
-not.  Rows: ``qhier/compact`` (typed-array state, :mod:`ivm.engines.qhier_compact`),
+not.  Rows: ``qhier/compact`` (typed-array state, :mod:`ivm.engines.qhier.compact`),
 ``qhier/python`` (the reference), ``first-order`` and ``F-IVM`` (when registered
 and accepting the query).
 
@@ -83,7 +83,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ivm.engines import ENGINES
-from ivm.engines.qhier import QHierEngine
+from ivm.engines.qhier.engine import QHierEngine
 from ivm.query import Query, parse
 from ivm.updates import Row, Update
 
@@ -489,7 +489,7 @@ def run_child(workload_name: str, n: int, engine_name: str, args: argparse.Names
     row = Measurement(workload.name, engine_name, n_actual)
     if engine_name.startswith("qhier/"):
         if args.no_huge_pages:
-            from ivm.engines import _qhier_kernel
+            from ivm.engines.qhier import _qhier_kernel
 
             _qhier_kernel.huge_pages(False)
         engine: Any = QHierEngine(query, implementation=engine_name.split("/")[1])  # type: ignore[arg-type]

@@ -11,6 +11,14 @@ anchor's check) and the final count the anchor's.  With ``--anchor PATH`` (the a
 not part of the repository) the anchor runs too, in its own process, on the same stream; its clock is its
 own (wall time of the C++ loop, on a loaded machine an overestimate of its cost).
 
+Memory.  ``peak MB`` is each process's peak RSS: the anchor holds its stream as one int32 array, and so does
+the engine's process by default (``--input batches``: each batch's ``Update`` objects are made from the array
+just before its ``apply``, outside the clock); ``--input rows`` makes all of them up front, as the first
+version of this script did, which adds some 240 MB of Python objects to the engine's peak that are the
+benchmark's input, not the engine's state.  ``state MB`` is the engine's own ``stats()["state_bytes"]``
+after the inserts (its largest state) and ``base MB`` the process's RSS before the engine was built
+(interpreter, numpy, the stream).
+
 Run::
 
     .venv/bin/python bench/triangle_deletes.py [--anchor PATH/native_fo.py]
@@ -54,19 +62,34 @@ def stream(seed: int) -> tuple[np.ndarray, int]:
     return np.concatenate([expand(ins, 1), expand(dele, -1)]), 6 * len(ins)
 
 
-def worker(engine_name: str, batch: int, seed: int) -> dict[str, Any]:
+def rss_mb() -> float:
+    """The process's resident set now, MB (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def worker(engine_name: str, batch: int, seed: int, inputs: str = "batches") -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     import ivm
 
     rec, n_ins = stream(seed)
     names = "RST"
-    updates = [ivm.Update(names[r], (a, b), m) for r, a, b, m in rec.tolist()]
+
+    def make(part: np.ndarray) -> list[ivm.Update]:
+        return [ivm.Update(names[r], (a, b), m) for r, a, b, m in part.tolist()]
+
+    everything = make(rec) if inputs == "rows" else None
+    base_mb = rss_mb()
     view = ivm.maintain("Q() :- R(a,b), S(b,c), T(c,a)", engine=engine_name)
     engine = view.engine
     ins_s = del_s = 0.0
     q_ins = None
-    for start in range(0, len(updates), batch):
-        chunk = updates[start : start + batch]
+    state_bytes = 0
+    for start in range(0, len(rec), batch):
+        chunk = everything[start : start + batch] if everything is not None else make(rec[start : start + batch])
         split = max(0, min(len(chunk), n_ins - start))
         for part, is_insert in ((chunk[:split], True), (chunk[split:], False)):
             if not part:
@@ -80,15 +103,18 @@ def worker(engine_name: str, batch: int, seed: int) -> dict[str, Any]:
                 del_s += spent
         if q_ins is None and start + batch >= n_ins:
             q_ins = None if start + batch > n_ins else engine.result()
-    n_del = len(updates) - n_ins
+            state_bytes = int(engine.stats().get("state_bytes", 0))  # (stats() outside the clock)
+    n_del = len(rec) - n_ins
     stats = engine.stats()
     return {
         "system": f"{engine_name} ({type(engine).__name__})",
         "ins_ups": round(n_ins / ins_s),
         "del_ups": round(n_del / del_s),
-        "all_ups": round(len(updates) / (ins_s + del_s)),
+        "all_ups": round(len(rec) / (ins_s + del_s)),
         "q_final": engine.result(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "base_mb": round(base_mb),
+        "state_mb": round(state_bytes / 2**20, 1),
         "bytes_per_tuple": stats.get("bytes_per_tuple"),
     }
 
@@ -99,13 +125,19 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--anchor", type=Path, metavar="PATH", help="also run the anchor loop native_fo.py at PATH")
+    ap.add_argument(
+        "--input",
+        choices=("batches", "rows"),
+        default="batches",
+        help="make each batch's updates just before its apply (default), or all of them up front",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.engine, args.batch, args.seed)))
+        print(json.dumps(worker(args.engine, args.batch, args.seed, args.input)))
         return
     cmd = [sys.executable, __file__, "--worker", "--engine", args.engine, "--batch", str(args.batch)]
-    cmd += ["--seed", str(args.seed)]
+    cmd += ["--seed", str(args.seed), "--input", args.input]
     rows = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])]
     if args.anchor is not None:
         with tempfile.TemporaryDirectory() as d:
@@ -118,13 +150,17 @@ def main() -> None:
                 text=True,
             )
             rows.append(json.loads(out.stdout.splitlines()[-1]))
-    print("| system | inserts/s | deletes/s | deletes / inserts | all updates/s | final count | peak MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    header = "| system | inserts/s | deletes/s | deletes / inserts | all updates/s | final count | peak MB | base MB"
+    print(header + " | state MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['system']} | {r['ins_ups']:,} | {r['del_ups']:,} | {r['del_ups'] / r['ins_ups']:.2f} | "
-            f"{r['all_ups']:,} | {r['q_final']:,} | {r['peak_rss_mb']} |"
+            f"{r['all_ups']:,} | {r['q_final']:,} | {r['peak_rss_mb']} | {r.get('base_mb', '-')} | "
+            f"{r.get('state_mb', '-')} |"
         )
+    if args.anchor is not None:
+        print(f"peak memory, engine / anchor: {rows[0]['peak_rss_mb'] / rows[-1]['peak_rss_mb']:.2f}x")
     finals = {r["q_final"] for r in rows}
     if len(finals) != 1:
         raise SystemExit(f"final counts differ: {finals}")

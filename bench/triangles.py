@@ -161,7 +161,7 @@ class Recompute:
 
 
 def measure(stream_name: str, method: str, n: int, n_probes: int, seed: int) -> dict:
-    from ivm.engines.first_order import FirstOrderIVM
+    from ivm.engines.first_order.engine import FirstOrderIVM
     from ivm.engines.ivm_eps import IVMEps
     from ivm.query import parse
 

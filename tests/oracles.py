@@ -160,3 +160,10 @@ def assert_multiplicities(engine: Any, db: ZDatabase) -> None:
     for relation, table in db.rel.items():
         for row, m in table.items():
             assert engine.multiplicity(relation, row) == m, (relation, row)
+
+
+def logical_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """``stats()`` without the state's measured bytes (``state_bytes``, ``bytes_per_tuple``): a restored copy
+    holds the same state in fresh allocations (dicts sized for their contents, not their history), so
+    those two differ while every logical figure must not (an inner engine's, ``name.state_bytes``, too)."""
+    return {k: v for k, v in stats.items() if k.rpartition(".")[2] not in ("state_bytes", "bytes_per_tuple")}

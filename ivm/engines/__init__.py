@@ -1,20 +1,23 @@
-"""The engines: one module per algorithm, all behind :class:`Engine`.
+"""The engines: one folder per algorithm with its compiled kernels beside it, all behind :class:`Engine`.
+
+Shared below them: :mod:`~ivm.engines.base` (the protocol), :mod:`~ivm.engines.keys` (key values as
+int64 codes) and :mod:`~ivm.engines.memory` (the bytes of a Python state, for ``stats()``).
 
 Each engine computes some aggregates (:data:`COMPUTES`, by ``Aggregate.kind``)
 and no HAVING; every other query it refuses by name, through its own
 ``refuses`` (wrapped here, so the planner, :func:`ivm.maintain` and the
 engine's constructor all say so) instead of computing something else.  AVG,
 MIN, MAX, COUNT(DISTINCT) and HAVING are the ``aggregates`` engine's
-(:mod:`ivm.engines.aggregates`), which computes them from these engines'
+(:mod:`ivm.engines.aggregates.engine`), which computes them from these engines'
 results.
 """
 
 from collections.abc import Callable
 
-from ivm.engines.aggregates import GroupAggregates
+from ivm.engines.aggregates.engine import GroupAggregates
 from ivm.engines.base import Engine, EngineRefused
-from ivm.engines.first_order import FirstOrderIVM
-from ivm.engines.first_order_general import FirstOrderDelta
+from ivm.engines.first_order.engine import FirstOrderIVM
+from ivm.engines.first_order.general import FirstOrderDelta
 from ivm.engines.fivm import FIVM
 from ivm.engines.ivm_eps import IVMEps
 from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
@@ -23,7 +26,7 @@ from ivm.engines.ivm_eps.hybrid import SkewHybrid
 from ivm.engines.ivm_eps.loomis_whitney import IVMEpsLW
 from ivm.engines.ivm_eps.three_relations import IVMEps3R
 from ivm.engines.propagation import PropagationEngine
-from ivm.engines.qhier import QHierEngine
+from ivm.engines.qhier.engine import QHierEngine
 from ivm.query.model import RING_KINDS, Query
 
 ENGINES: dict[str, type[Engine]] = {

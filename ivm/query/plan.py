@@ -77,7 +77,7 @@ from ivm.query.verdict import Verdict
 from ivm.query.weak_q_hierarchical import weak_q_hierarchical
 
 DEFAULT_EPS = 0.5
-#: the engine of AVG, MIN, MAX, COUNT(DISTINCT) and HAVING (ivm.engines.aggregates)
+#: the engine of AVG, MIN, MAX, COUNT(DISTINCT) and HAVING (ivm.engines.aggregates.engine)
 AGGREGATES = "aggregates"
 #: the triangle count's engine under ``engine="auto"``: IVM^ε with eps chosen per relation from the data
 ADAPTIVE = "ivm_eps_auto"
@@ -124,7 +124,7 @@ def _qhier_compact(query: Query) -> bool:
     aggregate = getattr(query, "aggregate", None)
     if (aggregate is not None and aggregate.kind != "count") or getattr(query, "having", None):
         return False
-    from ivm.engines.qhier_compact import compact_available
+    from ivm.engines.qhier.compact import compact_available
 
     return compact_available()
 
@@ -334,7 +334,7 @@ def _aggregates_plan(a: Analysis, sigma: UpdatePatterns, engine: str | None, reg
 
     Each input of :func:`~ivm.query.model.aggregate_inputs` is planned as a
     query of its own; the update time is theirs plus the per-group work of
-    :class:`ivm.engines.aggregates.GroupAggregates` on each change of a
+    :class:`ivm.engines.aggregates.engine.GroupAggregates` on each change of a
     (group, x) count; results are read in O(1) per group.
 
     >>> p = plan(parse("Q(a, MIN(c)) :- R(a, b), S(b, c)"), registered={})

@@ -204,7 +204,7 @@ def test_kernels_are_the_pyx_files_setup_py_compiles() -> None:
         for p in (ROOT / package).rglob("_*.pyx")
     )
     assert discover() == expected
-    assert len(expected) >= 10 and "ivm.engines._qhier_kernel" in expected
+    assert len(expected) >= 10 and "ivm.engines.qhier._qhier_kernel" in expected
 
 
 def test_each_kernel_is_reported_as_it_loads() -> None:
@@ -222,17 +222,17 @@ def test_a_kernel_that_does_not_load_is_named(monkeypatch: pytest.MonkeyPatch) -
     real = ivm.kernels.importlib.import_module
 
     def without_qhier(name: str):
-        if name == "ivm.engines._qhier_kernel":
+        if name == "ivm.engines.qhier._qhier_kernel":
             raise ImportError(f"No module named {name!r}")
         return real(name)
 
     monkeypatch.setattr(ivm.kernels.importlib, "import_module", without_qhier)
     report = kernels()
-    (missing,) = [k for k in report if not k.compiled and k.module == "ivm.engines._qhier_kernel"]
-    assert missing.error == "No module named 'ivm.engines._qhier_kernel'"
+    (missing,) = [k for k in report if not k.compiled and k.module == "ivm.engines.qhier._qhier_kernel"]
+    assert missing.error == "No module named 'ivm.engines.qhier._qhier_kernel'"
     assert "missing (their Python loops run, 5-10x slower): " in summary(report)
-    assert "ivm.engines._qhier_kernel" in summary(report)
-    with pytest.raises(KernelsMissing, match=r"ivm\.engines\._qhier_kernel \(No module named"):
+    assert "ivm.engines.qhier._qhier_kernel" in summary(report)
+    with pytest.raises(KernelsMissing, match=r"ivm\.engines\.qhier\._qhier_kernel \(No module named"):
         require_compiled(report, ci=True)
     assert require_compiled(report, ci=False) == report
 

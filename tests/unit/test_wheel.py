@@ -62,7 +62,13 @@ def test_the_sdist_holds_the_sources_and_the_package_data(dist: tuple[Path, Path
     assert symlinks == []  # copies, not the checkout's links
     for kernel in discover():
         assert kernel.replace(".", "/") + ".pyx" in names, kernel
-    assert {"ivm/engines/_work_rule.pxd", "ivm/engines/fivm/_mem.pxd", "setup.py", "LICENSE", "NOTICE"} <= names
+    assert {
+        "ivm/engines/first_order/_work_rule.pxd",
+        "ivm/engines/fivm/_mem.pxd",
+        "setup.py",
+        "LICENSE",
+        "NOTICE",
+    } <= names
     assert {"ivm/resources/schemas/control.avsc", "ivm/resources/config/demo.toml"} <= names
     assert "ivm/resources/data/graphs/facebook_combined.edges.gz" in names
     assert not [n for n in names if n.endswith((".so", ".c", ".html"))]

@@ -87,17 +87,17 @@ While no relation is partitioned the slots are
 :class:`~ivm.engines.ivm_eps.partition.AllLightPartition` values (the
 partition at eps = 1 stored as key sets, the multiplicities other than 1
 aside) and updates run the first-order loop of
-:func:`~ivm.engines.first_order.apply_first_order`, which counts
+:func:`~ivm.engines.first_order.engine.apply_first_order`, which counts
 ``Σ_z K_j(β,z)·K_k(z,α)`` as ``|K_j(β,·) ∩ K_k(·,α)|`` when neither slot
 stores another multiplicity.  ``implementation`` picks the state and loop:
 ``"compiled"`` keeps the three slots in the compact C state
-(:class:`~ivm.engines.first_order.CompactSlot` over ``TriangleFirstOrder``,
-``ivm/engines/_triangle_kernel.pyx``: dense integer ids, open-addressing
+(:class:`~ivm.engines.first_order.engine.CompactSlot` over ``TriangleFirstOrder``,
+``ivm/engines/first_order/_triangle_kernel.pyx``: dense integer ids, open-addressing
 tables, one compiled call per batch), ``"python"`` the key sets and the
 reference loop, ``"auto"`` (the default) the compact state when it was built;
 all cost O(min(deg)) per update and hold the same relations.  A multiplicity the
 compact state does not store moves the slots to key sets (O(|D|), once), where
-the loop of :func:`~ivm.engines.first_order.first_order_kernel` continues.  A promotion
+the loop of :func:`~ivm.engines.first_order.engine.first_order_kernel` continues.  A promotion
 turns the key sets into heavy/light partitions before its major rebalancing,
 and the return of the last partitioned relation turns them back, each O(|D|),
 within the O(N^{1+min}) of the rebalancing itself.  On the compact state the
@@ -115,7 +115,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ivm.engines.first_order import (
+from ivm.engines.first_order.engine import (
     IMPLEMENTATIONS,
     CompactSlot,
     compact_memory,
@@ -130,6 +130,7 @@ from ivm.engines.ivm_eps.compact import EV_CHECK, EV_HIT, CompactPart, compact_p
 from ivm.engines.ivm_eps.engine import IVMEps
 from ivm.engines.ivm_eps.partition import AllLightPartition, HeavyLightPartition, cutoffs
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
+from ivm.engines.memory import state_memory
 from ivm.query.model import Query
 from ivm.updates import Row, Update
 
@@ -315,7 +316,8 @@ class IVMEpsAdaptive(IVMEpsTriangle):
         )
         for edge, e in zip(self.shape.edges, eps, strict=True):
             out.setdefault(f"eps.{edge.relation}", e)
-        out.update(compact_memory(self.parts, sum(p.lsize for p in self.parts)))
+        tuples = sum(p.lsize + p.hsize for p in self.parts)
+        out.update(compact_memory(self.parts, tuples) or state_memory(self, tuples))
         return out
 
     # -- switching ---------------------------------------------------------------------
@@ -366,7 +368,7 @@ class IVMEpsAdaptive(IVMEpsTriangle):
     def _to_first_order(self) -> None:
         """Store every slot as key sets (all relations at eps = 1, no views); O(|D|).
 
-        Compact slots (:class:`~ivm.engines.first_order.CompactSlot`) when the
+        Compact slots (:class:`~ivm.engines.first_order.engine.CompactSlot`) when the
         implementation uses them and every multiplicity fits, else Python key sets.
         """
         self.views = ({}, {}, {})
@@ -604,14 +606,14 @@ class IVMEpsAdaptive(IVMEpsTriangle):
             self._promote_hot_slots()
 
     def _key_set_loop(self) -> Any:
-        """The first-order loop over Python key sets (:func:`~ivm.engines.first_order.first_order_kernel`):
+        """The first-order loop over Python key sets (:func:`~ivm.engines.first_order.engine.first_order_kernel`):
         the reference for ``"python"``, else the Cython loop over the same sets when built."""
         return first_order_kernel("python" if self.implementation == "python" else "auto")
 
     def _apply_first_order(self, updates: Sequence[Any], start: int) -> int:
         """First-order IVM (IVM^eps §1.1, eps = 1 everywhere) from ``updates[start]`` on.
 
-        Runs the first-order loop (:func:`~ivm.engines.first_order.first_order_kernel`
+        Runs the first-order loop (:func:`~ivm.engines.first_order.engine.first_order_kernel`
         of ``implementation``, O(min(deg)) per update) until the end or
         an update after which a key reached the skew cutoff or ``|D|`` left
         ``[⌊N/4⌋, N)``; then keeps the size invariant (Definition 7: ``N := 2N``

@@ -1,10 +1,10 @@
-"""The IVM^eps triangle partitions and views in the compiled state (``ivm/engines/_triangle_kernel.pyx``).
+"""The IVM^eps triangle partitions and views in the compiled state (``ivm/engines/first_order/_triangle_kernel.pyx``).
 
 IVM^eps (Kara et al., ICDT'19) keeps each relation of the triangle as a
 heavy/light partition on its first variable with threshold ``N^eps``
 (Definition 6) and three views ``V[i](x_i, x_{i+2}) = Σ K_i^h·K_{i+1}^l``
 (Figure 2); an update costs O(N^max(eps,1-eps)) amortized (Theorem 3).  The
-compiled state :class:`~ivm.engines._triangle_kernel.TriangleFirstOrder`
+compiled state :class:`~ivm.engines.first_order._triangle_kernel.TriangleFirstOrder`
 holds them in C when it is partitioned:
 
 - per slot the forward index ``x -> ids of y`` and backward index ``y -> ids
@@ -43,13 +43,21 @@ from typing import Any
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, cutoffs
 
 try:  # the compiled state and its event codes, present when pip install compiled the kernel
-    from ivm.engines._triangle_kernel import EV_BLOCKED, EV_CHECK, EV_DONE, EV_HIT, EV_MAJOR, LIMIT, TriangleFirstOrder
+    from ivm.engines.first_order._triangle_kernel import (
+        EV_BLOCKED,
+        EV_CHECK,
+        EV_DONE,
+        EV_HIT,
+        EV_MAJOR,
+        LIMIT,
+        TriangleFirstOrder,
+    )
 except ImportError:  # no compiler at install time: the engines keep Python partitions
     TriangleFirstOrder = None  # type: ignore[assignment,misc]
     LIMIT = 0
     EV_DONE, EV_MAJOR, EV_HIT, EV_CHECK, EV_BLOCKED = 0, 1, 2, 3, 4
 
-#: the values of ``implementation`` (as :data:`ivm.engines.first_order.IMPLEMENTATIONS`)
+#: the values of ``implementation`` (as :data:`ivm.engines.first_order.engine.IMPLEMENTATIONS`)
 IMPLEMENTATIONS = ("auto", "compiled", "python")
 
 View = dict[object, dict[object, int]]
@@ -80,11 +88,11 @@ __all__ = [
 def uses_compact_partitions(implementation: str) -> bool:
     """Whether ``implementation`` keeps the partitions and views in the compiled state, O(1).
 
-    The same decision as the first-order slots' (:func:`ivm.engines.first_order.uses_compact`:
+    The same decision as the first-order slots' (:func:`ivm.engines.first_order.engine.uses_compact`:
     one kernel holds both): ``"python"`` never (the reference); ``"compiled"`` always (an
     ImportError when the kernel is not built); ``"auto"`` when it is built.
     """
-    from ivm.engines.first_order import uses_compact  # here: first_order imports this package
+    from ivm.engines.first_order.engine import uses_compact  # here: first_order imports this package
 
     return uses_compact(implementation)
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ivm.engines.base import Engine
+from ivm.engines.ivm_eps.variants import variant
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape, triangle_shape
 
@@ -72,17 +73,13 @@ class IVMEps(Engine):
 
     def __new__(cls, query: Query | None = None, *args: Any, **kwargs: Any) -> IVMEps:
         if cls is IVMEps and query is not None:
-            from ivm.engines.ivm_eps.listing import IVMEpsListing
-            from ivm.engines.ivm_eps.self_join import IVMEpsSelfJoin
-            from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
-
             shape = count_shape(query)
             if query.free:
-                cls = IVMEpsListing
+                cls = variant("listing")
             elif isinstance(shape, TriangleShape) and is_direct_self_join(shape):
-                cls = IVMEpsSelfJoin
+                cls = variant("self_join")
             else:
-                cls = IVMEpsTriangle
+                cls = variant("count")
         return super().__new__(cls)
 
     def __init__(self, query: Query, eps: EpsSpec = 0.5, implementation: str = "auto") -> None:

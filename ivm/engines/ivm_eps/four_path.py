@@ -82,6 +82,7 @@ from typing import Any
 
 from ivm.engines.base import Engine
 from ivm.engines.ivm_eps.partition import Index, cutoffs, entry_add, index_add, resized
+from ivm.engines.memory import state_memory
 from ivm.query.model import Atom, Query
 from ivm.query.parse import parse  # noqa: F401  (doctests)
 from ivm.updates import Row, Update
@@ -562,6 +563,7 @@ class IVMEps4Path(Engine):
                 "minor_rebalances": self.minor_rebalancings,
             }
         )
+        out.update(state_memory(self, int(out["base_tuples"])))
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -48,9 +48,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ivm.engines.ivm_eps.compact import CompactGroups, CompactListing, CompactPart, CompactTops
-from ivm.engines.ivm_eps.engine import EpsSpec
+from ivm.engines.ivm_eps.engine import EpsSpec, IVMEps
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle
+from ivm.engines.ivm_eps.variants import register
 from ivm.query.model import Query
 from ivm.updates import Row
 
@@ -96,6 +97,7 @@ def _matches(left: dict[object, int] | None, right: dict[object, int] | None) ->
                 yield z, u, v
 
 
+@register("listing")
 class IVMEpsListing(IVMEpsTriangle):
     """Triangle listing under updates (Theorem 21); also keeps the count ``Q``.
 
@@ -152,8 +154,6 @@ class IVMEpsListing(IVMEpsTriangle):
 
     @classmethod
     def refuses(cls, query: Query) -> str | None:
-        from ivm.engines.ivm_eps.engine import IVMEps
-
         reason = IVMEps.refuses(query)
         if reason is None and not query.free:
             return "no free variables: this is the triangle count (IVMEpsTriangle)"

@@ -74,6 +74,7 @@ from typing import Any
 from ivm.engines.base import Engine
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index, resized
 from ivm.engines.ivm_eps.triangle import view_add as index_row_add  # ``index[rest][value] += m``, zeros dropped
+from ivm.engines.memory import state_memory
 from ivm.query.model import Query
 from ivm.query.parse import parse  # noqa: F401  (used by the doctests)
 from ivm.updates import Row, Update
@@ -368,6 +369,7 @@ class IVMEpsLW(Engine):
         for i in range(n):
             out[f"heavy_keys_R{i + 1}"] = len(slots[i].hf)
             out[f"view_entries_V{i + 1}"] = len(self.views[i])
+        out.update(state_memory(self, self.size))
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -43,11 +43,14 @@ from ivm.engines.ivm_eps.compact import (
 from ivm.engines.ivm_eps.engine import EpsSpec, IVMEps, count_shape, eps_for, is_direct_self_join
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, cutoffs, resized
 from ivm.engines.ivm_eps.triangle import View, intersect, join_view, view_add
+from ivm.engines.ivm_eps.variants import register
+from ivm.engines.memory import state_memory
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape
 from ivm.updates import Row, Update
 
 
+@register("self_join")
 class IVMEpsSelfJoin(IVMEps):
     """The self-join triangle count (Appendix B, Figure 5 corrected); O(N^max) amortized.
 
@@ -159,6 +162,8 @@ class IVMEpsSelfJoin(IVMEps):
         return self.part.get(row[1], row[0]) if self.flipped else self.part.get(row[0], row[1])
 
     def stats(self) -> dict[str, int | float]:
+        from ivm.engines.first_order.engine import compact_memory  # (first_order imports this package)
+
         return {
             "result": self.count,
             "updates_applied": self.updates_applied,
@@ -170,7 +175,7 @@ class IVMEpsSelfJoin(IVMEps):
             "major_rebalances": self.major_rebalances,
             "minor_rebalances": self.minor_rebalances,
             "tuples_moved": self.tuples_moved,
-        }
+        } | (compact_memory([self.part], self.part.size) or state_memory(self, self.part.size))
 
     def on_update(self, x: object, y: object, m: int) -> None:
         """OnUpdate (Figure 4) for ``δR = {(x, y) ↦ m}``."""

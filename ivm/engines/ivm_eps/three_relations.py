@@ -66,6 +66,7 @@ from ivm.engines.base import Engine
 from ivm.engines.ivm_eps.engine import EpsSpec, eps_for
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, entry_add, resized
 from ivm.engines.ivm_eps.triangle import IVMEpsTriangle, intersect
+from ivm.engines.memory import state_memory
 from ivm.query.model import Atom, Query
 from ivm.query.parse import parse
 from ivm.query.three_relations import ThreeRelationClass, as_distinct_relations, three_relation_class
@@ -307,6 +308,13 @@ class IVMEps3R(Engine):
                     "partitioned_relations": 0,
                 }
             )
+        # the triangle plan's engine counts its own state (compiled or not); the rest is Python objects
+        memory = state_memory(self, int(out["base_tuples"]), exclude=("triangle",))
+        if self.plan == "triangle":
+            memory["state_bytes"] += int(inner.get("state_bytes", 0))
+            tuples = out["base_tuples"]
+            memory["bytes_per_tuple"] = round(memory["state_bytes"] / tuples, 1) if tuples else 0.0
+        out.update(memory)
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -58,6 +58,8 @@ from ivm.engines.ivm_eps.compact import (
 )
 from ivm.engines.ivm_eps.engine import EpsSpec, IVMEps, count_shape, eps_for
 from ivm.engines.ivm_eps.partition import HeavyLightPartition, Index, cutoffs, resized
+from ivm.engines.ivm_eps.variants import register
+from ivm.engines.memory import state_memory
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape
 from ivm.updates import Row, Update
@@ -125,6 +127,7 @@ def join_view(heavy_bwd: Index, light_fwd: Index) -> View:
     return view
 
 
+@register("count")
 class IVMEpsTriangle(IVMEps):
     """IVM^eps for the triangle count (Theorem 3): O(N^max(eps,1-eps)) amortized per update.
 
@@ -274,7 +277,7 @@ class IVMEpsTriangle(IVMEps):
         self.views = tuple(views)  # type: ignore[assignment]
 
     def stats(self) -> dict[str, int | float]:
-        from ivm.engines.first_order import compact_memory  # (first_order imports this package)
+        from ivm.engines.first_order.engine import compact_memory  # (first_order imports this package)
 
         heavy_keys = sum(len(p.hf) for p in self.parts)
         return {
@@ -290,7 +293,7 @@ class IVMEpsTriangle(IVMEps):
             "major_rebalances": self.major_rebalances,
             "minor_rebalances": self.minor_rebalances,
             "tuples_moved": self.tuples_moved,
-        } | compact_memory(self.parts, self.size)  # state_bytes, bytes_per_tuple (the compiled state)
+        } | (compact_memory(self.parts, self.size) or state_memory(self, self.size))  # state_bytes, bytes_per_tuple
 
     # -- OnUpdate / ApplyUpdate (Figures 3 and 4) --------------------------------------
 

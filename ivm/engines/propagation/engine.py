@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivm.engines.base import Engine
+from ivm.engines.memory import state_memory
 from ivm.engines.propagation.delta import AnswerDelta
 from ivm.engines.propagation.planning import TreePlan, choose_tree
 from ivm.engines.propagation.views import SemijoinViews
@@ -295,6 +296,7 @@ class PropagationEngine(Engine):
         for relation, atom in self._atoms_of.items():
             on, off = self.views.flips(atom)
             out[f"flips.{relation}"] = on + off
+        out.update(state_memory(self, int(out["base_tuples"])))
         return out
 
     def __getstate__(self) -> dict[str, Any]:

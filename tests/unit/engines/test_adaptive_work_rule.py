@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from ivm.engines.first_order import (
+from ivm.engines.first_order.engine import (
     FirstOrderIVM,
     TriangleFirstOrder,
     apply_first_order_compiled,

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from ivm.engines import first_order
-from ivm.engines.first_order import (
+from ivm.engines.first_order import engine as first_order
+from ivm.engines.first_order.engine import (
     FirstOrderIVM,
     apply_first_order_compiled,
     apply_first_order_python,
@@ -45,7 +45,7 @@ def test_kernel_is_built_under_ci() -> None:
     """CI builds the extension with ``pip install -e .``: a missing build must fail there, not skip."""
     if not CI and not BUILT:
         pytest.skip("not under CI and the kernel is not built")
-    assert BUILT, "ivm.engines._first_order_kernel did not build (Cython or a C compiler missing?)"
+    assert BUILT, "ivm.engines.first_order._first_order_kernel did not build (Cython or a C compiler missing?)"
     assert first_order_kernel("auto") is apply_first_order_compiled
     assert first_order.apply_first_order is apply_first_order_compiled
 
@@ -185,7 +185,7 @@ def test_direct_self_join_one_edge_relation(batch: int) -> None:
         python.apply(stream[i : i + batch])
         assert compiled.result() == python.result()
         assert [part_state(p) for p in compiled._slots] == [part_state(p) for p in python._slots]
-    assert without_memory(compiled.stats()) == python.stats()
+    assert without_memory(compiled.stats()) == without_memory(python.stats())
 
 
 @needs_kernel
@@ -271,6 +271,6 @@ def test_interned_ints_are_shared_and_not_in_snapshots(implementation: str) -> N
 
 
 def without_memory(stats: dict) -> dict:
-    """``stats()`` without the compact state's byte counts (the Python slots report none)."""
+    """``stats()`` without the byte counts (the compact state and the Python slots measure different things)."""
     assert "bytes_per_tuple" not in stats or stats["bytes_per_tuple"] > 0 or not stats["state_tuples"]
     return {k: v for k, v in stats.items() if k not in ("state_bytes", "bytes_per_tuple")}

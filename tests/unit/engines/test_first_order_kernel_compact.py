@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from ivm.engines import first_order
-from ivm.engines.first_order import (
+from ivm.engines.first_order import engine as first_order
+from ivm.engines.first_order.engine import (
     CompactSlot,
     FirstOrderIVM,
     TriangleFirstOrder,
@@ -118,7 +118,7 @@ def test_first_order_engine_matches_python(text: str, batch: int) -> None:
                 assert slots_state(compiled._slots) == slots_state(python._slots)
         assert compiled.result() == brute_count(python)
         assert slots_state(compiled._slots) == slots_state(python._slots)
-        assert without_memory(compiled.stats()) == python.stats()
+        assert without_memory(compiled.stats()) == without_memory(python.stats())
         for rel, row, _ in stream[:200]:
             assert compiled.multiplicity(rel, row) == python.multiplicity(rel, row)
 
@@ -241,7 +241,7 @@ def test_adaptive_invariants_with_compact_slots(promote: str, cost: int) -> None
         python.apply(stream[i : i + 40])
         check_invariants(engine)
         assert engine.result() == python.result()
-        assert without_memory(engine.stats()) == python.stats()
+        assert without_memory(engine.stats()) == without_memory(python.stats())
         seen_compact |= isinstance(engine.parts[0], CompactSlot) and engine.size > 0
     assert engine.promotions > 0 and engine.demotions > 0
     assert seen_compact and isinstance(engine.parts[0], CompactSlot)
@@ -391,7 +391,7 @@ def test_state_holds_no_python_object_per_tuple() -> None:
 
 
 def without_memory(stats: dict) -> dict:
-    """``stats()`` without the compact state's byte counts (the Python slots report none)."""
+    """``stats()`` without the byte counts (the compact state and the Python slots measure different things)."""
     assert "bytes_per_tuple" not in stats or stats["bytes_per_tuple"] > 0 or not stats["state_tuples"]
     return {k: v for k, v in stats.items() if k not in ("state_bytes", "bytes_per_tuple")}
 

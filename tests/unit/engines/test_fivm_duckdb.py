@@ -194,7 +194,7 @@ def test_listing_matches_count_engine_and_batches(seed: int) -> None:
 @pytest.mark.parametrize("kind", ["sum", "covariance"])
 def test_first_order_baseline_agrees_with_fivm(seed: int, kind: str) -> None:
     """The benchmark's 1-IVM baseline (one delta query per aggregate) computes the same results."""
-    from ivm.engines.first_order_general import FirstOrderDelta
+    from ivm.engines.first_order.general import FirstOrderDelta
 
     rng = random.Random(3000 + seed)
     query = random_query(rng, kind)

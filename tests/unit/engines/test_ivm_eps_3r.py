@@ -25,7 +25,7 @@ from ivm.engines.ivm_eps.three_relations import IVMEps3R
 from ivm.engines.ivm_eps.three_relations_invariants import check_3r_invariants
 from ivm.query import parse
 from ivm.query.model import Atom, Query
-from tests.oracles import ZDatabase, assert_multiplicities, count, hub_stream, replay
+from tests.oracles import ZDatabase, assert_multiplicities, count, hub_stream, logical_stats, replay
 
 EPS = [0.0, 0.3, 0.5, 1.0]
 
@@ -187,14 +187,14 @@ def test_snapshot_round_trip() -> None:
             engine.apply([update])
             base.apply(*update)
         copy = IVMEps3R.restore(engine.snapshot())
-        assert copy.stats() == engine.stats()
+        assert logical_stats(copy.stats()) == logical_stats(engine.stats())
         for update in updates[100:]:
             engine.apply([update])
             copy.apply([update])
             base.apply(*update)
         check_3r_invariants(copy)
         assert copy.result() == engine.result() == count(query, base.rel)
-        assert copy.stats() == engine.stats()
+        assert logical_stats(copy.stats()) == logical_stats(engine.stats())
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """IVM^eps's partitions and views in the compiled state against the Python reference, update by update.
 
-The compiled partitioned state (``ivm/engines/_triangle_kernel.pyx``, read through
+The compiled partitioned state (``ivm/engines/first_order/_triangle_kernel.pyx``, read through
 :mod:`ivm.engines.ivm_eps.compact`) runs ApplyUpdate (Figure 3), OnUpdate with
 minor and major rebalancing (Figure 4) and the self-join's Figure 5 in C.  Here
 it must hold exactly what the reference (``implementation="python"``) holds after
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 import ivm
-from ivm.engines import first_order
+from ivm.engines.first_order import engine as first_order
 from ivm.engines.ivm_eps import IVMEps, IVMEpsListing, IVMEpsSelfJoin, IVMEpsTriangle, check_invariants
 from ivm.engines.ivm_eps import compact as compact_module
 from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive

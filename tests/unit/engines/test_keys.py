@@ -291,7 +291,7 @@ def test_triangle_compiled_keys_of_every_type_equal_the_reference(kind: str, eps
 def test_qhier_compact_keys_of_every_type_equal_the_reference(kind: str) -> None:
     """The q-hierarchical engine's compact state (values interned to codes) against the Python reference,
     with a snapshot restored mid-stream; no fallback (``choice()["implementation"]`` stays ``compact``)."""
-    from ivm.engines.qhier import QHierEngine
+    from ivm.engines.qhier.engine import QHierEngine
 
     query = ivm.parse("Q(a, b) :- R(a, b), S(a, c), T(a)")
     try:

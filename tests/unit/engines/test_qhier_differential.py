@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import ivm
 from ivm.engines import EngineRefused
-from ivm.engines.qhier import QHierEngine, StaleEnumeration
+from ivm.engines.qhier.engine import QHierEngine, StaleEnumeration
 from ivm.policy import Policy
 from ivm.query import Atom, Query, parse
 from ivm.query.q_hierarchical import q_hierarchical

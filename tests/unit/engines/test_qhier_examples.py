@@ -13,8 +13,8 @@ import pytest
 
 import ivm
 from ivm.engines import ENGINES, EngineRefused
-from ivm.engines.qhier import QHierEngine, StaleEnumeration
-from ivm.engines.qhier_compact import compact_available
+from ivm.engines.qhier.compact import compact_available
+from ivm.engines.qhier.engine import QHierEngine, StaleEnumeration
 from ivm.policy import Policy
 from ivm.query import parse
 

@@ -20,8 +20,9 @@ from collections import Counter
 
 import pytest
 
-from ivm.engines.qhier import QHierEngine, StaleEnumeration
-from ivm.engines.qhier_compact import QHierCompactEngine, compact_available, python_state
+from ivm.engines.qhier.compact import QHierCompactEngine, compact_available
+from ivm.engines.qhier.engine import QHierEngine, StaleEnumeration
+from ivm.engines.qhier.registry import python_state
 from ivm.query import Query, parse
 from ivm.updates import Row, Update
 
@@ -243,7 +244,7 @@ def test_compact_state_is_not_walked_by_the_collector() -> None:
 
 
 def test_without_the_kernel_auto_falls_back_and_snapshots_still_restore(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ivm.engines import qhier_compact
+    from ivm.engines.qhier import compact as qhier_compact
 
     query = parse("Q(x,y) :- R(x,y), S(x,z), T(x)")
     fast = QHierEngine(query, implementation="compact")

@@ -21,11 +21,12 @@ import pytest
 
 import ivm
 from ivm.engines import ENGINES, EngineRefused
-from ivm.engines.aggregates import GroupAggregates
+from ivm.engines.aggregates.engine import GroupAggregates
 from ivm.query.explain import explain, render_text
 from ivm.query.model import Aggregate, Atom, Comparison, Query
 from ivm.query.parse import QuerySyntaxError, parse
 from ivm.query.sql import parse_sql
+from tests.oracles import logical_stats
 
 SCHEMA = {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "D"]}
 
@@ -249,7 +250,7 @@ def test_batch_equals_one_by_one_snapshot_and_deltas(sql: str) -> None:
     assert sorted(batched.enumerate()) == sorted(single.enumerate())
     restored = GroupAggregates.restore(batched.engine.snapshot())
     assert same(restored.result(), batched.result())
-    assert pickle.loads(pickle.dumps(batched.engine)).stats() == batched.engine.stats()
+    assert logical_stats(pickle.loads(pickle.dumps(batched.engine)).stats()) == logical_stats(batched.engine.stats())
     for relation, row, _ in stream[:40]:
         assert restored.multiplicity(relation, row) == batched.engine.multiplicity(relation, row)
     restored.apply(stream[:10])

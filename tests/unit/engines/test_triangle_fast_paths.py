@@ -18,7 +18,7 @@ import random
 import pytest
 
 import ivm
-from ivm.engines.first_order import FirstOrderIVM
+from ivm.engines.first_order.engine import FirstOrderIVM
 from ivm.engines.ivm_eps import check_invariants
 from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
 from ivm.engines.ivm_eps.partition import AllLightPartition, HeavyLightPartition

@@ -16,8 +16,8 @@ import pytest
 import ivm
 from ivm.engines import ENGINES
 from ivm.engines.fivm import FIVM
-from ivm.engines.qhier import CONSOLIDATE_AT, CONSOLIDATE_MIN_BATCH, QHierEngine, consolidates
-from ivm.engines.qhier_compact import compact_available
+from ivm.engines.qhier.compact import compact_available
+from ivm.engines.qhier.engine import CONSOLIDATE_AT, CONSOLIDATE_MIN_BATCH, QHierEngine, consolidates
 from ivm.query import parse
 from ivm.query.explain import explain, render_text
 from ivm.query.plan import plan
@@ -60,7 +60,7 @@ def test_q_hierarchical_with_constant_view_tree_runs_on_the_measured_best(text):
 
 
 def test_without_the_compact_state_a_count_stays_on_fivm(monkeypatch):
-    monkeypatch.setattr("ivm.engines.qhier_compact.compact_available", lambda: False)
+    monkeypatch.setattr("ivm.engines.qhier.compact.compact_available", lambda: False)
     p = plan(parse("Q() :- R(a,b), S(a,c)"))
     assert p.engine == "fivm" and "not built here" in p.why
 

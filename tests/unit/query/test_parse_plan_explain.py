@@ -8,7 +8,7 @@ import random
 import pytest
 
 import ivm
-from ivm.engines.qhier_compact import compact_available
+from ivm.engines.qhier.compact import compact_available
 from ivm.processor.commands import explain as explain_command
 from ivm.query import parse
 from ivm.query.explain import explain, render_text

@@ -49,7 +49,7 @@ result, the change since the empty start); until then updates cost O(1) and
 afterwards O(1 + number of answers whose multiplicity changes).
 
 Implementations.  This module's item objects are the reference
-(``implementation="python"``); :mod:`ivm.engines.qhier_compact` keeps the same
+(``implementation="python"``); :mod:`ivm.engines.qhier.compact` keeps the same
 structure in typed arrays of a compiled kernel (``"compact"``, the default
 ``"auto"`` when built), with no per-tuple Python object for the cyclic
 collector to walk.  ``stats()["bytes_per_tuple"]`` reports either one's state.
@@ -62,6 +62,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from ivm.engines.base import Engine
+from ivm.engines.qhier import registry
 from ivm.query.model import Query
 from ivm.query.q_hierarchical import q_hierarchical
 from ivm.query.qtree import QTree, canonical_qtrees
@@ -72,7 +73,7 @@ Consolidation = Literal["auto", "always", "never"]
 Implementation = Literal["auto", "compact", "python"]
 
 #: the values of ``implementation``: "python" is this module's reference code path, "compact" the typed-array
-#: state of :mod:`ivm.engines.qhier_compact` (needs the compiled kernel), "auto" the compact one when built
+#: state of :mod:`ivm.engines.qhier.compact` (needs the compiled kernel), "auto" the compact one when built
 IMPLEMENTATIONS: tuple[str, ...] = ("auto", "compact", "python")
 
 #: fold a batch into a Z-set first when at least this fraction of its updates repeat a tuple of the
@@ -220,7 +221,7 @@ class QHierEngine(Engine):
         or ``"never"``.  The result is the same either way.
     implementation:
         ``"auto"`` (default): the compact state of
-        :class:`~ivm.engines.qhier_compact.QHierCompactEngine` (items as rows of
+        :class:`~ivm.engines.qhier.compact.QHierCompactEngine` (items as rows of
         typed arrays the cyclic collector never walks, 35-55 bytes per integer
         tuple instead of ~400) when its kernel is compiled, else this class;
         ``"compact"`` requires the kernel; ``"python"`` is this class, the
@@ -245,7 +246,7 @@ class QHierEngine(Engine):
         """Pick the implementation: ``QHierEngine(query, implementation=...)`` may build a compact engine.
 
         ``"python"`` is this class (the reference), ``"compact"`` the typed-array
-        state of :class:`~ivm.engines.qhier_compact.QHierCompactEngine` (an
+        state of :class:`~ivm.engines.qhier.compact.QHierCompactEngine` (an
         :class:`ImportError` when its kernel is not compiled), ``"auto"`` (the
         default) the compact one when the kernel is built, else the reference.
         """
@@ -254,10 +255,9 @@ class QHierEngine(Engine):
             if implementation not in IMPLEMENTATIONS:
                 raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
             if implementation != "python":
-                from ivm.engines import qhier_compact
-
-                if implementation == "compact" or qhier_compact.compact_available():
-                    return super().__new__(qhier_compact.QHierCompactEngine)
+                compact, available = registry.implementation("compact")
+                if implementation == "compact" or available():
+                    return super().__new__(compact)
         return super().__new__(cls)
 
     def __init__(
@@ -837,9 +837,7 @@ class QHierEngine(Engine):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "relations" in state:  # a snapshot of the compact implementation
-            from ivm.engines.qhier_compact import python_state
-
-            state = python_state(state)
+            state = registry.python_state(state)
         self.query = state["query"]
         self.semantics = state["semantics"]
         self.evaluated = _core(self.query) if self.semantics == "set" else self.query

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ivm.engines.base import Engine
+from ivm.engines.memory import state_memory
 from ivm.query.model import Query
 from ivm.rings.covariance import Covariance
 from ivm.rings.exact import exact, read_result
@@ -209,4 +210,4 @@ class FirstOrderDelta(Engine):
             "aggregates": len(self.terms),
             "delta_queries": self.delta_queries,
             "result_groups": len(self.totals),
-        }
+        } | state_memory(self, sum(len(rows) for rows in self.base.values()))

@@ -40,7 +40,7 @@ int64; an update whose multiplicity, or a stored multiplicity, exceeds
 ``LIMIT`` in absolute value (or is not an int) is not applied here:
 :meth:`TriangleFirstOrder.apply` stops before it and reports it *blocked*, and
 the engine continues with the Python reference loop on Python slots
-(:mod:`ivm.engines.first_order`).  Space is O(|D|): ids no longer stored are
+(:mod:`ivm.engines.first_order.engine`).  Space is O(|D|): ids no longer stored are
 renumbered away once they outnumber ``4|D| + 4096`` (:meth:`TriangleFirstOrder.compact`).
 
 **The partitioned mode** (:meth:`TriangleFirstOrder.set_partitioned`, IVM^eps
@@ -75,7 +75,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
 from libc.stdlib cimport calloc, free
 
-from ivm.engines._work_rule cimport work_step
+from ivm.engines.first_order._work_rule cimport work_step
 from ivm.engines.fivm._mem cimport ivm_alloc, ivm_free, ivm_grow
 
 from array import array
@@ -1716,7 +1716,7 @@ cdef class TriangleFirstOrder:
 
     ``occurrences`` maps each relation to its ``[(slot, flipped)]`` in cycle
     order (a relation of a self-join feeds several slots, in turn: the
-    telescoping delta rule of :mod:`ivm.engines.first_order`).  Space is
+    telescoping delta rule of :mod:`ivm.engines.first_order.engine`).  Space is
     O(|D|): per stored tuple and direction 4 bytes in the array, up to 8 more
     in the position table and, for dense keys, a bitset of at most 4 words per
     id held; 32 bytes per id, slot and direction; 16 per entry of the int map
@@ -1848,7 +1848,7 @@ cdef class TriangleFirstOrder:
     ):
         """First-order IVM (IVM^eps §1.1) of ``updates[start:]`` in order; O(min(deg)) per update.
 
-        The same contract as :func:`ivm.engines.first_order.apply_first_order_python`
+        The same contract as :func:`ivm.engines.first_order.engine.apply_first_order_python`
         (stops after the update that makes |D| reach ``hi`` or fall below ``lo``
         or a key reach degree ``hot``), returning ``(index of the next update,
         count, non-zero updates applied, (slot, key, degree) or None,

@@ -39,6 +39,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from ivm.engines.base import Engine
+from ivm.engines.memory import state_memory
 from ivm.query.model import VALUE_KINDS, Aggregate, Query, aggregate_inputs
 from ivm.rings.exact import read_result
 from ivm.updates import Row, Update
@@ -296,4 +297,12 @@ class GroupAggregates(Engine):
             "value_changes": self.value_changes,
             "view_keys": sum(int(s.get("view_keys", 0)) for s in inner) + sum(len(v.counts) for v in multisets),
             "updates_applied": int(inner[0].get("updates_applied", 0)),
-        }
+        } | self._memory(inner)
+
+    def _memory(self, inner: list[dict[str, int | float]]) -> dict[str, int | float]:
+        """The inner engines' state (as each counts it) plus this engine's own (the value multisets, the
+        groups), per tuple of the first inner engine's base relations."""
+        own = state_memory(self, int(inner[0].get("base_tuples", 0)), exclude=("engines",))
+        total = int(own["state_bytes"]) + sum(int(s.get("state_bytes", 0)) for s in inner)
+        tuples = int(inner[0].get("base_tuples", 0)) or int(inner[0].get("state_tuples", 0))
+        return {"state_bytes": total, "bytes_per_tuple": round(total / tuples, 1) if tuples else 0.0}

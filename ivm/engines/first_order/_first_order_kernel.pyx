@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """Compiled first-order IVM loop for the triangle count (IVM^eps App. A.1, §1.1).
 
-The same loop as :func:`ivm.engines.first_order.apply_first_order_python` (the
+The same loop as :func:`ivm.engines.first_order.engine.apply_first_order_python` (the
 reference), over the SAME Python state: the dicts of sets and the ``other``
 dicts of :class:`~ivm.engines.ivm_eps.partition.AllLightPartition`, read and
 written in place through the CPython dict/set API (no second copy of the state,
@@ -20,7 +20,7 @@ from cpython.ref cimport PyObject
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdint cimport int64_t
 
-from ivm.engines._work_rule cimport work_step
+from ivm.engines.first_order._work_rule cimport work_step
 
 import sys
 
@@ -166,7 +166,7 @@ def apply_first_order(
     count, non-zero updates applied, (slot, key, degree) or None)``.  ``work``:
     the counter ``[E, r, W]`` of the work rule, updated in place exactly as the
     reference does (``E := max(0, E + w - r)`` per update, stop once ``E ≥ |D|`` and
-    ``E > 0``; see :func:`ivm.engines.first_order.work_exceeded`).
+    ``E > 0``; see :func:`ivm.engines.first_order.engine.work_exceeded`).
     """
     cdef Py_ssize_t nslots = len(slots)
     cdef Py_ssize_t *sizes = <Py_ssize_t *> PyMem_Malloc(max(nslots, 1) * sizeof(Py_ssize_t))

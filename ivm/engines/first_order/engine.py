@@ -18,13 +18,13 @@ slots already updated, this is exact.
 The delta rule is written once, in :func:`apply_first_order_python` (the
 reference); the adaptive IVM^eps engine (:mod:`ivm.engines.ivm_eps.adaptive`)
 runs the same loop while no relation is partitioned.  The same loop compiled
-with Cython (``ivm/engines/_first_order_kernel.pyx``, built by ``pip install``)
+with Cython (``ivm/engines/first_order/_first_order_kernel.pyx``, built by ``pip install``)
 runs over the same dicts and sets without per-update interpretation;
 :func:`first_order_kernel` picks one by name (``"auto"``: the compiled loop when
 it is built, else the Python one) and :func:`apply_first_order` is the ``"auto"``
 choice.
 
-The compact state (``ivm/engines/_triangle_kernel.pyx``,
+The compact state (``ivm/engines/first_order/_triangle_kernel.pyx``,
 :class:`TriangleFirstOrder`) goes further: the three slots live in C tables
 of dense integer ids (no Python set or int object per stored tuple) and a
 batch is applied by one compiled call, still O(min(deg)) per update.
@@ -46,6 +46,7 @@ from typing import Any
 
 from ivm.engines.base import Engine
 from ivm.engines.ivm_eps.partition import AllLightPartition, HeavyLightPartition
+from ivm.engines.memory import state_memory
 from ivm.query.model import Query
 from ivm.query.triangle import TriangleShape, triangle_shape
 from ivm.updates import Row, Update
@@ -235,7 +236,7 @@ def apply_first_order_python(
 Kernel = Callable[..., tuple[int, int, int, Hit | None]]
 
 try:  # the Cython build of the same loop (IVM^eps App. A.1), present when pip install compiled it
-    from ivm.engines._first_order_kernel import apply_first_order as apply_first_order_compiled
+    from ivm.engines.first_order._first_order_kernel import apply_first_order as apply_first_order_compiled
 except ImportError:  # no compiler at install time: the Python loop is used
     apply_first_order_compiled: Kernel | None = None  # type: ignore[no-redef]
 
@@ -257,7 +258,7 @@ def first_order_kernel(implementation: str = "auto") -> Kernel:
         return apply_first_order_python
     if implementation == "compiled":
         if apply_first_order_compiled is None:
-            raise ImportError("ivm.engines._first_order_kernel is not built (pip install -e . compiles it)")
+            raise ImportError("ivm.engines.first_order._first_order_kernel is not built (pip install -e . compiles it)")
         return apply_first_order_compiled
     if implementation == "auto":
         return apply_first_order_compiled or apply_first_order_python
@@ -268,7 +269,7 @@ def first_order_kernel(implementation: str = "auto") -> Kernel:
 apply_first_order: Kernel = first_order_kernel("auto")
 
 try:  # the compact C state of the three slots (IVM^eps App. A.1), present when pip install compiled it
-    from ivm.engines._triangle_kernel import LIMIT, TriangleFirstOrder
+    from ivm.engines.first_order._triangle_kernel import LIMIT, TriangleFirstOrder
 except ImportError:  # no compiler at install time: the slots stay Python dicts of sets
     TriangleFirstOrder = None  # type: ignore[assignment,misc]
     LIMIT = 0
@@ -286,7 +287,7 @@ def uses_compact(implementation: str) -> bool:
         return False
     if TriangleFirstOrder is None:
         if implementation == "compiled":
-            raise ImportError("ivm.engines._triangle_kernel is not built (pip install -e . compiles it)")
+            raise ImportError("ivm.engines.first_order._triangle_kernel is not built (pip install -e . compiles it)")
         return False
     return True
 
@@ -519,5 +520,5 @@ class FirstOrderIVM(Engine):
             "updates_applied": self._updates,
             "state_tuples": sum(s.lsize for s in self._slots),
         }
-        out.update(compact_memory(self._slots, out["state_tuples"]))
+        out.update(compact_memory(self._slots, out["state_tuples"]) or state_memory(self, int(out["state_tuples"])))
         return out

@@ -1,6 +1,6 @@
 # The work rule's step (ski rental, ivm/engines/ivm_eps/adaptive.py), shared by the compiled
 # first-order loops (_first_order_kernel.pyx, _triangle_kernel.pyx); header-only, no module of its
-# own.  The Python reference is the loop of ivm/engines/first_order.py with its work_exceeded().
+# own.  The Python reference is the loop of ivm/engines/first_order/engine.py with its work_exceeded().
 from libc.stdint cimport int64_t
 
 

@@ -1,10 +1,10 @@
 """Compact state for the q-hierarchical engine: typed arrays the cyclic collector never walks.
 
-The same algorithm as :class:`ivm.engines.qhier.QHierEngine` (Berkholz et al.,
+The same algorithm as :class:`ivm.engines.qhier.engine.QHierEngine` (Berkholz et al.,
 PODS'17, Thm 3.2: O(1) expected time per single-tuple update, O(1) count and
 Boolean answer, O(|free|) = constant enumeration delay; 002 §3, §6), with the
 item trie and the base relations kept by the compiled kernel
-``ivm/engines/_qhier_kernel.pyx`` as rows of C arrays: int ids instead of object
+``ivm/engines/qhier/_qhier_kernel.pyx`` as rows of C arrays: int ids instead of object
 references, free lists for deleted rows, and value→item maps that are hash
 indexes of 32-bit row ids (a leaf's rows are the slots of its hash table
 itself).  Nothing in the state is a Python object per tuple, so the cyclic
@@ -33,11 +33,11 @@ kernel too (into the Python reference), and :meth:`QHierEngine.restore` with
 from __future__ import annotations
 
 import sys
-from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ivm.engines.qhier import (
+from ivm.engines.qhier import registry
+from ivm.engines.qhier.engine import (
     Consolidation,
     Implementation,
     QHierEngine,
@@ -45,41 +45,19 @@ from ivm.engines.qhier import (
     StaleEnumeration,
     _core,
 )
+from ivm.engines.qhier.registry import python_state
 from ivm.query.model import Query
 from ivm.updates import Row, Update
 
 try:
-    from ivm.engines import _qhier_kernel as _kernel
+    from ivm.engines.qhier import _qhier_kernel as _kernel
 except ImportError:  # pragma: no cover - the extension is optional
     _kernel = None
-
-#: codes at or above this are interned values (index ``code - TAG`` in the snapshot's ``values``)
-TAG = 1 << 62
 
 
 def compact_available() -> bool:
     """Whether the compiled kernel is built (``pip install -e .`` compiles it)."""
     return _kernel is not None
-
-
-def python_state(state: dict[str, Any]) -> dict[str, Any]:
-    """A compact snapshot's state in the reference's format (``base`` as dicts); O(state), pure Python.
-
-    >>> s = {"relations": [("R", 2, array("q", [1, TAG]).tobytes(), array("q", [3]).tobytes())], "values": ["a"]}
-    >>> python_state(s)["base"]
-    {'R': {(1, 'a'): 3}}
-    """
-    values = state["values"]
-    base: dict[str, dict[Row, int]] = {}
-    for name, arity, codes_bytes, mults_bytes in state["relations"]:
-        codes, mults = array("q"), array("q")
-        codes.frombytes(codes_bytes)
-        mults.frombytes(mults_bytes)
-        decoded = [c if c < TAG else values[c - TAG] for c in codes]
-        base[name] = {tuple(decoded[i * arity : (i + 1) * arity]): m for i, m in enumerate(mults)}
-    out = {k: v for k, v in state.items() if k not in ("relations", "values", "implementation")}
-    out["base"] = base
-    return out
 
 
 class QHierCompactEngine(QHierEngine):
@@ -104,7 +82,7 @@ class QHierCompactEngine(QHierEngine):
         implementation: Implementation = "compact",
     ) -> None:
         if _kernel is None:
-            raise ImportError("ivm.engines._qhier_kernel is not built (pip install -e . compiles it)")
+            raise ImportError("ivm.engines.qhier._qhier_kernel is not built (pip install -e . compiles it)")
         super().__init__(query, semantics, consolidate, implementation="python")
         self.implementation = "compact"
         self._make_kernel(None)
@@ -269,7 +247,7 @@ class QHierCompactEngine(QHierEngine):
     def enumerate(self) -> Iterator[tuple[Row, int]]:
         """The answers with their multiplicities, O(|free|) delay (Lemma 6.2, Algorithm 1 in the kernel).
 
-        Raises :class:`~ivm.engines.qhier.StaleEnumeration` when resumed after an update.
+        Raises :class:`~ivm.engines.qhier.engine.StaleEnumeration` when resumed after an update.
         """
         return self._kernel.cursor()
 
@@ -454,3 +432,6 @@ class _ItemView:
             rows = self._engine._pools[pool]
             out[slot] = {decode(rows.item(r)[1]): self._engine._view(pool, r) for r in rows.children(self._row)}
         return out
+
+
+registry.register("compact", QHierCompactEngine, compact_available)

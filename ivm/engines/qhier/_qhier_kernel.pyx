@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """Compiled compact state of the q-hierarchical engine (Berkholz et al., PODS'17, Thm 3.2; 002 §3, §6).
 
-The same data structure as :class:`ivm.engines.qhier.QHierEngine` (the Python
+The same data structure as :class:`ivm.engines.qhier.engine.QHierEngine` (the Python
 reference), laid out as rows of typed C arrays instead of Python objects, so the
 cyclic garbage collector never walks it:
 
@@ -886,7 +886,7 @@ cdef class Occurrence:
 cdef class Kernel:
     """The whole mutable state of a compact q-hierarchical engine, and its update and answer loops.
 
-    Built by :class:`ivm.engines.qhier_compact.QHierCompactEngine` from the
+    Built by :class:`ivm.engines.qhier.compact.QHierCompactEngine` from the
     reference's plan (q-trees, occurrences, free nodes in document order).
     """
 
