@@ -31,7 +31,7 @@ def test_a_time_window_expires_the_same_tuples_in_both_placements(
     kafka, start_job, topic_prefix, tmp_path, placement
 ) -> None:
     config = pipeline_config(
-        kafka.bootstrap, topic_prefix, tmp_path / "state", query="Q() :- R(a,b)", relations="R",
+        kafka.bootstrap, topic_prefix, tmp_path / "state", query="Q() :- R(a,b)", relations="R", engine="auto",
         placement=placement, shards=2,
     )  # fmt: skip
     (relation,) = config.relations
