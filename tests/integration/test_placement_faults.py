@@ -3,9 +3,10 @@
 ``placement = "executors"`` on ``local-cluster[2,1,1024]``, on a broker of the test's own (free ports, its
 own folder: the test can run beside others), while 60,000 updates (inserts, deletes of present tuples,
 deletes of absent ones) arrive in chunks.  At random points (seeded) it kills with SIGKILL, 20 times in
-all: an executor JVM, a shard host, a Python worker in the middle of a task (its CPU time moving) and one
-between tasks (idle), and the driver (the whole ``ivm run`` process group: the driver's Python and JVM,
-Spark's master, workers and executors; a new ``ivm run`` then starts); halfway it restarts the broker.
+all: an executor JVM, a shard host, a Python worker while a batch is in flight (its CPU time moving when
+one is seen) and one between tasks (its CPU time still), and the driver (the whole ``ivm run`` process
+group: the driver's Python and JVM, Spark's master, workers and executors; a new ``ivm run`` then
+starts); halfway it restarts the broker.
 Afterwards every batch the result topic holds (read_committed) is checked against an independent count
 at that batch's committed offsets (``test_reliability.check_exactly_once``: the triangle count of the
 input prefix the batch names, with the default policy's refusals, and every refused input dead-lettered
@@ -94,6 +95,21 @@ def _by_activity(pids: list[int], seconds: float = 0.3) -> tuple[list[int], list
     return busy, idle
 
 
+def _in_flight(log: Path) -> bool:
+    """Whether the run whose log is ``log`` is in the middle of a batch: routed, not yet committed."""
+    text = log.read_text(errors="replace")
+    return text.count("routing batch ") > text.count("processor.job: batch ")
+
+
+def _busy(root: int, log: Path) -> list[int]:
+    """The Python workers in a task: while a batch is in flight, those whose CPU time moves (else, then, all)."""
+    if not _in_flight(log):
+        return []
+    workers = _workers(root)
+    busy = _by_activity(workers, 0.1)[0]
+    return busy or (workers if _in_flight(log) else [])
+
+
 def _committed(bootstrap: str, topic: str) -> int:
     progress = read_committed_progress(bootstrap, topic)
     return -1 if progress is None else progress["batch_id"]
@@ -155,7 +171,7 @@ def test_exactly_once_under_kill_dash_nine_of_every_process(own_broker, tmp_path
             pick: Callable[[], list[int]] = {
                 "host": lambda: _hosts(tmp),
                 "executor": lambda root=root: _executors(root),
-                "busy worker": lambda root=root: _by_activity(_workers(root))[0],
+                "busy worker": lambda root=root, log=proc.log_path: _busy(root, log),
                 "idle worker": lambda root=root: _by_activity(_workers(root))[1],
             }[kind]
             found: list[list[int]] = [[]]
