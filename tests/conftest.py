@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.local.kafka import KafkaBroker
+from ivm.processor.local.kafka import KafkaBroker
 
 LOGS = Path(__file__).resolve().parents[1] / ".local" / "test-logs"
 
@@ -28,7 +28,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 
 @pytest.fixture(scope="session")
 def spark():
-    from processor.local.spark import spark_session, stop_session
+    from ivm.processor.local.spark import spark_session, stop_session
 
     session = spark_session("ivm-tests", "local[2]", log_dir=str(LOGS))
     yield session
@@ -45,7 +45,7 @@ class JobThread:
     """The streaming job in a background thread of the test process."""
 
     def __init__(self, config, spark, metrics=None) -> None:
-        from processor.job import run_job
+        from ivm.processor.job import run_job
 
         self.reports: list = []
         self.error: BaseException | None = None

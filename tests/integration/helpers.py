@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 from ivm.policy import Policy
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.kafka_clients import CLIENT_DEFAULTS
-from processor.subscribe import follow
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.kafka.clients import CLIENT_DEFAULTS
+from ivm.processor.kafka.subscribe import follow
 
 TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 
@@ -51,7 +51,7 @@ def consume_raw(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None
     """(partition, offset, key, value) of every message ``topic`` holds (from its first offset still held)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from processor.topics import watermarks
+    from ivm.processor.kafka.topics import watermarks
 
     marks = watermarks(bootstrap, [topic])
     consumer = Consumer(

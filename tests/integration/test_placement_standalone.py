@@ -5,7 +5,7 @@ The master and the workers are ``spark-class org.apache.spark.deploy.master.Mast
 from the pyspark package (its ``bin/spark-class``; the wheel ships no ``start-master.sh``).  The run starts on
 two workers (one core each: one executor each); a third worker joins mid-stream (the master gives the
 application an executor there: an executor added), then one of the first two is stopped (its executor goes
-with it: an executor removed).  The slices follow (``processor.placement.spark.rebalance``): after the join a
+with it: an executor removed).  The slices follow (``ivm.processor.placement.spark.rebalance``): after the join a
 slice lives on the new executor, after the removal none is left on the removed one, each move a rebuild from
 the slice's snapshot and a replay.  Every published batch is checked against an independent count at that
 batch's committed offsets (``test_reliability.check_exactly_once``): batch ids 0, 1, 2, ... once each,
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.local.ports import free_port, wait_for_port
-from processor.topics import create_topics
+from ivm.processor.kafka.topics import create_topics
+from ivm.processor.local.ports import free_port, wait_for_port
 from tests.integration.helpers import pipeline_config
 from tests.integration.test_placement_cluster import _behind
 from tests.integration.test_reliability import check_exactly_once, produce_stream

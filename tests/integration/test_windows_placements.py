@@ -4,7 +4,7 @@ R keeps a 3-second window (record times: the producer's).  A burst of 300 distin
 than the window, then one more tuple: the window then holds that one tuple only, so the count is 1 in
 both placements.  In ``placement = "executors"`` the last tuple reaches one slice of two; the other slice
 expires its part of the first burst only because the batch's seal carries the whole input's clock
-(``processor.placement.driver.batch_clock``): without it that slice would keep about half the burst.
+(``ivm.processor.placement.driver.batch_clock``): without it that slice would keep about half the burst.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import pytest
 
-from processor.codec import load_relation_codecs
-from processor.config import RelationConfig
-from processor.produce import UpdateProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.config import RelationConfig
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from tests.integration.helpers import pipeline_config, read_until
 
 pytestmark = pytest.mark.integration

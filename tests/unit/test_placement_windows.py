@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 from ivm.patterns.windows import CountWindow, TimeWindow, Windows
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.pipeline import Pipeline, Record
+from ivm.processor.placement.driver import PartitionSummary, batch_clock
+from ivm.processor.placement.host import SliceTable, restrict
+from ivm.processor.placement.routes import Router
+from ivm.processor.placement.routing import slice_count
+from ivm.processor.placement.slices import SlicePipeline
+from ivm.processor.planning import placement_errors
+from ivm.processor.state.relations import load_view
+from ivm.processor.state.snapshots import StateStore
 from ivm.updates import Update
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.pipeline import Pipeline, Record
-from processor.placement.driver import PartitionSummary, batch_clock
-from processor.placement.host import SliceTable, restrict
-from processor.placement.routes import Router
-from processor.placement.routing import slice_count
-from processor.placement.slices import SlicePipeline
-from processor.planning import placement_errors
-from processor.relations import load_view
-from processor.snapshots import StateStore
 from tests.unit.test_pipeline import MemorySink
 from tests.unit.test_placement import CODECS, QUERIES, SCHEMAS, InProcess, _outputs
 
@@ -223,7 +223,7 @@ def test_the_batch_clock_refuses_a_time_that_goes_back_as_the_driver_does() -> N
     back = [Record("R", 0, i, *CODECS["R"].encode((i, i), 1), t) for i, t in enumerate([2000, 1000])]
     with pytest.raises(ValueError, match="must not decrease"):
         Pipeline(config, MemorySink()).process(back)
-    from processor.pipeline import RecordBatch
+    from ivm.processor.pipeline import RecordBatch
 
     with pytest.raises(ValueError, match="must not decrease"):
         Router(config).split(RecordBatch.of(back), {})
@@ -251,7 +251,7 @@ def test_windows_restrict_keeps_a_part_in_order() -> None:
 
 
 def _bootstrapped(config: PipelineConfig, bulk: dict[str, list[tuple]], location: Path) -> Pipeline:
-    """What `ivm bootstrap` leaves (``processor.bootstrap``): batch 0 with the bulk tuples, committed at the
+    """What `ivm bootstrap` leaves (``ivm.processor.bootstrap``): batch 0 with the bulk tuples, committed at the
     topics' current ends, and its snapshot."""
     sink = MemorySink()
     pipeline = Pipeline(config, sink)
