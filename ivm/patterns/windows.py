@@ -27,7 +27,7 @@ watermark without an update.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ivm.updates import Row, Update
@@ -94,6 +94,17 @@ class _Window:
         return ["+".join(names) + "=fifo"] if names else []
 
     # the policies ----------------------------------------------------------------------------
+
+    def restrict(self, keep: Callable[[str, Row], bool]) -> None:
+        """Keep only the entries of the tuples ``keep(relation, row)`` accepts, in their order (a part of the
+        window: the executors' placement cuts a whole pipeline's window to one slice's tuples).  A count
+        window keeps its live count of the kept entries.  O(entries)."""
+        self._queue = deque(e for e in self._queue if e.mult and keep(e.relation, e.row))
+        self._pending = {key: pending for key, pending in self._pending.items() if keep(*key)}
+        self._on_restrict()
+
+    def _on_restrict(self) -> None:
+        """Bookkeeping after :meth:`restrict`."""
 
     def _due(self, entry: _Entry, now: float) -> bool:
         raise NotImplementedError
@@ -174,6 +185,9 @@ class CountWindow(_Window):
     def _after_insert(self) -> None:
         self._live += 1
 
+    def _on_restrict(self) -> None:
+        self._live = sum(1 for e in self._queue if e.mult)
+
     def _on_retire(self) -> None:
         self._live -= 1
 
@@ -231,6 +245,11 @@ class Windows:
         for window in self._windows:
             out += window.advance(timestamp)
         return out
+
+    def restrict(self, keep: Callable[[str, Row], bool]) -> None:
+        """Keep only the entries of the tuples ``keep(relation, row)`` accepts (:meth:`TimeWindow.restrict`)."""
+        for window in self._windows:
+            window.restrict(keep)
 
     def patterns(self) -> list[str]:
         """``R=fifo`` / ``R+S=fifo`` for every window (DESIGN §3 pattern syntax)."""

@@ -445,11 +445,12 @@ def placement_errors(config: PipelineConfig) -> list[str]:
     if config.placement != "executors":
         return []
     errors = []
-    windowed = [r.name for r in config.relations if r.window_count is not None or r.window_seconds is not None]
-    if windowed:
+    counted = [r.name for r in config.relations if r.window_count is not None]
+    if counted:  # a time window is served: its clock is the batch's (ivm.processor.placement.slices)
         errors.append(
-            f'[processor] placement: "executors" cannot keep sliding windows (relations {windowed}): a window '
-            f'expires tuples in the order of the whole input, which no slice sees; use placement = "driver"'
+            f'[processor] placement: "executors" cannot keep count windows (relations {counted}): a count window '
+            "keeps the last N inserts of the whole input, an order no slice sees (each holds its own tuples); "
+            'use window_seconds (a time window, served by the slices), or placement = "driver"'
         )
     if not config.exactly_once:
         errors.append(

@@ -19,7 +19,10 @@ pytestmark = pytest.mark.integration
 CODECS = load_relation_codecs()
 
 
-def test_bootstrap_then_stream(kafka, spark, start_job, topic_prefix, tmp_path) -> None:
+@pytest.mark.parametrize("placement", ["driver", "executors"])
+def test_bootstrap_then_stream(kafka, spark, start_job, topic_prefix, tmp_path, placement) -> None:
+    """The same bootstrap and stream in both placements: in ``executors`` the slices start from the bootstrap's
+    snapshot cut to each (its tuples are in no topic), and the results are the driver's."""
     rng = random.Random(4)
     bulk = {rel: sorted({(rng.randrange(15), rng.randrange(15)) for _ in range(120)}) for rel in "RST"}
     files = {}
@@ -33,7 +36,9 @@ def test_bootstrap_then_stream(kafka, spark, start_job, topic_prefix, tmp_path) 
     spark.createDataFrame(bulk["T"], [a, b]).write.parquet(str(tmp_path / "T.parquet"))
     files["T"] = tmp_path / "T.parquet"
 
-    config = pipeline_config(kafka.bootstrap, topic_prefix, tmp_path / "state", engine="ivm_eps")
+    config = pipeline_config(
+        kafka.bootstrap, topic_prefix, tmp_path / "state", engine="ivm_eps", placement=placement, shards=2
+    )
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     create_topics(kafka.bootstrap, list(topics.values()))
     producer = UpdateProducer(kafka.bootstrap, CODECS, topics)

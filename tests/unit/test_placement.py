@@ -21,7 +21,7 @@ import ivm
 from ivm.processor.codecs.avro import OutputCodec, RelationCodec, load_relation_codecs
 from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
 from ivm.processor.pipeline import Pipeline, Record, RecordBatch
-from ivm.processor.placement.driver import PlacedPipeline, assemble
+from ivm.processor.placement.driver import PlacedPipeline, assemble, batch_clock
 from ivm.processor.placement.host import HostSpec, SliceTable, clear_slices, slice_stores
 from ivm.processor.placement.routes import Router
 from ivm.processor.placement.routing import Placement, slice_count
@@ -120,6 +120,7 @@ class InProcess:
         self.router = Router(config)
         self.table = SliceTable(HostSpec(config, "test", b"k", location))
         self.history: list[tuple[list[Piece], list[Seal]]] = []  # per batch: what the slices were sent
+        self.clock: int | None = None  # sliding windows: the clock after the last batch
 
     def process(self, records: list[Record]) -> None:
         pipeline = self.pipeline
@@ -130,6 +131,7 @@ class InProcess:
         after = dict(before)
         for s in routed.summaries:
             after[(s.topic, s.partition)] = s.last_offset + 1
+        self.clock = batch_clock(routed.summaries, self.clock)
         seals, sent = [], []
         for s in range(pipeline.slices):
             rows = routed.rows.get(s, [])
@@ -144,7 +146,7 @@ class InProcess:
                 self.table.stage([piece])
                 sent.append(piece)
             full = any(s < len(v.shards) and not v.has_part(s) for v in pipeline.views.values())
-            seals.append(Seal(s, version, before, after, expected, {}, full))
+            seals.append(Seal(s, version, before, after, expected, dict(pipeline.state.origin), full, self.clock))
         self.history.append((sent, seals))
         responses = [self.table.seal(seal) for seal in seals]
         pipeline.publish(assemble(pipeline, responses, routed.summaries))

@@ -163,11 +163,38 @@ class PartitionSummary:
     records: int
     oldest_ms: int
     updates: int | None = None  # packed records: the updates in them (None: one update per record)
+    # with sliding windows: the times of the run's first and last records holding an update that decodes (the
+    # window clock's moves, ``batch_clock``); None without windows or without such a record
+    first_ms: int | None = None
+    clock_ms: int | None = None
 
     @property
     def consumed(self) -> int:
         """The updates the records carry: a packed record counts as its updates (consumed = applied + dead)."""
         return self.records if self.updates is None else self.updates
+
+
+def batch_clock(summaries: Iterable[PartitionSummary], previous: int | None = None) -> int | None:
+    """The sliding windows' clock at the end of a batch (ms): the time of its last update that decodes, in the
+    order the driver's placement applies them (partitions in (topic, partition) order, each in offset order);
+    ``None`` when the batch has none (the clock stays).  Every slice's windows are advanced to it when the
+    batch is sealed, so a slice expires its own tuples at the times the whole input's records set, exactly
+    as the one pipeline of the driver's placement does (``slices.SlicePipeline``).
+
+    A time earlier than the one before it (``previous``: the clock after the batch before, when known) is
+    the error the driver's placement gives (a window's clock never goes back): ``ValueError``.  O(partitions).
+    """
+    clock = previous
+    for s in sorted(summaries, key=lambda s: (s.topic, s.partition, s.last_offset)):
+        if s.clock_ms is None or s.first_ms is None:
+            continue
+        if clock is not None and s.first_ms < clock:
+            raise ValueError(
+                f"timestamps must not decrease: {s.first_ms / 1000} after {clock / 1000} "
+                f"({s.topic}[{s.partition}], a sliding window's clock)"
+            )
+        clock = s.clock_ms
+    return clock
 
 
 def assemble(
@@ -209,16 +236,48 @@ def assemble(
         if kind not in _NOT_POLICY:
             refused[relation] = refused.get(relation, 0) + 1
     accepted = {r: n - dead_per_relation.get(r, 0) for r, n in consumed.items()}
+    # a sliding window's expirations are applied updates too (each counted by its tuple's primary slice)
+    expired: dict[str, int] = {}
+    for response in responses:
+        for relation, n in response.expired.items():
+            expired[relation] = expired.get(relation, 0) + n
+    counted = {r: accepted.get(r, 0) + expired.get(r, 0) for r in {*accepted, *expired}}
     outcomes = {
-        name: Outcome(applied=sum(accepted.get(r, 0) for r in view.query.relations))
+        name: Outcome(applied=sum(counted.get(r, 0) for r in view.query.relations))
         for name, view in pipeline.views.items()
     }
     for name, view in pipeline.views.items():
         for relation in view.query.relations:
-            if accepted.get(relation):
-                pipeline.metrics.updates_applied.labels(name, relation).inc(accepted[relation])
+            if counted.get(relation):
+                pipeline.metrics.updates_applied.labels(name, relation).inc(counted[relation])
     control.sort(key=lambda c: (c[0].partition, c[0].offset))
     return Applied(outcomes, dead, per_topic, oldest, accepted, refused, control, extra)
+
+
+def _has_slices(pipeline: PlacedPipeline) -> bool:
+    """Whether the pipeline's snapshot location holds slice snapshots (of any configuration)."""
+    from ivm.processor.job import snapshot_location
+    from ivm.processor.placement.host import slice_stores
+
+    return any(store.snapshots() for store in slice_stores(snapshot_location(pipeline.config)))
+
+
+def _check_bootstrap(pipeline: PlacedPipeline) -> None:
+    """A bootstrapped pipeline whose slices have no snapshot yet starts them from the bootstrap's snapshot:
+    :class:`~ivm.processor.state.recovery.RecoveryError` at the start, naming the fix, when it is gone (rather than a
+    slice rebuilt from the topics without the bulk-loaded tuples)."""
+    from ivm.processor.job import snapshot_location
+    from ivm.processor.state.recovery import RecoveryError
+    from ivm.processor.state.snapshots import StateStore
+
+    location = snapshot_location(pipeline.config)
+    state = StateStore(location).load()
+    if state is None or not state.bootstrapped:
+        raise RecoveryError(
+            f"pipeline {pipeline.config.name!r} was bootstrapped (`ivm bootstrap`), but its bootstrap snapshot is "
+            f"not at {location} and no slice has a snapshot: the bulk-loaded tuples are in no topic. Restore the "
+            "snapshot, or start over with `ivm reset` and bootstrap again"
+        )
 
 
 def _item(record: Record | PackedUpdate) -> int:
@@ -231,10 +290,11 @@ def recover_positions(pipeline: PlacedPipeline, bootstrap: Kafka) -> None:
     """Where the driver resumes: the last committed batch and its positions (``<pipeline>.progress``).
 
     The driver has no state to recover: each slice rebuilds itself in its shard host when the first
-    batch reaches it (``host.py``).  A pipeline whose batch 0 was a bulk bootstrap is refused: its tuples
-    are in no topic, so a slice without a snapshot could not be rebuilt.
+    batch reaches it (``host.py``).  A pipeline whose batch 0 was a bulk bootstrap (`ivm bootstrap`) is
+    served too: a slice without a snapshot of its own starts from the bootstrap's snapshot cut to the slice
+    (``host.restrict``), whose tuples are in no topic; that snapshot must then still be there.
     """
-    from ivm.processor.state.recovery import RecoveryError, _fix_origins, read_committed_progress
+    from ivm.processor.state.recovery import _fix_origins, read_committed_progress
 
     committed = read_committed_progress(bootstrap, pipeline.config.progress_topic)
     if committed is None:  # a new history: slice snapshots of an earlier one (a reset) must never be read
@@ -245,12 +305,8 @@ def recover_positions(pipeline: PlacedPipeline, bootstrap: Kafka) -> None:
         if removed:
             log.warning("no committed batch: %d slice snapshot(s) of an earlier history removed", removed)
     if committed is not None:
-        if committed.get("bootstrapped"):
-            raise RecoveryError(
-                f"pipeline {pipeline.config.name!r} was bootstrapped (`ivm bootstrap`): those tuples are in no "
-                'topic, and placement = "executors" rebuilds slices from the topics; run it with placement = '
-                '"driver", or start over with `ivm reset` and without the bootstrap'
-            )
+        if committed.get("bootstrapped") and not _has_slices(pipeline):
+            _check_bootstrap(pipeline)
         topics = set(pipeline.topics)
         pipeline.state.positions = {
             (o["topic"], o["partition"]): o["offset"] for o in committed["offsets"] if o["topic"] in topics
@@ -259,4 +315,5 @@ def recover_positions(pipeline: PlacedPipeline, bootstrap: Kafka) -> None:
             (o["topic"], o["partition"]): o["offset"] for o in committed.get("origin", []) if o["topic"] in topics
         }
         pipeline.state.last_batch_id = committed["batch_id"]
+        pipeline.state.bootstrapped = bool(committed.get("bootstrapped"))  # the progress records keep saying so
     _fix_origins(pipeline, bootstrap)

@@ -168,7 +168,9 @@ class SliceTable:
             current.advance(seal.before)
             self._snapshot(index, current)
             records, quiet, fetched = self._records(current, seal)
-            request = SliceRequest(index, seal.version, records, seal.before, seal.origin, quiet, seal.full)
+            request = SliceRequest(
+                index, seal.version, records, seal.before, seal.origin, quiet, seal.full, seal.clock_ms
+            )
             response = current.apply(request)
             with self._stage_lock:  # pieces of older batches are of no more use
                 for other, staged in self._staged.items():
@@ -218,12 +220,15 @@ class SliceTable:
         return RecordBatch.concat([*taken, RecordBatch.of(records)]), quiet, fetched
 
     def _rebuild(self, seal: Seal) -> tuple[Slice, int]:
-        """Slice ``seal.index`` at batch ``version - 1``: its newest snapshot (or empty, at the history's
+        """Slice ``seal.index`` at batch ``version - 1``: its newest snapshot (or, for a pipeline that `ivm
+        bootstrap` started, the pipeline's bootstrap snapshot cut to the slice; or empty, at the history's
         origin) plus the committed inputs after it."""
         from ivm.processor.state.recovery import adopt, replay
 
         pipeline = SlicePipeline(self.config, seal.index)
         snapshot = slice_store(self.spec, seal.index, self.fingerprint).load()
+        if snapshot is None or snapshot.last_batch_id > seal.version - 1:
+            snapshot = self._bootstrapped(pipeline, seal)
         if snapshot is not None and snapshot.last_batch_id <= seal.version - 1:
             # a query whose state `ivm reset QUERY` dropped is built again from the slice's relation contents
             # (the tuples routed here, which are the ones its shard needs: the routing did not change)
@@ -232,6 +237,7 @@ class SliceTable:
             pipeline.state.positions = dict(seal.origin)
             pipeline.state.origin = dict(seal.origin)
         replayed = replay(pipeline, self.config.kafka, seal.before)
+        pipeline.settle()  # sliding windows: expire what the clock of the replayed batches made due
         pipeline.state.positions.update(seal.before)
         pipeline.state.last_batch_id = seal.version - 1
         rebuilt = Slice(pipeline)
@@ -244,6 +250,27 @@ class SliceTable:
                 seal.index, seal.version - 1, snapshot.last_batch_id if snapshot else None, replayed,
             )  # fmt: skip
         return rebuilt, replayed
+
+    def _bootstrapped(self, pipeline: SlicePipeline, seal: Seal) -> Any:
+        """The state a slice without a snapshot of its own starts from when `ivm bootstrap` started the
+        pipeline: the bulk-loaded tuples are in no topic, so a replay from the history's origin would miss
+        them.  The bootstrap's snapshot (``ivm.processor.bootstrap``: the whole pipeline's state at batch 0, at the
+        pipeline's snapshot location) cut to the slice (:func:`restrict`); ``None`` when the pipeline has no
+        such snapshot of this history (its origin, the bootstrap's positions, is the seal's)."""
+        if not seal.origin:
+            return None
+        state = StateStore(self.spec.snapshot_location).load()
+        if state is None or not state.bootstrapped or state.last_batch_id > seal.version - 1:
+            return None
+        if {tp: o for tp, o in state.origin.items() if o} != {tp: o for tp, o in seal.origin.items() if o}:
+            log.warning("slice %d: the bootstrap snapshot is of another history (its origin); not used", seal.index)
+            return None
+        restrict(state, pipeline)
+        log.warning(
+            "slice %d starts from the bootstrap snapshot of batch %d: %d tuples are its",
+            seal.index, state.last_batch_id, sum(len(c) for c in state.relations.values()),
+        )  # fmt: skip
+        return state
 
     def _snapshot(self, index: int, current: Slice) -> None:
         """Snapshot slice ``index`` at its committed version when one is due (in a forked child)."""
@@ -279,6 +306,25 @@ class SliceTable:
         for writer in self._snapshots.values():
             if writer.in_flight:
                 writer.wait(timeout)
+
+
+def restrict(state: Any, pipeline: SlicePipeline) -> None:
+    """Cut a whole pipeline's state (a ``PipelineState`` of the driver's placement) to slice
+    ``pipeline.index``, in place: the relation contents keep the tuples routed to the slice (``routing.py``),
+    the sliding windows the entries of those tuples, and the views go (``recovery.adopt`` builds each
+    from the slice's contents, which are exactly what its shard needs).  O(tuples · slices per tuple)."""
+    placement, index = pipeline.placement, pipeline.index
+    kept: dict[str, set[Any]] = {}
+    for relation, contents in state.relations.items():
+        rows = list(contents)
+        mine = {row for row, where in zip(rows, placement.slices_of_many(relation, rows), strict=True)
+                if index in where}  # fmt: skip
+        state.relations[relation] = {row: contents[row] for row in rows if row in mine}
+        kept[relation] = mine
+    if state.windows is not None:
+        state.windows.restrict(lambda relation, row: row in kept.get(relation, ()))
+    state.views = {}
+    state.models = {}
 
 
 # --- the host process ---------------------------------------------------------------------------------

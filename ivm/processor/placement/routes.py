@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from ivm.processor.config import PipelineConfig
@@ -42,6 +43,8 @@ class Router:
         schema_of = {codec.relation: list(codec.attributes) for codec in self.codecs.values()}
         self.placement = Placement(config, schema_of)
         self.control_topic = control_topic(config)
+        # sliding windows: the summaries carry the window clock's moves (``driver.batch_clock``)
+        self.windowed = any(r.window_count is not None or r.window_seconds is not None for r in config.relations)
 
     def split(self, batch: RecordBatch, positions: Mapping[tuple[str, int], int]) -> Routed:
         """Route the records of ``batch`` not before ``positions`` (module docstring)."""
@@ -72,6 +75,8 @@ class Router:
             decoded, _mults, errors = codec.decode_many([batch.value[i] for i in rows])
             relation = codec.relation
             good = [j for j in range(len(rows)) if j not in errors] if errors else range(len(rows))
+            if self.windowed:
+                out.summaries[-1] = _clocked(out.summaries[-1], [batch.timestamp_ms[rows[j]] for j in good])
             many = slices_of_many(relation, [decoded[j] for j in good])  # type: ignore[misc]
             where: list[list[int] | None] = [None] * len(rows)
             for j, targets in zip(good, many, strict=True):
@@ -105,4 +110,21 @@ class Router:
         for r, i in enumerate(rows):
             for s in sorted(targets[r]):
                 out.rows.setdefault(s, []).append(i)
+        if self.windowed:  # a record moves the window clock once per update that decodes
+            out.summaries[-1] = _clocked(out.summaries[-1], [batch.timestamp_ms[rows[source[j]]] for j in good])
         return len(flat.rows)
+
+
+def _clocked(summary: PartitionSummary, stamps: list[int]) -> PartitionSummary:
+    """``summary`` with the window clock's moves over ``stamps`` (the times of the run's updates that decode,
+    in offset order): the first and the last.  A time that goes back is the error the driver's placement
+    gives (``ivm.patterns.windows``: a window's clock never goes back), raised here, in the routing task."""
+    if not stamps:
+        return summary
+    for before, after in pairwise(stamps):
+        if after < before:
+            raise ValueError(
+                f"timestamps must not decrease: {after / 1000} after {before / 1000} "
+                f"({summary.topic}[{summary.partition}], a sliding window's clock)"
+            )
+    return dataclasses.replace(summary, first_ms=stamps[0], clock_ms=stamps[-1])

@@ -63,6 +63,11 @@ class SlicePipeline(Pipeline):
         self.quiet: set[tuple[str, int, int]] = set()
         # the updates of packed records whose dead letters another slice reports: (topic, partition, offset, index)
         self.quiet_updates: set[tuple[str, int, int, int | None]] = set()
+        self.clock_ms: int | None = None  # sliding windows: the clock the batch being applied ends at
+        self.expired: dict[str, int] = {}  # per relation: the last batch's expirations this slice is primary for
+        self._replay_clock: int | None = None  # the newest update time a replay read (``settle``)
+        self._replaying: list[Record] = []  # with sliding windows: the replay's records, applied by ``settle``
+        self._replay_start: Positions | None = None  # the positions the replay started from
 
     def _maintain(self, q: QueryConfig, schema_of: Mapping[str, Sequence[str]], windows: Any) -> Any:
         view = build_view(self.config, q, schema_of, windows, ADMITTED)
@@ -106,11 +111,96 @@ class SlicePipeline(Pipeline):
             acks.append((record, name, reason))
 
     def _apply(self, records: Iterable[Record] | RecordBatch) -> Applied:
+        """The pipeline's apply of the slice's records; with sliding windows, then the expirations due at the
+        batch's clock (:meth:`_expire_to`): a slice sees only its records, so the times of the others' come
+        as the clock the batch ends at (``driver.batch_clock``)."""
         self.quiet_updates = set()
-        applied = super()._apply(records)
+        windows = self.state.windows
+        if windows is None:
+            self.expired = {}
+            applied = super()._apply(records)
+        else:
+            recorder = _Recorder(windows)
+            self.state.windows = recorder  # type: ignore[assignment]
+            try:
+                applied = super()._apply(records)
+            finally:
+                self.state.windows = windows
+            expired = recorder.expired
+            if self.clock_ms is not None:
+                expired += self._expire_to(self.clock_ms, applied)
+            self.expired = self._primary(expired)
         if self.quiet or self.quiet_updates:
             applied.dead = [d for d in applied.dead if not self._muted(d[0])]
         return applied
+
+    def _expire_to(self, clock_ms: int, applied: Applied | None = None) -> list[Any]:
+        """Advance the windows to ``clock_ms`` and apply the expirations due (to the relations' contents and the
+        slice's views, as the pipeline applies a window's expirations); returns them.
+
+        Exact: an expiration's time depends only on its tuple's insert time and the clock, and every record of
+        a tuple reaches each slice holding it, so between two of the slice's records the expirations due are
+        the same whether the clock moved at the other slices' records in between or moves at the next of its
+        own; at the end of the batch the clock is the whole batch's (``SliceRequest.clock_ms``).  The order of
+        a batch's updates within a view does not change its result (the view refuses nothing: ``ADMITTED``)."""
+        windows = self.state.windows
+        assert windows is not None
+        expired = windows.advance(clock_ms / 1000)
+        if not expired:
+            return []
+        store = self.store
+        for update in expired:
+            store.apply(update)
+        segments: list[tuple[str | None, int, int]] = [(None, 0, len(expired))]
+        for name, view in self.views.items():
+            outcome = self._apply_view(name, view, expired, segments)  # type: ignore[arg-type]
+            if applied is not None and name in applied.outcomes:
+                applied.outcomes[name].applied += outcome.applied
+        return expired
+
+    def _primary(self, expired: list[Any]) -> dict[str, int]:
+        """Per relation, the expirations among ``expired`` of tuples this slice is the primary of (each
+        expiration is counted once however many slices hold its tuple)."""
+        out: dict[str, int] = {}
+        for relation, row, _mult in expired:
+            if self.placement.slices_of(relation, row)[0] == self.index:
+                out[relation] = out.get(relation, 0) + 1
+        return out
+
+    def settle(self) -> None:
+        """After a rebuild's replay (:meth:`replay`): with sliding windows, apply the replayed records in
+        time order, then advance the windows to the newest update time the replay read, all slices' records
+        included (the clock the last replayed batch ended at).
+
+        A replay reads the partitions interleaved as Kafka hands them over, in chunks; a window's clock
+        never goes back, so the records are applied ordered by (time, topic, partition, offset): the order
+        the batches applied them in, as far as a time window can tell (each batch's records, in the order
+        the pipeline applies them, had non-decreasing times, ``driver.batch_clock``; a tuple's records keep
+        their offset order; two records of one time expire nothing between them).  Each group of records
+        whose (topic, partition) does not go back in that order is one apply.  O(records · log records)."""
+        records, self._replaying = self._replaying, []
+        clock, self._replay_clock = self._replay_clock, None
+        start, self._replay_start = self._replay_start, None
+        if self.state.windows is None:
+            return
+        positions = self.state.positions
+        end = dict(positions)  # the replay's end (``recovery.replay`` moved the positions there)
+        if start is not None:
+            positions.clear()
+            positions.update(start)
+        records.sort(key=lambda r: (r.timestamp_ms, r.topic, r.partition, r.offset))
+        group: list[Record] = []
+        for record in records:
+            if group and (record.topic, record.partition) < (group[-1].topic, group[-1].partition):
+                super().replay(group)
+                group = []
+            group.append(record)
+        if group:
+            super().replay(group)
+        for tp, offset in end.items():
+            positions[tp] = max(positions.get(tp, 0), offset)
+        if clock is not None:
+            self._expire_to(clock)
 
     def _muted(self, record: Record | PackedUpdate) -> bool:
         """Whether another slice reports ``record``'s dead letter: a packed record's update by its own index
@@ -183,8 +273,23 @@ class SlicePipeline(Pipeline):
         return {rel.name for rel in self.config.relations if rel.keyed}
 
     def replay(self, records: Iterable[Record] | RecordBatch) -> int:
-        """Apply committed input again (a rebuild): only the records routed to this slice."""
-        return super().replay([r for r in records if self.holds(r)])
+        """Apply committed input again (a rebuild): only the records routed to this slice.  With sliding
+        windows they are kept, with the newest time of the records' updates that decode, for :meth:`settle`
+        (which the caller runs after the replay's last chunk)."""
+        mine = []
+        windowed = self.state.windows is not None
+        for record in records:
+            where, clocked = self._where(record)
+            if self.index in where:
+                mine.append(record)
+            if windowed and clocked and (self._replay_clock is None or record.timestamp_ms > self._replay_clock):
+                self._replay_clock = record.timestamp_ms
+        if windowed:  # applied in time order by settle, once the replay has read them all
+            if self._replay_start is None:
+                self._replay_start = dict(self.state.positions)
+            self._replaying += mine
+            return len(mine)
+        return super().replay(mine)
 
     def holds(self, record: Record) -> bool:
         """Whether ``record`` goes to this slice (``routing.py``; undecodable records go to slice 0)."""
@@ -192,22 +297,47 @@ class SlicePipeline(Pipeline):
 
     def slices_of(self, record: Record) -> list[int]:
         """The slices ``record`` goes to, its primary first (``routing.py``)."""
+        return self._where(record)[0]
+
+    def _where(self, record: Record) -> tuple[list[int], bool]:
+        """:meth:`slices_of`, and whether the record holds an update that decodes (it moves a window's clock)."""
         codec = self.codecs.get(record.topic)
         if codec is None or record.topic == self.control_topic:
-            return [0]
-        if getattr(codec, "keyed", False):  # a keyed relation is kept whole by every slice (_route_keyed)
-            return list(range(self.placement.slices))
+            return [0], False
+        if getattr(codec, "keyed", False):  # a keyed relation is kept whole by every slice (_route_keyed); no window
+            return list(range(self.placement.slices)), False
         if getattr(codec, "packed", False):  # every slice holding one of its updates (slice 0: an invalid one)
             flat = codec.decode_many([record.value])
             out = {0} if flat.errors else set()
             good = [row for j, row in enumerate(flat.rows) if j not in flat.errors]
             for targets in self.placement.slices_of_many(codec.relation, good) if good else []:  # type: ignore[arg-type]
                 out.update(targets)
-            return sorted(out)
+            return sorted(out), bool(good)
         decoded, _mults, errors = codec.decode_many([record.value])
         if errors:
-            return [0]
-        return self.placement.slices_of(codec.relation, decoded[0])
+            return [0], False
+        return self.placement.slices_of(codec.relation, decoded[0]), True
+
+
+class _Recorder:
+    """A batch's view of the sliding windows that keeps the expirations they return (``SlicePipeline._apply``)."""
+
+    def __init__(self, windows: Any) -> None:
+        self.windows = windows
+        self.expired: list[Any] = []
+
+    def admit(self, update: Any, timestamp: float) -> list[Any]:
+        out = self.windows.admit(update, timestamp)
+        self.expired += out
+        return out
+
+    def advance(self, timestamp: float) -> list[Any]:
+        out = self.windows.advance(timestamp)
+        self.expired += out
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.windows, name)
 
 
 class Behind(Exception):
@@ -236,6 +366,7 @@ class SliceRequest:
     origin: Positions = field(default_factory=dict)
     quiet: set[tuple[str, int, int]] = field(default_factory=set)
     full: bool = False
+    clock_ms: int | None = None  # sliding windows: the batch's clock at its end (``driver.batch_clock``)
 
 
 @dataclass
@@ -270,6 +401,7 @@ class Seal:
     expected: dict[tuple[str, int], int]
     origin: Positions = field(default_factory=dict)
     full: bool = False
+    clock_ms: int | None = None  # sliding windows: the batch's clock at its end (``driver.batch_clock``)
 
 
 @dataclass
@@ -294,6 +426,8 @@ class SliceResponse:
     replayed: int = 0
     seconds: float = 0.0
     tuples: int = 0
+    # sliding windows: per relation, the expirations of the tuples this slice is primary for (applied updates)
+    expired: dict[str, int] = field(default_factory=dict)
 
 
 class Slice:
@@ -321,6 +455,7 @@ class Slice:
                 again = self._respond(request, last.applied, full=True, seconds=last.seconds)
                 again.dead = last.dead
                 again.control = last.control
+                again.expired = last.expired
                 return again
             return last
         if self.version != request.version - 1:
@@ -329,15 +464,18 @@ class Slice:
         pipeline = self.pipeline
         self.advance(request.before)
         pipeline.quiet = request.quiet
+        pipeline.clock_ms = request.clock_ms
         try:
             applied = pipeline._apply(request.records)
         finally:
             pipeline.quiet = set()
+            pipeline.clock_ms = None
         pipeline.state.last_batch_id = request.version
         counts = {name: outcome.applied for name, outcome in applied.outcomes.items() if name in pipeline.held}
         response = self._respond(request, counts, full=request.full, seconds=time.perf_counter() - started)
         response.dead = applied.dead
         response.control = applied.control
+        response.expired = pipeline.expired
         self._last = response
         return response
 

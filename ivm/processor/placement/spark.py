@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ivm.processor.pipeline import Positions, RecordBatch
-from ivm.processor.placement.driver import PartitionSummary, PlacedPipeline, assemble
+from ivm.processor.placement.driver import PartitionSummary, PlacedPipeline, assemble, batch_clock
 from ivm.processor.placement.host import HostSpec, connect, executor_name, request, stage
 from ivm.processor.placement.slices import Piece, Seal, SliceResponse
 
@@ -50,7 +50,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-SENT = "slice int, topic string, partition int, last long, n long, oldest long, host string, updates long"
+SENT = (
+    "slice int, topic string, partition int, last long, n long, oldest long, host string, updates long, "
+    "first long, clock long"
+)
 SEAL_TIMEOUT = 600.0  # a host that does not answer a seal this long is taken for lost
 _ROUTERS: dict[bytes, Any] = {}  # per worker process: the router of each configuration
 _SUMMARY = -1  # the slice column of a partition's summary row
@@ -81,17 +84,21 @@ class RouteFn:
             return
         batch = RecordBatch.from_arrow(pa.Table.from_batches(arrow))
         routed = router.split(batch, self.positions)
-        rows: dict[str, list[Any]] = {
-            name: [] for name in ("slice", "topic", "partition", "last", "n", "oldest", "host", "updates")
-        }
+        names = ("slice", "topic", "partition", "last", "n", "oldest", "host", "updates", "first", "clock")
+        rows: dict[str, list[Any]] = {name: [] for name in names}
 
-        def row(index: int, tp: tuple[str, int], last: int, n: int, oldest: int, host: str, updates: int = -1) -> None:
-            for name, value in zip(rows, (index, tp[0], tp[1], last, n, oldest, host, updates), strict=True):
+        def row(
+            index: int, tp: tuple[str, int], last: int, n: int, oldest: int, host: str, updates: int = -1,
+            first: int | None = None, clock: int | None = None,
+        ) -> None:  # fmt: skip
+            values = (index, tp[0], tp[1], last, n, oldest, host, updates, first, clock)
+            for name, value in zip(rows, values, strict=True):
                 rows[name].append(value)
 
         for s in routed.summaries:  # updates: -1 for one-update records, else those the packed records carry
             updates = -1 if s.updates is None else s.updates
-            row(_SUMMARY, (s.topic, s.partition), s.last_offset, s.records, s.oldest_ms, "", updates)
+            summary = (s.last_offset, s.records, s.oldest_ms, "", updates, s.first_ms, s.clock_ms)
+            row(_SUMMARY, (s.topic, s.partition), *summary)
         for index, where in sorted(routed.rows.items()):
             quiet = routed.quiet.get(index, set())
             pieces = []
@@ -116,6 +123,8 @@ class RouteFn:
                     ("oldest", pa.int64()),
                     ("host", pa.string()),
                     ("updates", pa.int64()),
+                    ("first", pa.int64()),
+                    ("clock", pa.int64()),
                 ]
             ),
         )
@@ -162,6 +171,7 @@ class SentBatch:
     expected: dict[int, dict[tuple[str, int], int]]  # slice -> input partition -> records sent
     moved: dict[int, Address]  # slices whose records went to another host than their owner: where
     seconds: float
+    clock_ms: int | None = None  # sliding windows: the clock at the batch's end (``driver.batch_clock``)
 
     def __len__(self) -> int:
         return sum(s.records for s in self.summaries)
@@ -201,11 +211,16 @@ def send_batch(
     sent = df.mapInArrow(RouteFn(spec, version, before, dict(owners)), SENT).toArrow().to_pylist()
     summaries = [
         PartitionSummary(
-            r["topic"], r["partition"], r["last"], r["n"], r["oldest"], None if r["updates"] < 0 else r["updates"]
+            r["topic"], r["partition"], r["last"], r["n"], r["oldest"], None if r["updates"] < 0 else r["updates"],
+            r["first"], r["clock"],
         )
         for r in sent
         if r["slice"] < 0
-    ]
+    ]  # fmt: skip
+    clocks = _CLOCKS.setdefault(spec.run, {})  # by batch: a batch routed again compares with the one before
+    clock = clocks[version] = batch_clock(summaries, clocks.get(version - 1))
+    for old in [v for v in clocks if v < version - 1]:
+        del clocks[old]
     after = dict(before)
     for s in summaries:
         after[(s.topic, s.partition)] = max(after.get((s.topic, s.partition), 0), s.last_offset + 1)
@@ -224,7 +239,7 @@ def send_batch(
         for index, took in received.items()
         if owners.get(index) not in took
     }
-    return SentBatch(version, before, after, summaries, expected, moved, time.perf_counter() - started)
+    return SentBatch(version, before, after, summaries, expected, moved, time.perf_counter() - started, clock)
 
 
 def seal_batch(
@@ -244,7 +259,9 @@ def seal_batch(
     holding = {s for s in range(pipeline.slices) if any(not v.has_part(s) for v in _holding(pipeline, s))}
     origin = dict(pipeline.state.origin)
     seals = {
-        index: Seal(index, sent.version, sent.before, sent.after, sent.expected[index], origin, index in holding)
+        index: Seal(
+            index, sent.version, sent.before, sent.after, sent.expected[index], origin, index in holding, sent.clock_ms
+        )
         for index in range(pipeline.slices)
     }
     responses = _seal(spark, spec, seals, owners, known)
@@ -320,6 +337,8 @@ def _seal_on(spec: HostSpec, address: Address, seals: list[Seal], replies: dict[
         replies[address] = err
 
 
+#: per run and batch: the sliding windows' clock at the batch's end (``driver.batch_clock``; None: no update yet)
+_CLOCKS: dict[str, dict[int, int | None]] = {}
 #: per run: the executors seen when the slices were last spread, and when (``_unbalanced``)
 _BALANCE: dict[str, tuple[frozenset[str], float]] = {}
 #: per run: slices moved by a rebalance whose earlier host is told to drop them after the next seal
