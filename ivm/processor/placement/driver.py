@@ -256,8 +256,8 @@ def assemble(
 
 def _has_slices(pipeline: PlacedPipeline) -> bool:
     """Whether the pipeline's snapshot location holds slice snapshots (of any configuration)."""
-    from ivm.processor.job import snapshot_location
     from ivm.processor.placement.host import slice_stores
+    from ivm.processor.state.snapshots import snapshot_location
 
     return any(store.snapshots() for store in slice_stores(snapshot_location(pipeline.config)))
 
@@ -266,9 +266,8 @@ def _check_bootstrap(pipeline: PlacedPipeline) -> None:
     """A bootstrapped pipeline whose slices have no snapshot yet starts them from the bootstrap's snapshot:
     :class:`~ivm.processor.state.recovery.RecoveryError` at the start, naming the fix, when it is gone (rather than a
     slice rebuilt from the topics without the bulk-loaded tuples)."""
-    from ivm.processor.job import snapshot_location
     from ivm.processor.state.recovery import RecoveryError
-    from ivm.processor.state.snapshots import StateStore
+    from ivm.processor.state.snapshots import StateStore, snapshot_location
 
     location = snapshot_location(pipeline.config)
     state = StateStore(location).load()
