@@ -1,0 +1,122 @@
+"""The order of a parallel run (pytest-xdist, ``make test``): the longest tests start first.
+
+A run with workers (``-n N --dist loadgroup --no-loadscope-reorder``, the Makefile's) hands each worker the
+next unit of work when it has at most two left, in collection order; :func:`arrange` sorts that order by
+each unit's expected seconds, longest first (a greedy longest-first schedule), so the run ends with short
+unit tests on every worker instead of waiting for one long test that started last.
+
+- The expected seconds of a test are the ones recorded in ``tests/durations.json`` (setup, call and
+  teardown, as a run with ``IVM_RECORD_DURATIONS=tests/durations.json`` writes them, :class:`Recorder`);
+  a test not recorded there counts as :data:`UNRECORDED_INTEGRATION` seconds if it is marked
+  ``integration`` (it starts services: better early than last) and as nothing otherwise.
+- Tests that share an expensive fixture run on one worker, in one unit (an ``xdist_group``, :func:`group_of`):
+  those that use the session's Schema Registry (a JVM of its own per worker otherwise), and those of a module
+  with a module-scoped fixture (each worker would build it again: the wheel test's build, the secured
+  broker).  A unit's expected seconds are the sum of its tests'.
+
+A serial run (no worker), or one with another ``--dist``, keeps pytest's own order: :func:`arrange` is only
+called on the workers of a ``--dist loadgroup`` run, where every worker sorts the same collection the same way
+(xdist checks that the workers' orders agree).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+DURATIONS = Path(__file__).with_name("durations.json")
+UNRECORDED_INTEGRATION = 30.0  # seconds: a new integration test, until the durations are recorded again
+GROUP_SUFFIX = "@"  # xdist adds "@<group>" to a grouped test's node id (--dist loadgroup)
+
+
+def base_id(nodeid: str) -> str:
+    """The node id without the ``@group`` suffix xdist adds under ``--dist loadgroup``.
+
+    >>> base_id("tests/unit/test_wheel.py::test_the_wheel_installs@wheel"), base_id("tests/x.py::test_y[a@b]")
+    ('tests/unit/test_wheel.py::test_the_wheel_installs', 'tests/x.py::test_y[a@b]')
+    """
+    head, sep, tail = nodeid.rpartition(GROUP_SUFFIX)
+    return head if sep and "]" not in tail and "::" not in tail else nodeid
+
+
+def load_durations(path: Path = DURATIONS) -> dict[str, float]:
+    """The recorded seconds per node id (empty if the file is missing)."""
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+    except FileNotFoundError:
+        return {}
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The ``xdist_group`` an item belongs to (see the module docstring), or None."""
+    if "schema_registry" in item.fixturenames:
+        return "registry"
+    infos = getattr(item, "_fixtureinfo", None)
+    module = getattr(item, "module", None)
+    if infos is None or module is None:
+        return None
+    for defs in infos.name2fixturedefs.values():
+        if defs and defs[-1].scope in ("module", "package", "class"):
+            return module.__name__
+    return None
+
+
+def expected_seconds(item: pytest.Item, recorded: Mapping[str, float]) -> float:
+    """How long ``item`` is expected to take (module docstring)."""
+    known = recorded.get(item.nodeid)
+    if known is not None:
+        return known
+    return UNRECORDED_INTEGRATION if item.get_closest_marker("integration") is not None else 0.0
+
+
+def arrange(items: list[pytest.Item], recorded: Mapping[str, float]) -> None:
+    """Mark the groups (``xdist_group``) and sort ``items`` in place: units by expected seconds, longest
+    first; a group's tests stay together in their own order; equal units keep pytest's order."""
+    units: dict[str, list[int]] = {}
+    for index, item in enumerate(items):
+        group = group_of(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        units.setdefault(f"group:{group}" if group else item.nodeid, []).append(index)
+    seconds = {unit: sum(expected_seconds(items[i], recorded) for i in members) for unit, members in units.items()}
+    order = sorted(units, key=lambda unit: (-seconds[unit], units[unit][0]))
+    items[:] = [items[i] for unit in order for i in units[unit]]
+
+
+class Recorder:
+    """Sums each test's setup, call and teardown seconds (on the controller of a parallel run, or in a
+    serial run) and writes them to ``path`` at the end: the tests of at least ``floor`` seconds, as
+    :func:`load_durations` reads them."""
+
+    def __init__(self, path: Path, floor: float = 0.5) -> None:
+        self.path = path
+        self.floor = floor
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = base_id(report.nodeid)
+        self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        kept = {k: round(v, 1) for k, v in sorted(self.seconds.items()) if v >= self.floor}
+        self.path.write_text(json.dumps(kept, indent=0, sort_keys=True) + "\n")
+        total = sum(self.seconds.values())
+        longest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:5]
+        lines = [f"recorded {len(kept)} durations to {self.path}; the tests' seconds add up to {total:.0f}"]
+        lines += [f"  {seconds:7.1f} s  {nodeid}" for nodeid, seconds in longest]
+        session.config.get_terminal_writer().line("\n".join(lines))
+
+
+def on_worker() -> bool:
+    """Whether this process is a pytest-xdist worker."""
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
+def record_to() -> Path | None:
+    """Where a run records its durations (``IVM_RECORD_DURATIONS``), never from a worker."""
+    target = os.environ.get("IVM_RECORD_DURATIONS")
+    return Path(target) if target and not on_worker() else None
