@@ -20,17 +20,21 @@ LOGS = Path(__file__).resolve().parents[1] / ".local" / "test-logs"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Durations recorded on request (``IVM_RECORD_DURATIONS``); on the controller of a ``--dist loadgroup``
+    run, the scheduler of tests/scheduling.py."""
     target = scheduling.record_to()
     if target is not None:
         config.pluginmanager.register(scheduling.Recorder(target), "ivm-durations")
+    if not scheduling.on_worker() and getattr(config.option, "dist", "no") == "loadgroup":
+        config.pluginmanager.register(scheduling.GroupPlugin(), "ivm-groups")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which names the groups in the node ids
+@pytest.hookimpl(trylast=True)  # after -m/-k deselected theirs: the workers' groups are of the tests that run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On a pytest-xdist worker of a ``--dist loadgroup`` run (xdist sets ``loadgroup`` there): the longest tests
     first, shared expensive fixtures on one worker (tests/scheduling.py)."""
     if scheduling.on_worker() and getattr(config.option, "loadgroup", False):
-        scheduling.arrange(items, scheduling.load_durations())
+        scheduling.write_groups(scheduling.arrange(items, scheduling.load_durations()))
 
 
 @pytest.fixture(scope="session")

@@ -29,13 +29,6 @@ class FakeItem:
     def get_closest_marker(self, name: str) -> pytest.Mark | None:
         return next((m for m in self.markers if m.name == name), None)
 
-    def add_marker(self, marker: pytest.MarkDecorator) -> None:
-        self.markers.append(marker.mark)
-
-    def group(self) -> str | None:
-        mark = self.get_closest_marker("xdist_group")
-        return None if mark is None else mark.args[0]
-
 
 def test_longest_first_and_groups_stay_together() -> None:
     items = [
@@ -58,7 +51,7 @@ def test_longest_first_and_groups_stay_together() -> None:
         "tests/integration/r.py::second": 12.0,  # 22 s
         "tests/unit/a.py::middling": 40.0,
     }
-    scheduling.arrange(items, recorded)  # type: ignore[arg-type]
+    groups = scheduling.arrange(items, recorded)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == [
         "tests/unit/a.py::slow",  # 100
         "tests/unit/w.py::one",  # 45, the module-scoped fixture's unit, in its own order
@@ -70,10 +63,12 @@ def test_longest_first_and_groups_stay_together() -> None:
         "tests/unit/a.py::quick",  # 1
         "tests/unit/a.py::unrecorded_unit",  # 0
     ]
-    groups = {i.nodeid: i.group() for i in items}
-    assert groups["tests/unit/w.py::one"] == groups["tests/unit/w.py::two"] == "tests.unit.w"
-    assert groups["tests/integration/r.py::first"] == groups["tests/integration/r.py::second"] == "registry"
-    assert groups["tests/unit/a.py::slow"] is None and groups["tests/integration/new.py::unrecorded"] is None
+    assert groups == {
+        "tests/unit/w.py::one": "tests.unit.w",
+        "tests/unit/w.py::two": "tests.unit.w",
+        "tests/integration/r.py::first": "registry",
+        "tests/integration/r.py::second": "registry",
+    }
 
 
 def test_the_group_suffix_is_taken_off_node_ids() -> None:
@@ -132,18 +127,20 @@ def test_a_parallel_run_records_and_reads_durations(tmp_path: Path) -> None:
     assert list(recorded) == ["tests/test_sample.py::test_long"], recorded  # the others are under half a second
     assert recorded["tests/test_sample.py::test_long"] >= 1.0
     assert "the tests' seconds add up to" in done.stdout
-    # the recorded file is read back: the long test is the first a worker runs
+    # the recorded file is read back: the long test is the first a worker runs, the grouped tests share one
     order = tmp_path / "order.txt"
     (tmp_path / "tests" / "conftest.py").write_text(
         (root / "tests" / "conftest.py").read_text()
-        + f"\n\ndef pytest_runtest_call(item):\n    open({str(order)!r}, 'a').write(item.nodeid + '\\n')\n"
+        + "\n\ndef pytest_runtest_call(item):\n    import os\n\n"
+        + f"    open({str(order)!r}, 'a').write(item.nodeid + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
     )
     env.pop("IVM_RECORD_DURATIONS")
-    done = subprocess.run([*command[:-1], "-n", "1", "tests"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    ran = order.read_text().split()
-    assert ran[0] == "tests/test_sample.py::test_long", ran
-    grouped = [n for n in ran if "grouped" in n]
-    assert grouped == ["tests/test_sample.py::test_grouped_a@tests.test_sample",
-                       "tests/test_sample.py::test_grouped_b@tests.test_sample"], ran  # fmt: skip
+    ran = [line.split() for line in order.read_text().splitlines()]
+    first = {}
+    for nodeid, worker in ran:
+        first.setdefault(worker, nodeid)
+    assert "tests/test_sample.py::test_long" in first.values(), ran  # the first test of a worker
+    workers = {nodeid: worker for nodeid, worker in ran}
+    assert workers["tests/test_sample.py::test_grouped_a"] == workers["tests/test_sample.py::test_grouped_b"], ran
