@@ -156,24 +156,35 @@ class GroupPlugin:
 
 class Recorder:
     """Sums each test's setup, call and teardown seconds (on the controller of a parallel run, or in a
-    serial run) and writes them to ``path`` at the end: the tests of at least ``floor`` seconds, as
-    :func:`load_durations` reads them."""
+    serial run) into ``path``: the tests of at least ``floor`` seconds, as :func:`load_durations` reads them,
+    over the ones the file held (a run of some tests keeps the others' seconds).  The file is written as each
+    such test ends, so a run stopped halfway keeps what it measured."""
 
     def __init__(self, path: Path, floor: float = 0.5) -> None:
         self.path = path
         self.floor = floor
         self.seconds: dict[str, float] = {}
+        self.kept = load_durations(path)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         nodeid = base_id(report.nodeid)
         self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
+        if report.when == "teardown":
+            self.kept.pop(nodeid, None)
+            if self.seconds[nodeid] >= self.floor:
+                self.kept[nodeid] = round(self.seconds[nodeid], 1)
+                self._write()
+
+    def _write(self) -> None:
+        partial = self.path.with_name(self.path.name + ".part")
+        partial.write_text(json.dumps(dict(sorted(self.kept.items())), indent=0) + "\n")
+        partial.replace(self.path)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        kept = {k: round(v, 1) for k, v in sorted(self.seconds.items()) if v >= self.floor}
-        self.path.write_text(json.dumps(kept, indent=0, sort_keys=True) + "\n")
+        self._write()
         total = sum(self.seconds.values())
         longest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:5]
-        lines = [f"recorded {len(kept)} durations to {self.path}; the tests' seconds add up to {total:.0f}"]
+        lines = [f"recorded {len(self.kept)} durations to {self.path}; this run's tests' seconds add up to {total:.0f}"]
         lines += [f"  {seconds:7.1f} s  {nodeid}" for nodeid, seconds in longest]
         session.config.get_terminal_writer().line("\n".join(lines))
 

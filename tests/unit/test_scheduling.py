@@ -117,6 +117,7 @@ def test_a_parallel_run_records_and_reads_durations(tmp_path: Path) -> None:
     (tmp_path / "tests" / "test_sample.py").write_text(SAMPLE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    integration: services\n")
     durations = tmp_path / "tests" / "durations.json"
+    durations.write_text(json.dumps({"tests/other.py::test_elsewhere": 9.0, "tests/test_sample.py::test_short": 99.0}))
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
                "--no-loadscope-reorder", "-rA", "tests"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not a worker of this run
@@ -124,9 +125,11 @@ def test_a_parallel_run_records_and_reads_durations(tmp_path: Path) -> None:
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = json.loads(durations.read_text())
-    assert list(recorded) == ["tests/test_sample.py::test_long"], recorded  # the others are under half a second
+    # the others are under half a second; a test of another run keeps its seconds, a stale entry goes
+    assert list(recorded) == ["tests/other.py::test_elsewhere", "tests/test_sample.py::test_long"], recorded
+    assert recorded["tests/other.py::test_elsewhere"] == 9.0
     assert recorded["tests/test_sample.py::test_long"] >= 1.0
-    assert "the tests' seconds add up to" in done.stdout
+    assert "this run's tests' seconds add up to" in done.stdout
     # the recorded file is read back: the long test is the first a worker runs, the grouped tests share one
     order = tmp_path / "order.txt"
     (tmp_path / "tests" / "conftest.py").write_text(
