@@ -49,17 +49,17 @@ from typing import Any
 
 import ivm
 from ivm.policy import Policy
-from processor.codec import load_relation_codecs
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.data import sample_graph
-from processor.job import run_job
-from processor.local.kafka import KafkaBroker
-from processor.local.spark import spark_session
-from processor.pipeline import Pipeline, Record, RecordBatch
-from processor.produce import read_edges
-from processor.relations import RelationStore
-from processor.subscribe import follow, reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.data import sample_graph
+from ivm.processor.job import run_job
+from ivm.processor.kafka.produce import read_edges
+from ivm.processor.kafka.subscribe import follow, reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.kafka import KafkaBroker
+from ivm.processor.local.spark import spark_session
+from ivm.processor.pipeline import Pipeline, Record, RecordBatch
+from ivm.processor.state.relations import RelationStore
 
 ROOT = Path(__file__).resolve().parents[1]
 FACEBOOK = sample_graph()
@@ -255,7 +255,7 @@ def e2e(broker, spark, workload: str, updates, shards: int, rate: float | None) 
 def main() -> None:
     logging.basicConfig(level=logging.INFO if os.environ.get("E2E_LOG") else logging.WARNING)
     if os.environ.get("E2E_LOG"):
-        logging.getLogger("processor.job").setLevel(logging.DEBUG)  # each Spark hand-over too
+        logging.getLogger("ivm.processor.job").setLevel(logging.DEBUG)  # each Spark hand-over too
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("-n", type=int, default=None, help="updates per run")

@@ -48,11 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e import CODECS, WORKLOADS, cpu_seconds, pipeline_config, spark_jvm_pids, updates_for
 
-from processor.codec import PackedCodec
-from processor.job import run_job
-from processor.local.kafka import KafkaBroker
-from processor.local.spark import spark_session
-from processor.topics import create_topics
+from ivm.processor.codecs.avro import PackedCodec
+from ivm.processor.job import run_job
+from ivm.processor.kafka.topics import create_topics
+from ivm.processor.local.kafka import KafkaBroker
+from ivm.processor.local.spark import spark_session
 
 OUT = Path(__file__).resolve().parent / "out"
 

@@ -1,6 +1,6 @@
 """What committing a batch's input positions to the consumer group costs per batch.
 
-The processor's transactional sink (:class:`processor.sink.TransactionalKafkaSink`) commits each batch's
+The processor's transactional sink (:class:`ivm.processor.kafka.sink.TransactionalKafkaSink`) commits each batch's
 outputs in one transaction; with a consumer group it also calls ``send_offsets_to_transaction`` once per
 batch (the positions of every input partition).  This runs the sink alone against a local broker: batches
 of ``--records`` output records, alternating a sink without and a sink with a group, and reports the
@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from processor.local.kafka import KafkaBroker
-from processor.sink import TransactionalKafkaSink
-from processor.topics import create_topics
+from ivm.processor.kafka.sink import TransactionalKafkaSink
+from ivm.processor.kafka.topics import create_topics
+from ivm.processor.local.kafka import KafkaBroker
 
 
 def batches(sink: TransactionalKafkaSink, topic: str, n: int, records: int, partitions: int) -> list[float]:

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from processor.pipeline import Record, RecordBatch
-from processor.placement import wire
-from processor.placement.slices import Piece, Seal, SliceResponse
+from ivm.processor.pipeline import Record, RecordBatch
+from ivm.processor.placement import wire
+from ivm.processor.placement.slices import Piece, Seal, SliceResponse
 
 SESSION = b"s" * 32
 

@@ -66,8 +66,8 @@ QUICK_CELLS = [CELLS[0], CELLS[2], CELLS[4]]
 
 def updates_for(workload: str, n: int) -> list[tuple[str, tuple[int, int], int]]:
     if workload == "triangle":
-        from processor.data import sample_graph
-        from processor.produce import read_edges
+        from ivm.processor.data import sample_graph
+        from ivm.processor.kafka.produce import read_edges
 
         out: list[tuple[str, tuple[int, int], int]] = []
         while len(out) < n:  # the graph again, shifted, if n asks for more than it has
@@ -85,7 +85,7 @@ def updates_for(workload: str, n: int) -> list[tuple[str, tuple[int, int], int]]
 def produce(bootstrap: str, topics: dict[str, str], updates) -> None:
     from confluent_kafka import Producer
 
-    from processor.codec import load_relation_codecs
+    from ivm.processor.codecs.avro import load_relation_codecs
 
     codecs = load_relation_codecs()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
@@ -132,9 +132,9 @@ def _rss() -> int:
 
 def run_cell(bootstrap: str, workload: str, placement: str, master: str, shards: int, n: int, batch: int) -> dict:
     from ivm.policy import Policy
-    from processor.config import PipelineConfig, QueryConfig, RelationConfig
-    from processor.job import run_job
-    from processor.topics import create_topics
+    from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+    from ivm.processor.job import run_job
+    from ivm.processor.kafka.topics import create_topics
 
     query, relations = WORKLOADS[workload]
     prefix = f"p{random.randrange(10**8)}."
@@ -269,7 +269,7 @@ def main() -> None:
         spec = json.loads(args.cell)
         print(json.dumps(run_cell(**spec)), flush=True)
         return
-    from processor.local.kafka import KafkaBroker
+    from ivm.processor.local.kafka import KafkaBroker
 
     OUT.mkdir(parents=True, exist_ok=True)
     broker = KafkaBroker.start(Path(tempfile.mkdtemp(prefix="ivm-bench-kafka-")))

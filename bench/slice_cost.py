@@ -43,8 +43,8 @@ QUERY = "Q() :- R(a,b), S(b,c), T(c,a)"
 
 def stream(n: int, deletes: int) -> list[tuple[str, tuple[int, int], int]]:
     """bench/placement.py's triangle updates (n inserts), then the first ``deletes`` of them deleted."""
-    from processor.data import sample_graph
-    from processor.produce import read_edges
+    from ivm.processor.data import sample_graph
+    from ivm.processor.kafka.produce import read_edges
 
     out: list[tuple[str, tuple[int, int], int]] = []
     while len(out) < n:  # the graph again, shifted, if n asks for more than it has (as placement.py)

@@ -38,8 +38,8 @@ def _child(n: int, repeat: int) -> dict[str, float]:
     import gc
 
     from ivm import maintain
-    from processor.pipeline import PipelineState
-    from processor.snapshots import BackgroundSnapshots, StateStore
+    from ivm.processor.pipeline import PipelineState
+    from ivm.processor.state.snapshots import BackgroundSnapshots, StateStore
 
     rng = random.Random(n)
     domain = max(10, int(n**0.5) * 4)

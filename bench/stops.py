@@ -24,12 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from processor.codec import load_relation_codecs
-from processor.config import PipelineConfig, QueryConfig, RelationConfig, dump_config
-from processor.local.kafka import KafkaBroker
-from processor.local.stack import ProcessorProcess
-from processor.produce import UpdateProducer
-from processor.topics import create_topics
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig, dump_config
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.topics import create_topics
+from ivm.processor.local.kafka import KafkaBroker
+from ivm.processor.local.stack import ProcessorProcess
 
 CODECS = load_relation_codecs()
 TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"

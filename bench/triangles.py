@@ -57,7 +57,7 @@ Update = tuple[str, tuple[int, int], int]
 
 def facebook_stream(n: int, seed: int) -> list[Update]:
     """The first ``n`` tuples of the facebook edge stream (edges shuffled by ``seed``)."""
-    from processor.data import facebook_edges
+    from ivm.processor.data import facebook_edges
 
     edges = facebook_edges()
     random.Random(seed).shuffle(edges)

@@ -327,7 +327,7 @@ class ShardSlice(ShardedView):
 
     It routes every update exactly as the whole sharded view does and applies
     the ones routed to shard ``index``, dropping the others: the shards of a
-    query can then live in different processes (``processor.placement``), each
+    query can then live in different processes (``ivm.processor.placement``), each
     given the updates routed to it, or all of them.  Its result is that shard's
     share; the shards' results add up to the query's (module docstring).
     Cost: the routing of the whole view, O(shards an update goes to), and the

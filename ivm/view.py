@@ -335,7 +335,7 @@ class View:
 
         The caller vouches that every update is a ``(relation, row, mult)`` of one of the query's
         relations, ``row`` a tuple of the relation's arity and ``mult`` a non-zero ``int``, and that
-        it was admitted by an input policy (the runtime's relation contents, ``processor/relations.py``,
+        it was admitted by an input policy (the runtime's relation contents, ``ivm/processor/state/relations.py``,
         which decodes updates by the relations' schemas).  When this view's own policy can refuse
         an update (deletes checked against the state, set semantics, delete-only relations) the
         batch takes :meth:`apply`, so the outcome is always what :meth:`apply` would give.  A batch

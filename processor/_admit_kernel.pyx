@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The input policy's admission loop in C (:meth:`processor.relations.RelationStore.admit`).
+"""The input policy's admission loop in C (:meth:`ivm.processor.state.relations.RelationStore.admit`).
 
 A relation's contents are a Z-relation, ``{tuple: multiplicity}`` (IVM^eps §1.1,
 F-IVM §2).  Each update ``{row ↦ mult}`` of a batch, in order, is checked against

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Avro records of ``int``/``long`` fields decoded straight into row tuples: one C pass per record.
 
-The compiled counterpart of :func:`processor.varint.decode_varint_records` (the numpy
+The compiled counterpart of :func:`ivm.processor.codecs.varint.decode_varint_records` (the numpy
 decoder, which stays as the fallback when this extension is not built).  Each record
 is read as ``len(widths)`` zig-zag varints (Avro's ``int`` and ``long``, 7 bits per
 byte, the high bit on every byte but the last); the row is the tuple of the

@@ -17,17 +17,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from ivm.processor.codecs.avro import load_schema, schemas_dir
+from ivm.processor.config import PipelineConfig
+from ivm.processor.job import snapshot_location
+from ivm.processor.kafka.sink import TransactionalKafkaSink
+from ivm.processor.kafka.topics import create_kind, end_offsets
+from ivm.processor.operations.metrics import Metrics
+from ivm.processor.operations.progress import ProgressBar
+from ivm.processor.pipeline import Pipeline
+from ivm.processor.state.recovery import StateStore, read_committed_progress
+from ivm.processor.state.relations import load_view
 from ivm.updates import Update
-from processor.codec import load_schema, schemas_dir
-from processor.config import PipelineConfig
-from processor.job import snapshot_location
-from processor.metrics import Metrics
-from processor.pipeline import Pipeline
-from processor.progress import ProgressBar
-from processor.recovery import StateStore, read_committed_progress
-from processor.relations import load_view
-from processor.sink import TransactionalKafkaSink
-from processor.topics import create_kind, end_offsets
 
 log = logging.getLogger(__name__)
 _CHUNK = 50_000  # tuples per progress step
@@ -74,7 +74,7 @@ def bootstrap(config: PipelineConfig, files: Mapping[str, Path], spark=None, pro
     With ``progress`` a bar per relation (tuples converted) and per query (tuples preprocessed)
     goes to stderr.
     """
-    from processor.local.spark import spark_session, stop_session
+    from ivm.processor.local.spark import spark_session, stop_session
 
     unknown = set(files) - {r.name for r in config.relations}
     if unknown:

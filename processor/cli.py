@@ -1,6 +1,6 @@
 """The ``ivm`` command line.
 
-Each subcommand is a module of ``processor/commands/`` with two functions,
+Each subcommand is a module of ``ivm/processor/commands/`` with two functions,
 ``add_parser(subparsers)`` and ``run(args) -> int``; this file finds and
 dispatches them, and turns the errors a user can cause into one line each.
 
@@ -24,7 +24,7 @@ import pkgutil
 import sys
 import traceback
 
-import processor.commands
+import ivm.processor.commands
 
 
 class CommandError(Exception):
@@ -47,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="log at INFO level, show the Kafka client's own log lines and the traceback of an error",
     )  # fmt: skip
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for info in sorted(pkgutil.iter_modules(processor.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"processor.commands.{info.name}")
+    for info in sorted(pkgutil.iter_modules(ivm.processor.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"ivm.processor.commands.{info.name}")
         if hasattr(module, "add_parser") and hasattr(module, "run"):
             sub = module.add_parser(subparsers)
             sub.set_defaults(handler=module.run)
@@ -68,7 +68,7 @@ def command_name(args: argparse.Namespace) -> str:
 def user_error(err: BaseException) -> tuple[int, list[str]] | None:
     """``(exit code, lines)`` of an error a user can cause, ``None`` for anything else (a bug).
 
-    Exit 2: usage and configuration (:class:`~processor.config.ConfigError`, one line per
+    Exit 2: usage and configuration (:class:`~ivm.processor.config.ConfigError`, one line per
     finding; a query that does not parse or that an engine refuses; an input file that does
     not parse, does not exist or cannot be read; a topic that is not the pipeline's).  Exit 1:
     runtime (a Kafka broker or schema registry that cannot be reached or fails, a bootstrap
@@ -78,7 +78,7 @@ def user_error(err: BaseException) -> tuple[int, list[str]] | None:
         return err.exit_code, str(err).splitlines() or [type(err).__name__]
     if isinstance(err, ModuleNotFoundError) and missing_extra(err) is not None:
         return 2, [missing_extra(err) or ""]
-    if _instance(err, "processor.config.ConfigError"):
+    if _instance(err, "ivm.processor.config.ConfigError"):
         return 2, list(err.errors)
     if _instance(err, *_USAGE):
         return 2, str(err).splitlines()
@@ -88,7 +88,7 @@ def user_error(err: BaseException) -> tuple[int, list[str]] | None:
     if _instance(err, *_RUNTIME):
         return 1, _one_line(str(err))
     if _instance(err, "confluent_kafka.KafkaException"):
-        from processor.topics import kafka_reason
+        from ivm.processor.kafka.topics import kafka_reason
 
         return 1, [f"Kafka: {kafka_reason(err)}"]
     if isinstance(err, TimeoutError):
@@ -100,17 +100,17 @@ def user_error(err: BaseException) -> tuple[int, list[str]] | None:
 _USAGE = (
     "ivm.query.parse.QuerySyntaxError",  # a query that does not parse, or SQL the reader refuses
     "ivm.engines.base.EngineRefused",  # an engine that cannot maintain the query
-    "processor.planning.Refused",  # an engine, eps or pattern ivm run would refuse
-    "processor.produce.InputError",  # an input file line that does not parse
-    "processor.subscribe.UnknownTopicError",  # a topic that is not the pipeline's
+    "ivm.processor.planning.Refused",  # an engine, eps or pattern ivm run would refuse
+    "ivm.processor.kafka.produce.InputError",  # an input file line that does not parse
+    "ivm.processor.kafka.subscribe.UnknownTopicError",  # a topic that is not the pipeline's
 )
 #: The error types of runtime failures (exit 1).
 _RUNTIME = (
-    "processor.topics.BrokerUnreachable",
-    "processor.wire.RegistryError",
-    "processor.bootstrap.BootstrapError",
-    "processor.local.artifacts.ArtifactError",
-    "processor.local.ports.PortInUse",
+    "ivm.processor.kafka.topics.BrokerUnreachable",
+    "ivm.processor.codecs.confluent.RegistryError",
+    "ivm.processor.bootstrap.BootstrapError",
+    "ivm.processor.local.artifacts.ArtifactError",
+    "ivm.processor.local.ports.PortInUse",
 )
 
 
@@ -172,7 +172,7 @@ def configure_logging(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from processor.kafka_clients import KAFKA_LOGGER
+    from ivm.processor.kafka.clients import KAFKA_LOGGER
 
     KAFKA_LOGGER.setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
-if __name__ == "__main__":  # python -m processor.cli: run the imported module's main, whose CommandError the
-    from processor.cli import main as _main  # commands raise (this __main__ copy has a class of its own)
+if __name__ == "__main__":  # python -m ivm.processor.cli: run the imported module's main, whose CommandError the
+    from ivm.processor.cli import main as _main  # commands raise (this __main__ copy has a class of its own)
 
     sys.exit(_main())

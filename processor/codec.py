@@ -26,8 +26,8 @@ from typing import Any
 import fastavro
 from fastavro.read import SchemaResolutionError
 
+from ivm.processor.codecs.varint import decode_packed_rows, decode_varint_rows, kernel_built
 from ivm.updates import Row
-from processor.varint import decode_packed_rows, decode_varint_rows, kernel_built
 
 
 class DecodeError(ValueError):
@@ -125,7 +125,7 @@ class RelationCodec:
 
         ``writer_schema`` (a parsed schema) is the schema ``value`` was written
         with, if not this relation's own; Avro's schema resolution maps it to
-        this relation's schema (used by the Confluent wire format, ``processor.wire``).
+        this relation's schema (used by the Confluent wire format, ``ivm.processor.codecs.confluent``).
         """
         if not value:
             raise DecodeError(f"empty message: not an Avro {self.relation} update")
@@ -166,7 +166,7 @@ class RelationCodec:
     ) -> tuple[list[Row | None], list[int], dict[int, str]]:
         """Decode a micro-batch: ``(rows, mults, errors)``, with ``errors[i]`` the reason record i is not
         an update (its row is ``None``).  Same results as :meth:`decode` one by one; relations whose
-        fields are all ``int``/``long`` are decoded in bulk (:func:`processor.varint.decode_varint_rows`,
+        fields are all ``int``/``long`` are decoded in bulk (:func:`ivm.processor.codecs.varint.decode_varint_rows`,
         ``implementation`` its choice of decoder), the records it is unsure of one by one."""
         if self.varint_widths is None:
             return decode_each(self, values)
@@ -347,7 +347,7 @@ class PackedCodec:
         """Decode a micro-batch of packed records into its updates (:class:`PackedDecoded`).
 
         Relations whose fields are all ``int``/``long`` are decoded in one compiled pass
-        (``processor._varint_kernel.decode_packed``) when the kernel is built (``implementation``:
+        (``ivm.processor.codecs._varint_kernel.decode_packed``) when the kernel is built (``implementation``:
         ``"auto"``; ``"reader"`` always reads with fastavro), the records it is unsure of by fastavro;
         the results are the same."""
         codec = self.codec

@@ -13,7 +13,7 @@ All findings of a file are reported together (:class:`ConfigError`).  Relative
 paths (a relation's ``schema``, ``[processor] state_dir``) are relative to the
 configuration file's folder; :func:`load_config` returns absolute ones.  What
 needs the schemas and the engines (a query's engine, eps, model) is checked by
-:func:`processor.planning.plan_pipeline`, the same path ``ivm run`` takes.
+:func:`ivm.processor.planning.plan_pipeline`, the same path ``ivm run`` takes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from ivm.policy import Policy
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import KafkaConnection
+    from ivm.processor.kafka.clients import KafkaConnection
 
 
 class ConfigError(ValueError):
@@ -55,7 +55,7 @@ class RelationConfig:
     ``schema`` is absolute when it comes from :func:`load_config` (a relative
     path in the file is relative to the file's folder).  A relative ``schema``
     given in code, e.g. ``RelationConfig("R", "R", Path("relations/R.avsc"))``,
-    is relative to the schemas folder (:func:`processor.codec.schemas_dir`);
+    is relative to the schemas folder (:func:`ivm.processor.codecs.avro.schemas_dir`);
     :meth:`schema_file` resolves both.
     """
 
@@ -66,12 +66,12 @@ class RelationConfig:
     window_seconds: float | None = None  # a sliding window of the last S seconds (record timestamps)
     window_group: str | None = None  # relations with the same group share one window (jointly FIFO)
     # "avro": plain Avro binary with schemas/; "confluent": wire format + registry; "avro-packed" and
-    # "confluent-packed": the same, each record an array of many updates (processor.codec.PackedCodec)
+    # "confluent-packed": the same, each record an array of many updates (ivm.processor.codecs.avro.PackedCodec)
     encoding: str = "avro"
 
     def schema_file(self) -> Path:
         """The absolute path of the relation's Avro schema."""
-        from processor.codec import schemas_dir
+        from ivm.processor.codecs.avro import schemas_dir
 
         return self.schema if self.schema.is_absolute() else schemas_dir() / self.schema
 
@@ -190,18 +190,19 @@ class PipelineConfig:
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a container
     name: str = "ivm"  # the pipeline: its transactional id, progress topic and state folder
-    state_dir: str = ""  # snapshots; empty: <local_dir>/state/<name> (processor.local.stack.local_dir)
+    state_dir: str = ""  # snapshots; empty: <local_dir>/state/<name> (ivm.processor.local.stack.local_dir)
     snapshot_every: int = 50  # batches between snapshots (0: never)
     snapshot_location: str = ""  # a folder or a pyarrow.fs URL (s3://, hdfs://) for snapshots; empty: state_dir
     exactly_once: bool = True  # outputs in Kafka transactions, recovery from snapshot + replay
     shards: int = 1
-    placement: str = "driver"  # where the state lives: "driver" or "executors" (processor.placement)
+    placement: str = "driver"  # where the state lives: "driver" or "executors" (ivm.processor.placement)
     topics: TopicsConfig = TopicsConfig()  # how the processor creates the topics it creates
     spark_conf: tuple[tuple[str, str], ...] = ()  # [spark.conf]: spark.* settings for the session
-    # [kafka.properties]: client properties for every Kafka client (processor.kafka_clients), ${NAME} expanded
-    # (repr=False: they hold secrets; processor.kafka_clients.masked shows them)
+    # [kafka.properties]: client properties for every Kafka client (ivm.processor.kafka.clients), ${NAME} expanded
+    # (repr=False: they hold secrets; ivm.processor.kafka.clients.masked shows them)
     kafka_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    # [kafka.schema_registry] besides its url: basic.auth.user.info, ssl.* (processor.wire.RegistryClient)
+    # [kafka.schema_registry] besides its url: basic.auth.user.info, ssl.*
+    # (ivm.processor.codecs.confluent.RegistryClient)
     schema_registry_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
@@ -219,7 +220,7 @@ class PipelineConfig:
     @property
     def kafka(self) -> KafkaConnection:
         """The brokers with ``[kafka.properties]``: what every Kafka client of the pipeline connects with."""
-        from processor.kafka_clients import KafkaConnection
+        from ivm.processor.kafka.clients import KafkaConnection
 
         return KafkaConnection(self.bootstrap, self.kafka_properties)
 
@@ -680,7 +681,7 @@ def shown(key: str, value: str) -> str:
     >>> shown("spark.executor.memory", "2g"), shown("spark.hadoop.fs.s3a.secret.key", "abc")
     ('spark.executor.memory=2g', 'spark.hadoop.fs.s3a.secret.key=****')
     """
-    from processor.kafka_clients import is_secret
+    from ivm.processor.kafka.clients import is_secret
 
     return f"{key}={'****' if is_secret(key) else value}"
 
@@ -794,8 +795,8 @@ def _registry_table(value: Mapping[str, Any], errors: list[str]) -> tuple[Any, d
 
 def _kafka_properties(value: Any, errors: list[str]) -> dict[str, str]:
     """``[kafka.properties]`` with ``${NAME}`` expanded and checked
-    (:func:`processor.kafka_clients.check_properties`)."""
-    from processor.kafka_clients import check_properties
+    (:func:`ivm.processor.kafka.clients.check_properties`)."""
+    from ivm.processor.kafka.clients import check_properties
 
     where = "[kafka.properties]"
     if not isinstance(value, dict):
@@ -1014,7 +1015,7 @@ def _check_whole(tables: Mapping[str, _Part], entries: Mapping[str, list[_Part]]
 
 def _schema_problem(path: Path) -> str | None:
     """Why the file at ``path`` is not a relation update schema (an Avro record with a ``mult``), or ``None``."""
-    from processor.codec import RelationCodec
+    from ivm.processor.codecs.avro import RelationCodec
 
     try:
         schema = json.loads(path.read_text())
@@ -1098,7 +1099,7 @@ def _attributes(relations: Sequence[RelationTable], base: Path) -> dict[str, lis
 def _schema_path(rel: RelationTable, base: Path) -> Path:
     """A relation's schema: absolute, relative to the file's folder, or the registered one by default."""
     if rel.schema_ is None:
-        from processor.codec import schemas_dir
+        from ivm.processor.codecs.avro import schemas_dir
 
         return (schemas_dir() / "relations" / f"{rel.name}.avsc").resolve()
     return (base / rel.schema_).resolve()

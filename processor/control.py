@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 
-from processor.codec import OutputCodec, load_schema, schemas_dir
-from processor.config import PipelineConfig, QueryConfig
+from ivm.processor.codecs.avro import OutputCodec, load_schema, schemas_dir
+from ivm.processor.config import PipelineConfig, QueryConfig
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 Overrides = dict[str, QueryConfig | None]  # query name -> the query added last, or None: removed
 ACKS = ("applied", "refused")
@@ -175,7 +175,7 @@ class Command:
 def read_log(bootstrap: Kafka, topic: str, timeout: float = 60) -> list[Command]:
     """Every command of ``topic`` in offset order (per partition), each with the job's answer if it has
     one, read with read_committed.  Undecodable records are left out (the job dead-letters them)."""
-    from processor.topics import TopicReader
+    from ivm.processor.kafka.topics import TopicReader
 
     commands: dict[tuple[int, int], Command] = {}
     answers: dict[tuple[int, int], tuple[str, str | None]] = {}

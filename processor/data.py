@@ -31,7 +31,7 @@ def sample_graph() -> Path:
 
 def facebook_edges() -> list[tuple[int, int]]:
     """The 88,234 undirected edges ``(u, v)`` of the facebook graph, in file order."""
-    from processor.produce import read_edges
+    from ivm.processor.kafka.produce import read_edges
 
     path = sample_graph()
     if not path.exists():

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 DeadLetterKey = tuple[str, int, int, str]  # source topic, partition, offset, reason
 
@@ -50,8 +50,8 @@ def reason_kind(reason: str) -> str:
 
 def read_dead_letters(bootstrap: Kafka, topic: str, inputs: Iterable[str], timeout: float = 60) -> DeadLetters:
     """The dead letters of the records of ``inputs`` (topic names) that ``topic`` holds (module docstring)."""
-    from processor.codec import OutputCodec
-    from processor.topics import TopicReader
+    from ivm.processor.codecs.avro import OutputCodec
+    from ivm.processor.kafka.topics import TopicReader
 
     wanted = set(inputs)
     codec = OutputCodec("dead_letter")

@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ivm.kernels import installed_kernels, summary
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.data import FACEBOOK_TRIANGLES
+from ivm.processor.kafka.produce import UpdateProducer, edge_updates, read_edges, sample
+from ivm.processor.kafka.subscribe import follow, reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.stack import ProcessorProcess, local_dir, start_broker
 from ivm.resources import example_config
-from processor.codec import load_relation_codecs
-from processor.data import FACEBOOK_TRIANGLES
-from processor.local.stack import ProcessorProcess, local_dir, start_broker
-from processor.produce import UpdateProducer, edge_updates, read_edges, sample
-from processor.subscribe import follow, reflects
-from processor.topics import create_topics, end_offsets
 
 RELATIONS = ("R", "S", "T")
 
@@ -95,7 +95,8 @@ def run_demo(
 ) -> bool:
     """Run the demo end to end; True when both checks hold.
 
-    Raises :class:`processor.produce.InputError` for an edge file that does not parse, before starting anything.
+    Raises :class:`ivm.processor.kafka.produce.InputError` for an edge file that does not parse, before starting
+    anything.
     """
     t0 = time.monotonic()
     edges = list(read_edges(edges_path))  # a bad file stops the demo before anything starts

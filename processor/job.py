@@ -6,7 +6,7 @@ decodes, applies and publishes.  With ``[processor] placement = "driver"`` (the
 default) the engines' state lives in the driver, split into shards when the
 configuration asks for them; with ``"executors"`` it lives in shard hosts on
 Spark's executors and the driver only seals, merges and commits each batch
-(:mod:`processor.placement`).
+(:mod:`ivm.processor.placement`).
 
 In exactly-once mode the pipeline runs on a worker thread (:class:`Handoff`):
 ``foreachBatch`` returns as soon as the batch is in Python, so Spark reads the
@@ -36,25 +36,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from processor import leftovers
-from processor.collector import CollectorWatch, freeze_state
-from processor.config import PipelineConfig, QueryConfig, TopicSettings, shown
-from processor.control import Command, control_topic, effective, fold, read_log, refusals
-from processor.deadletters import read_dead_letters
-from processor.heartbeat import Heartbeat
-from processor.kafka_clients import spark_kafka_options
-from processor.local.spark import spark_session, stop_session, temporary_checkpoint
-from processor.metrics import LagMonitor, Metrics
-from processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
-from processor.recovery import StateStore, recover
-from processor.sink import KafkaSink, TransactionalKafkaSink
-from processor.snapshots import BackgroundSnapshots, SnapshotWritten
-from processor.topics import create_kind, partitions_of
+from ivm.processor.config import PipelineConfig, QueryConfig, TopicSettings, shown
+from ivm.processor.control import Command, control_topic, effective, fold, read_log, refusals
+from ivm.processor.kafka.clients import spark_kafka_options
+from ivm.processor.kafka.deadletters import read_dead_letters
+from ivm.processor.kafka.sink import KafkaSink, TransactionalKafkaSink
+from ivm.processor.kafka.topics import create_kind, partitions_of
+from ivm.processor.local.spark import spark_session, stop_session, temporary_checkpoint
+from ivm.processor.operations.heartbeat import Heartbeat
+from ivm.processor.operations.metrics import LagMonitor, Metrics
+from ivm.processor.pipeline import BatchReport, Pipeline, Positions, RecordBatch
+from ivm.processor.state import leftovers
+from ivm.processor.state.collector import CollectorWatch, freeze_state
+from ivm.processor.state.recovery import StateStore, recover
+from ivm.processor.state.snapshots import BackgroundSnapshots, SnapshotWritten
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 5.0  # how long a stop waits for the batch in flight to commit before abandoning it
@@ -80,7 +80,7 @@ class StopReport:
 
 
 def state_dir(config: PipelineConfig) -> Path:
-    from processor.local.stack import local_dir
+    from ivm.processor.local.stack import local_dir
 
     return Path(config.state_dir) if config.state_dir else local_dir() / "state" / config.name
 
@@ -126,7 +126,7 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
 
     commands = read_log(config.kafka, control_topic(config))
     if config.placement == "executors":
-        from processor.placement.driver import PlacedPipeline, recover_positions
+        from ivm.processor.placement.driver import PlacedPipeline, recover_positions
 
         # the queries are fixed for the run: the configuration's with every command not refused (control.py)
         config = served_at_start(config, commands)
@@ -148,7 +148,7 @@ def prepare(config: PipelineConfig, metrics: Metrics) -> Pipeline:
         metrics.recovery_seconds.set(report.seconds)
         metrics.replayed_records.inc(report.replayed)
     # the pipeline's dead letters the topic holds: the counter goes on from them, and a history that starts
-    # over does not write them again (processor.deadletters)
+    # over does not write them again (ivm.processor.kafka.deadletters)
     held = read_dead_letters(config.kafka, config.dead_letter_topic, pipeline.topics)
     metrics.dead_letters.labels(config.dead_letter_topic).inc(held.total)
     pipeline.dead_lettered = held.keys
@@ -164,9 +164,9 @@ def served_at_start(config: PipelineConfig, commands: list[Command]) -> Pipeline
     the control topic that was not refused (``control.fold``), so a query added at run time under the
     driver's placement is still maintained.  A query the executors cannot serve stops the start with its
     name, the reason and the fix (``RecoveryError``: ``ivm run`` prints it and exits 2)."""
-    from processor.config import ConfigError
-    from processor.planning import plan_pipeline
-    from processor.recovery import RecoveryError
+    from ivm.processor.config import ConfigError
+    from ivm.processor.planning import plan_pipeline
+    from ivm.processor.state.recovery import RecoveryError
 
     overrides = fold(commands)
     if not overrides:
@@ -247,13 +247,13 @@ def run_job(
     heartbeat = Heartbeat(state_dir(config), metrics_url, pipeline=config.name).start()  # for ivm status
     collections = CollectorWatch(lambda gen, seconds: metrics.gc_pause_seconds.labels(str(gen)).observe(seconds))
     collections.start()
-    placed = config.placement == "executors"  # the state lives in shard hosts (processor.placement)
+    placed = config.placement == "executors"  # the state lives in shard hosts (ivm.processor.placement)
     store = (
         StateStore(snapshot_location(config)) if config.exactly_once and config.snapshot_every and not placed else None
     )
     snapshots = BackgroundSnapshots(store) if store is not None else None
     own_session = spark is None
-    leftovers.clean(config.name)  # a killed run's scratch folders (processor.leftovers)
+    leftovers.clean(config.name)  # a killed run's scratch folders (ivm.processor.state.leftovers)
     if spark is None:
         spark = spark_session("ivm-processor", config.spark_master, conf=config.spark_conf)
         scratch = spark.conf.get("spark.local.dir", None)
@@ -405,13 +405,13 @@ def run_job(
 
 class Executors:
     """The batches of ``placement = "executors"``: applied by the slices in their shard hosts on Spark's
-    executors (``processor.placement.spark``), then published and committed by the driver."""
+    executors (``ivm.processor.placement.spark``), then published and committed by the driver."""
 
     def __init__(self, config: PipelineConfig, pipeline: Pipeline, metrics: Metrics, heartbeat: Heartbeat) -> None:
         import os
         import uuid
 
-        from processor.placement.host import IDLE_SECONDS, HostSpec
+        from ivm.processor.placement.host import IDLE_SECONDS, HostSpec
 
         self.pipeline = pipeline
         self.metrics = metrics
@@ -429,7 +429,7 @@ class Executors:
 
     def send(self, spark: SparkSession, df):
         """Route and send the micro-batch ``df`` to the shard hosts (on the executors)."""
-        from processor.placement.spark import send_batch
+        from ivm.processor.placement.spark import send_batch
 
         log.info("routing batch %d on the executors", self.version)
         sent = send_batch(spark, df, self.spec, self.version, self.positions, self.slices, self.owners, self.hosts)
@@ -439,7 +439,7 @@ class Executors:
 
     def seal(self, spark: SparkSession, sent) -> BatchReport:
         """Seal a sent batch on the hosts, publish the slices' merged parts and commit."""
-        from processor.placement.spark import seal_batch
+        from ivm.processor.placement.spark import seal_batch
 
         started = time.perf_counter()
         applied, responses = seal_batch(spark, sent, self.pipeline, self.spec, self.owners, self.hosts)  # type: ignore[arg-type]
@@ -461,7 +461,7 @@ class Executors:
 
     def stop(self) -> None:
         """Stop the shard hosts of this run (their slices are in their snapshots and the topics)."""
-        from processor.placement.host import tell
+        from ivm.processor.placement.host import tell
 
         for address in self.hosts | set(self.owners.values()):
             try:

@@ -132,7 +132,7 @@ _REFUSED_MECHANISMS = {
 }
 
 #: names whose values are secrets, for every setting the processor prints (``[kafka.properties]``, the
-#: registry's, ``[spark.conf]``, ``[topics.KIND.config]``: ``processor.config.shown``)
+#: registry's, ``[spark.conf]``, ``[topics.KIND.config]``: ``ivm.processor.config.shown``)
 _SECRET = re.compile(r"password|secret|token|credential|jaas|user\.info|(^|[._])key$", re.IGNORECASE)
 
 
@@ -187,7 +187,7 @@ def connection(kafka: Kafka) -> KafkaConnection:
 def check_properties(properties: Mapping[str, Any], where: str = "[kafka.properties]") -> list[str]:
     """The findings of a ``[kafka.properties]`` table, one line each naming its key (empty: valid).
 
-    Values must be strings (after ``${NAME}`` expansion, :func:`processor.config.expand_env`).
+    Values must be strings (after ``${NAME}`` expansion, :func:`ivm.processor.config.expand_env`).
     """
     errors: list[str] = []
     strings: dict[str, str] = {}

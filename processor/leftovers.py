@@ -8,7 +8,7 @@ of a pipeline removes the folders its earlier runs claimed whose process is gone
 
 Never removed: a folder of another pipeline, of a process that still runs (the pid with the same start
 time, so a reused pid does not count as alive), a folder no run claimed, a shard host's folder whose host
-still runs (it exits with its executor, ``processor.placement.host``).
+still runs (it exits with its executor, ``ivm.processor.placement.host``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ PREFIXES = ("ivm-spark-", "ivm-checkpoint-")
 
 
 def _started(pid: int) -> int | None:
-    from processor.placement.host import _stat
+    from ivm.processor.placement.host import _stat
 
     found = _stat(pid)
     return found[3] if found else None
@@ -56,7 +56,7 @@ def _owner(folder: Path) -> dict | None:
 def clean(pipeline: str, root: str | Path | None = None) -> list[Path]:
     """Remove the scratch folders of ``pipeline``'s earlier runs that are gone (module docstring), under
     ``root`` (the temporary directory); returns what was removed.  Cost: one directory listing."""
-    from processor.placement.host import process_alive
+    from ivm.processor.placement.host import process_alive
 
     base = Path(root or tempfile.gettempdir())
     removed: list[Path] = []

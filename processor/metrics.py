@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 if TYPE_CHECKING:
     from ivm.kernels import Kernel
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ class Metrics:
         )
         self.snapshots_failed = Counter("ivm_snapshots_failed_total", "Snapshot writes that failed", registry=r)
         self.snapshot_bytes = Gauge("ivm_snapshot_bytes", "Size of the last state snapshot", registry=r)
-        # -- Python's cyclic collector (processor/collector.py) --------------------------------------
+        # -- Python's cyclic collector (ivm/processor/state/collector.py) --------------------------------------
         self.gc_pause_seconds = Histogram(
             "ivm_gc_pause_seconds",
             "Pauses of Python's cyclic garbage collector, by generation (the frozen state is never walked)",
@@ -396,7 +396,7 @@ class Metrics:
         self._observe_fivm(query, engines)
 
     def observe_slice(self, response: Any) -> None:
-        """One slice's answer to a batch (``processor.placement.slices.SliceResponse``): where it lives,
+        """One slice's answer to a batch (``ivm.processor.placement.slices.SliceResponse``): where it lives,
         its tuples, its apply time, whether it was rebuilt."""
         index = str(response.index)
         for (slice_, host, executor), _child in list(self._slice_places.items()):
@@ -535,7 +535,7 @@ class LagMonitor:
 
     def poll(self) -> None:
         """Read the end offsets once and update the lag gauges."""
-        from processor.topics import end_offsets
+        from ivm.processor.kafka.topics import end_offsets
 
         ends = end_offsets(self.bootstrap, self.topics, self.isolation)
         for _attempt in range(3):  # the batch thread may add a partition while we copy

@@ -16,7 +16,7 @@ collects each micro-batch and hands its records here.  For each batch:
    batch's input positions to ``<pipeline>.progress`` — all in one Kafka
    transaction when the sink is transactional (exactly once, DESIGN §5); the
    positions also go to the pipeline's consumer group (``[kafka] consumer_group``,
-   for lag tools) once the outputs are visible (``processor/sink.py``).
+   for lag tools) once the outputs are visible (``ivm/processor/kafka/sink.py``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ import numpy as np
 import ivm
 from ivm.patterns.windows import CountWindow, TimeWindow, Windows
 from ivm.policy import Policy
-from ivm.updates import Row, Update
-from processor.codec import (
+from ivm.processor.codecs.avro import (
     OutputCodec,
     PackedCodec,
     PackedDecoded,
@@ -52,19 +51,20 @@ from processor.codec import (
     schemas_dir,
     uses_registry,
 )
-from processor.config import ConfigError, PipelineConfig, QueryConfig
-from processor.control import ACKS as CONTROL_ACKS
-from processor.control import control_topic, encode_ack
-from processor.control import decode as decode_control
-from processor.metrics import Metrics
-from processor.planning import build_view
-from processor.publish import GroupKeyCodec, KeyedResult, group_key_schema
-from processor.relations import Contents, RelationStore, fingerprint, load_view
-from processor.sink import Sink
-from processor.wire import PackedWireCodec, RegistryClient, WireCodec
+from ivm.processor.codecs.confluent import PackedWireCodec, RegistryClient, WireCodec
+from ivm.processor.config import ConfigError, PipelineConfig, QueryConfig
+from ivm.processor.control import ACKS as CONTROL_ACKS
+from ivm.processor.control import control_topic, encode_ack
+from ivm.processor.control import decode as decode_control
+from ivm.processor.kafka.sink import Sink
+from ivm.processor.operations.metrics import Metrics
+from ivm.processor.planning import build_view
+from ivm.processor.publish import GroupKeyCodec, KeyedResult, group_key_schema
+from ivm.processor.state.relations import Contents, RelationStore, fingerprint, load_view
+from ivm.updates import Row, Update
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class PipelineState:
     ``origin`` is where the pipeline's history starts in each input partition (absent: offset 0)
     and ``bootstrapped`` whether batch 0 loaded tuples that are in no topic: together they say
     whether the state can be rebuilt from the relation topics alone.  ``control`` holds the
-    queries added (or replaced) and removed through the control topic (``processor.control``).
+    queries added (or replaced) and removed through the control topic (``ivm.processor.control``).
     """
 
     views: dict[str, Any]  # query name -> View or ShardedView
@@ -270,7 +270,7 @@ class Pipeline:
         # when replayed, whatever this run could serve
         self.refused_commands: dict[tuple[int, int], str] = {}
         # dead letters the topic already holds (source topic, partition, offset, reason): not written again when
-        # a pipeline that started over meets the same records (processor.deadletters)
+        # a pipeline that started over meets the same records (ivm.processor.kafka.deadletters)
         self.dead_lettered: set[tuple[str, int, int, str]] = set()
         self.query_configs: dict[str, QueryConfig] = {q.name: q for q in config.queries}
         self._schema_of = schema_of
@@ -339,7 +339,7 @@ class Pipeline:
         """Make ``q`` one of the pipeline's queries (added, or replacing the one of its name) without state:
         its planned (empty) view is returned; :meth:`build_query` gives it its state.  Raises
         ``ConfigError`` with the reason if the pipeline cannot serve it (the planning ``ivm check`` does)."""
-        from processor.planning import plan_pipeline
+        from ivm.processor.planning import plan_pipeline
 
         others = tuple(c for n, c in self.query_configs.items() if n != q.name)
         plan_pipeline(replace(self.config, queries=(*others, q)))  # the same checks as `ivm check` and `ivm run`
@@ -359,7 +359,7 @@ class Pipeline:
     def _control(self, batch: RecordBatch, tp: tuple[str, int], rows: list[int], dead: list, acks: list) -> None:
         """Apply the control records ``rows`` in offset order (before the batch's updates): add, replace or
         remove a query; a command that cannot be served is dead-lettered with its reason, and so is one
-        refused before (a replay).  Every command gets its answer in ``acks`` (``processor.control``)."""
+        refused before (a replay).  Every command gets its answer in ``acks`` (``ivm.processor.control``)."""
         for i in rows:
             record = batch.record(i)
             name = ""
@@ -435,7 +435,7 @@ class Pipeline:
     def publish(self, applied: Applied, batch_id: int | None = None, started: float | None = None) -> BatchReport:
         """Publish what a batch did (its dead letters, every query's result, the progress) in one
         transaction and count it.  ``applied`` comes from :meth:`_apply`, or from the shards of
-        ``processor.placement`` when they apply the batch on Spark's executors."""
+        ``ivm.processor.placement`` when they apply the batch on Spark's executors."""
         started = time.perf_counter() if started is None else started
         batch_id = self.state.last_batch_id + 1 if batch_id is None else batch_id
         report = BatchReport(batch_id)
@@ -599,7 +599,7 @@ class Pipeline:
         self, batch: RecordBatch, relation: str, rows: list[int], flat: PackedDecoded
     ) -> tuple[list[int], PackedDecoded]:
         """The updates of packed records this pipeline applies, with their rows in ``batch``: all of them here;
-        a slice of the executors' placement keeps those routed to it (``processor.placement.slices``)."""
+        a slice of the executors' placement keeps those routed to it (``ivm.processor.placement.slices``)."""
         return rows, flat
 
     def _apply_view(
@@ -684,7 +684,7 @@ class Pipeline:
     def _publish(self, batch_id: int, q: QueryConfig, view: Any, outcome: ivm.Outcome, refused: int) -> Any:
         """A scalar query: one result record under the query's name.  A query with free variables: one
         record per changed group, keyed by the group (a tombstone when it is gone), and its before/after
-        on the delta topic (``processor/publish.py``)."""
+        on the delta topic (``ivm/processor/publish.py``)."""
         value = view.result()
         record = {
             "query": q.name,
@@ -731,7 +731,7 @@ class Pipeline:
     def load_published(self, bootstrap: Kafka) -> None:
         """Read what each group-by query's result topic holds (a compacted changelog), so that the next
         batches publish exactly the differences, including tombstones for groups of an earlier definition."""
-        from processor.publish import materialize
+        from ivm.processor.publish import materialize
 
         for name, view in self.views.items():
             if not view.query.free:

@@ -8,7 +8,7 @@ an eps outside [0, 1] or for an engine without one, a pattern naming a
 relation the query does not use) with the key to blame.  :func:`plan_pipeline`
 plans a whole configuration without connecting to anything: it reads the
 relation schemas, builds every query's view on an empty database and reports
-every failure as a :class:`~processor.config.ConfigError` line naming the key.
+every failure as a :class:`~ivm.processor.config.ConfigError` line naming the key.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import ivm
 from ivm.engines import ENGINES
 from ivm.patterns.windows import Windows
 from ivm.policy import Policy
+from ivm.processor.config import ConfigError, PipelineConfig, QueryConfig, RelationConfig
 from ivm.query.lifted import Lifted, lifted_positions, ordered_positions
 from ivm.query.model import Query
 from ivm.query.parse import QuerySyntaxError
-from processor.config import ConfigError, PipelineConfig, QueryConfig, RelationConfig
 
 
 class Refused(ValueError):
@@ -249,7 +249,7 @@ def _numeric_avro(avro_type: Any) -> bool:
 
 def _field_types(config: PipelineConfig, relations: set[str]) -> dict[str, dict[str, Any]]:
     """The Avro type of each field of the named relations' schemas (those that can be read)."""
-    from processor.codec import load_schema
+    from ivm.processor.codecs.avro import load_schema
 
     out = {}
     for rel in config.relations:
@@ -304,7 +304,7 @@ def not_one_kind(
 
 
 def placement_errors(config: PipelineConfig) -> list[str]:
-    """What ``[processor] placement = "executors"`` cannot serve (``processor.placement``), one line each."""
+    """What ``[processor] placement = "executors"`` cannot serve (``ivm.processor.placement``), one line each."""
     if config.placement != "executors":
         return []
     errors = []
@@ -333,8 +333,8 @@ def plan_pipeline(config: PipelineConfig) -> PipelinePlan:
     aggregate and a regression's label one of its variables (the pipeline's
     own model check).
     """
-    from processor.codec import RelationCodec, load_schema
-    from processor.pipeline import _model, _windows
+    from ivm.processor.codecs.avro import RelationCodec, load_schema
+    from ivm.processor.pipeline import _model, _windows
 
     errors: list[str] = []
     relations: list[RelationPlan] = []

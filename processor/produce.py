@@ -58,12 +58,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from ivm.processor.codecs.avro import RelationCodec
+from ivm.processor.kafka.sink import KafkaSink, Sink
 from ivm.updates import Row, Update
-from processor.codec import RelationCodec
-from processor.sink import KafkaSink, Sink
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 Header = Literal["auto", "names", "skip", "none"]
 Separator = Literal["auto", "comma", "tab", "whitespace"]
@@ -416,10 +416,11 @@ class Target:
 
     @classmethod
     def of(cls, codec: Any) -> Target:
-        """The target of a relation's codec (a :class:`RelationCodec` or a :class:`~processor.wire.WireCodec`),
-        its attributes typed by their Avro types; :class:`ValueError` for a type files cannot give.
+        """The target of a relation's codec (a :class:`RelationCodec` or a
+        :class:`~ivm.processor.codecs.confluent.WireCodec`), its attributes typed by their Avro types;
+        :class:`ValueError` for a type files cannot give.
 
-        >>> from processor.codec import load_relation_codecs
+        >>> from ivm.processor.codecs.avro import load_relation_codecs
         >>> Target.of(load_relation_codecs()["S"]).attributes
         ('B', 'C')
         """
@@ -1018,7 +1019,7 @@ def send_updates(
 class UpdateProducer:
     """Produce updates to their relation topics, keyed by tuple (an idempotent producer).
 
-    ``codecs``: a :class:`RelationCodec` or :class:`~processor.wire.WireCodec` per relation;
+    ``codecs``: a :class:`RelationCodec` or :class:`~ivm.processor.codecs.confluent.WireCodec` per relation;
     ``topics``: each relation's topic (default: its name); ``sink``: where the records go
     (default: a :class:`KafkaSink` on ``bootstrap``; tests pass their own).
     """

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 
+from ivm.processor.kafka.topics import TopicReader
 from ivm.updates import Row
-from processor.topics import TopicReader
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 
 def group_key_schema(query: Any, relation_schemas: Mapping[str, Mapping[str, Any]], name: str) -> dict[str, Any]:
@@ -168,7 +168,7 @@ def snapshot_then_changes(
     the group is gone; ``group`` ``None`` for a scalar query).  Values are JSON-decoded.  Stops after
     ``idle_timeout`` seconds without a record, or once ``stop`` (an Event) is set.
     """
-    from processor.codec import OutputCodec
+    from ivm.processor.codecs.avro import OutputCodec
 
     codec = OutputCodec("result")
     groups: dict[bytes, Any] = {}  # key -> group (from the value records: tombstones carry none)

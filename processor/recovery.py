@@ -25,12 +25,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor.codec import OutputCodec
-from processor.config import ConfigError
-from processor.kafka_clients import Kafka
-from processor.kafka_clients import consumer as new_consumer
-from processor.pipeline import Pipeline, PipelineState, Positions, Record
-from processor.snapshots import RESET, StateStore
+from ivm.processor.codecs.avro import OutputCodec
+from ivm.processor.config import ConfigError
+from ivm.processor.kafka.clients import Kafka
+from ivm.processor.kafka.clients import consumer as new_consumer
+from ivm.processor.pipeline import Pipeline, PipelineState, Positions, Record
+from ivm.processor.state.snapshots import RESET, StateStore
 
 log = logging.getLogger(__name__)
 FIX = "ivm reset -c CONFIG --yes"
@@ -187,7 +187,7 @@ def decode_progress(codec: OutputCodec, value: bytes) -> dict[str, Any]:
 def missing_history(bootstrap: Kafka, start: Positions, topics: list[str]) -> list[str]:
     """The input partitions of ``topics`` that no longer hold every record from ``start`` (absent: 0)
     on: retention or a deletion moved their first offset past it."""
-    from processor.topics import watermarks
+    from ivm.processor.kafka.topics import watermarks
 
     out = []
     for (topic, partition), (low, _high) in sorted(watermarks(bootstrap, topics).items()):
@@ -402,7 +402,7 @@ def _rebuild_from_topics(pipeline: Pipeline, bootstrap: Kafka, committed: dict[s
 
 def _fix_origins(pipeline: Pipeline, bootstrap: Kafka) -> None:
     """Give every input partition the pipeline has never read its origin: where the stream will start."""
-    from processor.topics import watermarks
+    from ivm.processor.kafka.topics import watermarks
 
     state = pipeline.state
     latest = pipeline.config.starting_offsets == "latest"

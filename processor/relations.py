@@ -12,7 +12,7 @@ apply exactly the accepted updates.  So
   once (one dead letter, one reason);
 - a query added to the pipeline, or changed, is built from the relations'
   contents (:func:`load_view`), never from a partial history;
-- the contents are saved with every snapshot (``processor.recovery``).
+- the contents are saved with every snapshot (``ivm.processor.state.recovery``).
 
 Cost: one hash lookup and one store per accepted update, O(1) expected; the
 space of one dictionary entry per distinct tuple (the row tuples themselves are
@@ -30,7 +30,7 @@ from ivm.policy import Policy
 from ivm.updates import Row, Update
 
 try:
-    from processor import _admit_kernel
+    from ivm.processor.state import _admit_kernel
 except ImportError:  # the extension is optional: the Python loop admits then
     _admit_kernel = None  # type: ignore[assignment]
 
@@ -79,14 +79,14 @@ class RelationStore:
 
         Each update is checked against the contents the batch's earlier updates left, so a tuple
         inserted and deleted in one batch is judged as the stream had it.  ``implementation``:
-        ``"compiled"`` the C loop (``processor/_admit_kernel.pyx``; ``ImportError`` if not built),
+        ``"compiled"`` the C loop (``ivm/processor/state/_admit_kernel.pyx``; ``ImportError`` if not built),
         ``"python"`` :meth:`admit_each`, ``"auto"`` the C loop when built.  Both give the same
         result, contents and contents order.  O(1) expected per update: one lookup, one store.
         """
         if implementation not in ADMIT_IMPLEMENTATIONS:
             raise ValueError(f"implementation must be one of {ADMIT_IMPLEMENTATIONS}, got {implementation!r}")
         if implementation == "compiled" and _admit_kernel is None:
-            raise ImportError("processor._admit_kernel is not built (pip install -e .)")
+            raise ImportError("ivm.processor.state._admit_kernel is not built (pip install -e .)")
         if _admit_kernel is None or implementation == "python":
             return self.admit_each(relation, rows, mults, skip, initial)
         policy = self.policy.initial() if initial else self.policy

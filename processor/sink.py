@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 #: librdkafka's partitioner that is the Java clients' default for keyed records (murmur2 of the key
 #: bytes, positive, modulo the partition count); records without a key go to a random partition
@@ -60,7 +60,7 @@ class KafkaSink:
     def __init__(
         self, bootstrap: Kafka, flush_timeout: float = 60, consumer_group: str | None = None, **conf: Any
     ) -> None:
-        from processor.kafka_clients import producer
+        from ivm.processor.kafka.clients import producer
 
         self.flush_timeout = flush_timeout
         self._queued = 0
@@ -71,7 +71,7 @@ class KafkaSink:
         )
         self._group = None
         if consumer_group:
-            from processor.kafka_clients import consumer
+            from ivm.processor.kafka.clients import consumer
 
             # never subscribes: it only names the group (its metadata, its offset commits)
             self._group = consumer(bootstrap, {"group.id": consumer_group, "enable.auto.commit": False})

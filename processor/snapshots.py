@@ -1,6 +1,6 @@
 """Snapshots of a pipeline's state: where they live, and writing them without stalling the stream.
 
-A snapshot is the pickled :class:`~processor.pipeline.PipelineState` of one committed batch, named
+A snapshot is the pickled :class:`~ivm.processor.pipeline.PipelineState` of one committed batch, named
 ``snapshot-<batch>.pkl``; the newest two are kept.  The location is a local folder or any URL that
 ``pyarrow.fs`` opens (``s3://bucket/prefix``, ``hdfs://namenode:8020/path``, ``gs://…``,
 ``file:///…``), so that every node of a cluster can read what another wrote.  A snapshot is written
@@ -12,7 +12,7 @@ the child (a copy-on-write image of the state as it was after the batch) pickles
 the parent applies the next batches.  At most one write is in flight; a snapshot due while one is
 still being written is skipped (the next one due is taken), so a slow store delays snapshots, never
 batches.  Recovery does not depend on any particular snapshot: it replays the inputs committed after
-whichever is newest (:mod:`processor.recovery`).
+whichever is newest (:mod:`ivm.processor.state.recovery`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
 
-    from processor.pipeline import PipelineState
+    from ivm.processor.pipeline import PipelineState
 
 log = logging.getLogger(__name__)
 SNAPSHOT_FORMAT = 4  # bump whenever PipelineState, a view or an engine changes shape (4: relations' contents)

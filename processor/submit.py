@@ -3,7 +3,7 @@
 ::
 
     spark-submit --master local-cluster[2,1,1024] --jars "$(ivm local jars)" \\
-        processor/submit.py -c pipeline.toml [--metrics-port 9108]
+        ivm/processor/submit.py -c pipeline.toml [--metrics-port 9108]
 
 ``ivm run`` builds its Spark session itself (``[spark] master``, ``[spark.conf]``); here spark-submit has
 launched the driver JVM and holds the session's configuration, and this script only adds to it:
@@ -14,7 +14,7 @@ launched the driver JVM and holds the session's configuration, and this script o
 - **``[spark.conf]``** applies to what spark-submit's command line and defaults leave unset (spark-submit's
   ``--conf`` wins for a key both give); settings the driver JVM reads at its launch (``spark.driver.memory``,
   ``spark.driver.extraJavaOptions``) only take effect from spark-submit's command line.
-- **What the processor owns** (:func:`processor.local.spark.owned_settings`: speculation off, the stream's
+- **What the processor owns** (:func:`ivm.processor.local.spark.owned_settings`: speculation off, the stream's
   temporary checkpoint and stop bound) is set on the session; a spark-submit ``--conf`` that contradicts it
   (``spark.speculation=true``, a ``spark.sql.streaming.checkpointLocation``) is refused with the reason
   (exit 2), as ``[spark.conf]`` refuses it.
@@ -22,7 +22,7 @@ launched the driver JVM and holds the session's configuration, and this script o
   ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<Spark's version>``); without it the script says
   so and exits 2.
 
-The stream, the exactly-once commits and the recovery are :func:`processor.job.run_job`'s, as under
+The stream, the exactly-once commits and the recovery are :func:`ivm.processor.job.run_job`'s, as under
 ``ivm run``; SIGTERM and SIGINT stop it cleanly.  Run outside spark-submit the script refuses to start.
 """
 
@@ -39,7 +39,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # spark-submit runs this file as a script: the package is beside it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-log = logging.getLogger("processor.submit")
+log = logging.getLogger("ivm.processor.submit")
 
 #: spark-submit settings that contradict what the processor owns: key -> (the value it needs, why)
 _CONTRADICTIONS: dict[str, tuple[str | None, str]] = {
@@ -54,7 +54,7 @@ _CONTRADICTIONS: dict[str, tuple[str | None, str]] = {
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="spark-submit [OPTIONS] processor/submit.py",
+        prog="spark-submit [OPTIONS] ivm/processor/submit.py",
         description="Run a pipeline's streaming job under spark-submit (its master and configuration).",
     )
     p.add_argument("--config", "-c", required=True, help="pipeline configuration (TOML)")
@@ -76,7 +76,7 @@ def contradictions(launched: dict[str, str]) -> list[str]:
     >>> contradictions({"spark.speculation": "false"})
     []
     """
-    from processor.config import OWNED_SPARK_CONF
+    from ivm.processor.config import OWNED_SPARK_CONF
 
     out = []
     for key, (needed, reason) in _CONTRADICTIONS.items():
@@ -87,19 +87,19 @@ def contradictions(launched: dict[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from processor.cli import configure_logging
+    from ivm.processor.cli import configure_logging
 
     configure_logging(args.verbose)
     logging.getLogger("processor").setLevel(logging.INFO)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         print(
-            "processor/submit.py: not running under spark-submit (run `spark-submit [--master M] --jars "
-            '"$(ivm local jars)" processor/submit.py -c FILE`, or `ivm run -c FILE` without spark-submit)',
+            "ivm/processor/submit.py: not running under spark-submit (run `spark-submit [--master M] --jars "
+            '"$(ivm local jars)" ivm/processor/submit.py -c FILE`, or `ivm run -c FILE` without spark-submit)',
             file=sys.stderr,
         )
         return 2
-    from processor.commands.check import report, validate
-    from processor.config import ConfigError, load_config
+    from ivm.processor.commands.check import report, validate
+    from ivm.processor.config import ConfigError, load_config
 
     try:
         config = load_config(args.config).with_overrides(
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     refused = contradictions(launched)
     if refused:
         for line in refused:
-            print(f"processor/submit.py: {line}", file=sys.stderr)
+            print(f"ivm/processor/submit.py: {line}", file=sys.stderr)
         return 2
     master = launched.get("spark.master", "local[*]")
     if master != config.spark_master:
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from processor.config import shown
-    from processor.local.spark import owned_settings
+    from ivm.processor.config import shown
+    from ivm.processor.local.spark import owned_settings
 
     builder = SparkSession.builder.appName(launched.get("spark.app.name", "ivm-processor"))
     applied = [(key, value) for key, value in config.spark_conf if key not in launched]  # spark-submit's wins
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not _has_kafka_connector(spark):
             print(
-                "processor/submit.py: Spark's Kafka connector is not on spark-submit's class path: add "
+                "ivm/processor/submit.py: Spark's Kafka connector is not on spark-submit's class path: add "
                 '--jars "$(ivm local jars)" (or --packages org.apache.spark:spark-sql-kafka-0-10_2.13:'
                 f"{spark.version})",
                 file=sys.stderr,
@@ -172,10 +172,10 @@ def _has_kafka_connector(spark) -> bool:
 def _run(config, spark) -> int:
     from confluent_kafka import KafkaException
 
-    from processor.job import run_job
-    from processor.logs import collapse_repeats
-    from processor.recovery import RecoveryError
-    from processor.topics import BrokerUnreachable, kafka_reason, require_broker
+    from ivm.processor.job import run_job
+    from ivm.processor.kafka.topics import BrokerUnreachable, kafka_reason, require_broker
+    from ivm.processor.operations.logs import collapse_repeats
+    from ivm.processor.state.recovery import RecoveryError
 
     collapse_repeats()
     stop = threading.Event()
@@ -185,13 +185,13 @@ def _run(config, spark) -> int:
         require_broker(config.kafka)  # one line at once, not 30 s of client timeouts
         report = run_job(config, stop=stop, spark=spark)
     except BrokerUnreachable as err:
-        print(f"processor/submit.py: {err}", file=sys.stderr)
+        print(f"ivm/processor/submit.py: {err}", file=sys.stderr)
         return 1
     except RecoveryError as err:  # the stored state cannot serve this configuration: the reason and the fix
-        print(f"processor/submit.py: {err}", file=sys.stderr)
+        print(f"ivm/processor/submit.py: {err}", file=sys.stderr)
         return 2
     except KafkaException as err:
-        print(f"processor/submit.py: Kafka at {config.bootstrap}: {kafka_reason(err)}", file=sys.stderr)
+        print(f"ivm/processor/submit.py: Kafka at {config.bootstrap}: {kafka_reason(err)}", file=sys.stderr)
         return 1
     if report.abandoned is not None:
         # a thread is still blocked in the Kafka client on the abandoned transaction (as ivm run): end here

@@ -22,7 +22,7 @@ With a pipeline configuration a topic's kind is known exactly
 (:func:`infer_kind`), and relation topics cannot be read.  ``--json`` prints
 one JSON document per record (:func:`to_json`): the fields that carry JSON text
 (a result's ``value``, a delta's ``answer``, a model's ``model``) parsed,
-datetimes, bytes and decimals as :func:`processor.codec.json_value` maps them.
+datetimes, bytes and decimals as :func:`ivm.processor.codecs.avro.json_value` maps them.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.codec import (
+from ivm.processor.codecs.avro import (
     DecodeError,
     OutputCodec,
     PackedCodec,
@@ -47,10 +47,10 @@ from processor.codec import (
     schemas_dir,
     uses_registry,
 )
-from processor.kafka_clients import Kafka
-from processor.kafka_clients import admin as new_admin
-from processor.kafka_clients import consumer as new_consumer
-from processor.topics import PROBE_TIMEOUT
+from ivm.processor.kafka.clients import Kafka
+from ivm.processor.kafka.clients import admin as new_admin
+from ivm.processor.kafka.clients import consumer as new_consumer
+from ivm.processor.kafka.topics import PROBE_TIMEOUT
 
 DEFAULT_DEAD_LETTER_TOPIC = "ivm.dead-letter"
 
@@ -72,7 +72,7 @@ class TopicSpec:
     topic: str
     kind: str
     owner: str = ""  # the query, relation or pipeline the topic belongs to
-    relation: Any = None  # processor.config.RelationConfig of a relation topic
+    relation: Any = None  # ivm.processor.config.RelationConfig of a relation topic
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def infer_kind(topic: str, dead_letter_topic: str = DEFAULT_DEAD_LETTER_TOPIC) -
 
 
 def pipeline_topics(config: Any) -> dict[str, TopicSpec]:
-    """Every topic of a pipeline configuration (``processor.config.PipelineConfig``), by name.
+    """Every topic of a pipeline configuration (``ivm.processor.config.PipelineConfig``), by name.
 
     Results and deltas of every query, models of the queries with a ``model``, the
     progress, control and dead-letter topics, and the relation topics.  A relation topic
@@ -210,7 +210,7 @@ def pipeline_topics(config: Any) -> dict[str, TopicSpec]:
         if q.model:
             out[q.model_topic] = TopicSpec(q.model_topic, "model", q.name)
     out[config.progress_topic] = TopicSpec(config.progress_topic, "progress", config.name)
-    control = f"{config.name}.control"  # processor.control.control_topic
+    control = f"{config.name}.control"  # ivm.processor.control.control_topic
     out[control] = TopicSpec(control, "control", config.name)
     out[config.dead_letter_topic] = TopicSpec(config.dead_letter_topic, "dead_letter", config.name)
     for rel in config.relations:
@@ -263,7 +263,7 @@ def relation_decoder(spec: TopicSpec, config: Any = None) -> Decoder:
 
     Plain Avro with the relation's schema, or for ``encoding = "confluent"`` the
     wire format with writer schemas from ``[kafka] schema_registry``
-    (:class:`processor.wire.WireCodec`).  Raises ``ValueError`` when the schema
+    (:class:`ivm.processor.codecs.confluent.WireCodec`).  Raises ``ValueError`` when the schema
     cannot be read or the registry is not configured.
     """
     rel = spec.relation
@@ -275,7 +275,7 @@ def relation_decoder(spec: TopicSpec, config: Any = None) -> Decoder:
     encoding = getattr(rel, "encoding", "avro")
     codec: Any
     if uses_registry(encoding):
-        from processor.wire import PackedWireCodec, WireCodec, registry_client
+        from ivm.processor.codecs.confluent import PackedWireCodec, WireCodec, registry_client
 
         registry = getattr(config, "schema_registry", "") if config is not None else ""
         if not registry:
@@ -332,7 +332,7 @@ def decoder_for(spec: TopicSpec, config: Any = None) -> Decoder:
 
 def to_json(kind: str, record: Mapping[str, Any]) -> dict[str, Any]:
     """A decoded record as plain JSON data: its JSON-text fields parsed (text that is not JSON
-    stays a string), every other value as :func:`processor.codec.json_value` maps it."""
+    stays a string), every other value as :func:`ivm.processor.codecs.avro.json_value` maps it."""
     text_fields = KINDS[kind].json_text
     if record.get("tombstone"):  # a keyed result's group is gone: its key, its group if seen before
         group = record.get("group")
@@ -358,11 +358,11 @@ def render(kind: str, record: Mapping[str, Any], as_json: bool = False) -> str:
 
 
 def broker_topics(bootstrap: Kafka, timeout: float = 10.0) -> set[str]:
-    """The topics on the broker (internal ``__`` ones left out); :class:`~processor.topics.BrokerUnreachable`
+    """The topics on the broker (internal ``__`` ones left out); :class:`~ivm.processor.kafka.topics.BrokerUnreachable`
     (a ``RuntimeError``) naming the address if it cannot be reached."""
     from confluent_kafka import KafkaException
 
-    from processor.topics import BrokerUnreachable, kafka_reason, require_broker
+    from ivm.processor.kafka.topics import BrokerUnreachable, kafka_reason, require_broker
 
     require_broker(bootstrap, timeout=min(timeout, PROBE_TIMEOUT))
     admin = new_admin(bootstrap)

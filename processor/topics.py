@@ -1,10 +1,10 @@
 """Kafka topic helpers: creating topics, reading their end offsets, and checking that a broker answers.
 
-Every Kafka client of the project is made by :mod:`processor.kafka_clients`
+Every Kafka client of the project is made by :mod:`ivm.processor.kafka.clients`
 (with the pipeline's ``[kafka.properties]``) and its ``CLIENT_DEFAULTS``, which
 routes librdkafka's own log lines (``FAIL ... Connection refused`` every 50 ms
 while a broker is down) to the Python logger ``librdkafka`` instead of stderr:
-``ivm`` silences it unless ``-v`` (``processor/cli.py``), and reports a broker it
+``ivm`` silences it unless ``-v`` (``ivm/processor/cli.py``), and reports a broker it
 cannot reach, or cannot authenticate to, once, in one line (:func:`require_broker`).
 """
 
@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from processor.kafka_clients import Kafka, admin, connection, consumer
+from ivm.processor.kafka.clients import Kafka, admin, connection, consumer
 
 #: Seconds :func:`require_broker` waits for a TCP connection and then for the broker's metadata.
 PROBE_TIMEOUT = 5.0
@@ -33,11 +33,11 @@ def require_broker(bootstrap: Kafka, timeout: float = PROBE_TIMEOUT) -> None:
     connection or an unknown host is reported at once and by name; then the
     broker must answer a metadata request within ``timeout`` seconds.
 
-    >>> from processor.local.ports import free_port
+    >>> from ivm.processor.local.ports import free_port
     >>> require_broker(f"127.0.0.1:{free_port()}")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    processor.topics.BrokerUnreachable: cannot reach the Kafka broker at 127.0.0.1:...: connection refused (...)
+    ivm.processor.kafka.topics.BrokerUnreachable: cannot reach the Kafka broker at 127.0.0.1:...: connection ...
     """
     from confluent_kafka import KafkaException
 
@@ -178,7 +178,7 @@ def create_topics(
 
 
 def create_kind(bootstrap: Kafka, topics: Sequence[str], settings: Any, **own: str) -> None:
-    """Create ``topics`` of one kind with its :class:`processor.config.TopicSettings` (``[topics.KIND]``)
+    """Create ``topics`` of one kind with its :class:`ivm.processor.config.TopicSettings` (``[topics.KIND]``)
     and the topic configs the processor sets itself, ``own`` (``cleanup.policy`` for compacted topics)."""
     create_topics(bootstrap, topics, settings.partitions, settings.config_dict(**own), settings.replication_factor)
 

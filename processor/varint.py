@@ -16,7 +16,7 @@ gives the exact error.  The decoded values of the other records equal the
 reader's.
 
 :func:`decode_varint_rows` gives the rows themselves: from the compiled kernel
-(``processor/_varint_kernel.pyx``, one C pass per record, no intermediate arrays)
+(``ivm/processor/codecs/_varint_kernel.pyx``, one C pass per record, no intermediate arrays)
 when it is built, else from :func:`decode_varint_records`.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 try:
-    from processor import _varint_kernel
+    from ivm.processor.codecs import _varint_kernel
 except ImportError:  # the extension is optional: numpy decodes then
     _varint_kernel = None  # type: ignore[assignment]
 
@@ -36,7 +36,7 @@ IMPLEMENTATIONS = ("auto", "compiled", "numpy")
 
 
 def kernel_built() -> bool:
-    """Whether the compiled decoder (``processor/_varint_kernel.pyx``) is importable."""
+    """Whether the compiled decoder (``ivm/processor/codecs/_varint_kernel.pyx``) is importable."""
     return _varint_kernel is not None
 
 
@@ -62,7 +62,7 @@ def decode_varint_rows(
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if implementation == "compiled" and _varint_kernel is None:
-        raise ImportError("processor._varint_kernel is not built (pip install -e .)")
+        raise ImportError("ivm.processor.codecs._varint_kernel is not built (pip install -e .)")
     if _varint_kernel is not None and implementation != "numpy":
         listed = values if type(values) is list else list(values)
         return _varint_kernel.decode_records(listed, tuple(widths), mult_field, tuple(attribute_fields))
@@ -82,7 +82,7 @@ def decode_packed_rows(
     Avro reader (none of its items listed).  The compiled kernel's ``decode_packed``: ``ImportError`` if
     it is not built (:func:`kernel_built`)."""
     if _varint_kernel is None:
-        raise ImportError("processor._varint_kernel is not built (pip install -e .)")
+        raise ImportError("ivm.processor.codecs._varint_kernel is not built (pip install -e .)")
     return _varint_kernel.decode_packed(values, tuple(widths), mult_field, tuple(attribute_fields))
 
 

@@ -11,7 +11,7 @@ Avro's schema resolution rules, so producers may evolve their schema within
 them: extra fields are skipped, ``int`` is promoted to ``long``, and so on.
 
 Errors: a message that is not a valid update raises
-:class:`processor.codec.DecodeError` with the reason (it belongs in the
+:class:`ivm.processor.codecs.avro.DecodeError` with the reason (it belongs in the
 dead-letter topic); a registry that cannot be reached or answers with an
 error other than "not found" raises :class:`RegistryError` instead, since the
 message itself may be fine.
@@ -40,8 +40,7 @@ from typing import Any
 
 import fastavro
 
-from ivm.updates import Row
-from processor.codec import (
+from ivm.processor.codecs.avro import (
     DecodeError,
     PackedCodec,
     PackedDecoded,
@@ -54,6 +53,7 @@ from processor.codec import (
     packed_schema,
     schemas_dir,
 )
+from ivm.updates import Row
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")
@@ -156,7 +156,7 @@ class RegistryClient:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        from processor.kafka_clients import masked
+        from ivm.processor.kafka.clients import masked
 
         return f"RegistryClient({self.url!r}, {masked(self.properties)!r})"
 
@@ -474,7 +474,7 @@ class PackedWireCodec(WireCodec):
     """Packed records of one relation topic in the Confluent wire format (``encoding = "confluent-packed"``).
 
     The value is the wire format's header and an Avro array of the relation's update records
-    (:class:`processor.codec.PackedCodec`), its schema, :func:`processor.codec.packed_schema`,
+    (:class:`ivm.processor.codecs.avro.PackedCodec`), its schema, :func:`ivm.processor.codecs.avro.packed_schema`,
     registered under ``<topic>-value``.  A writer's array schema is resolved to the relation's like a
     one-update record's (its items checked by :func:`check_writer_schema`); a value written with a
     record schema (one update, as ``confluent`` writes it) is read as a packed record of that one
@@ -489,7 +489,7 @@ class PackedWireCodec(WireCodec):
         self._packer = PackedCodec(self.codec, self.schema)
 
     def value_schema(self) -> Any:
-        """An array of the relation's update records (:func:`processor.codec.packed_schema`)."""
+        """An array of the relation's update records (:func:`ivm.processor.codecs.avro.packed_schema`)."""
         return packed_schema(self.schema)
 
     def encode_many(self, updates: Sequence[tuple[Row, int]]) -> bytes:
@@ -503,7 +503,7 @@ class PackedWireCodec(WireCodec):
         return frame(key_id, self.codec.encode(row, mult)[0]), self.encode_many([(row, mult)])
 
     def items(self, value: bytes | None) -> list[tuple[Row, int] | str]:
-        """The updates in a wire-format packed record (see :meth:`processor.codec.PackedCodec.items`)."""
+        """The updates in a wire-format packed record (see :meth:`ivm.processor.codecs.avro.PackedCodec.items`)."""
         schema_id, body = unframe(value)
         writer = self.writer_schema(schema_id)
         try:
@@ -518,7 +518,8 @@ class PackedWireCodec(WireCodec):
         return only_update(self.items(value))
 
     def decode_many(self, values: Sequence[bytes | None]) -> PackedDecoded:  # type: ignore[override]
-        """The updates in a micro-batch of wire-format packed records (:class:`processor.codec.PackedDecoded`)."""
+        """The updates in a micro-batch of wire-format packed records
+        (:class:`ivm.processor.codecs.avro.PackedDecoded`)."""
         return decode_packed(self, values)
 
     def checked_writer(self, writer_json: Any, schema_id: int) -> Any:

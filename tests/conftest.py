@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.local.kafka import KafkaBroker
+from ivm.processor.local.kafka import KafkaBroker
 from tests import scheduling
 
 LOGS = Path(__file__).resolve().parents[1] / ".local" / "test-logs"
@@ -47,7 +47,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 
 @pytest.fixture(scope="session")
 def spark():
-    from processor.local.spark import spark_session, stop_session
+    from ivm.processor.local.spark import spark_session, stop_session
 
     log_dir = LOGS / f"spark-{uuid.uuid4().hex[:6]}"  # a folder per session: each xdist worker has its own
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ class JobThread:
     """The streaming job in a background thread of the test process."""
 
     def __init__(self, config, spark, metrics=None) -> None:
-        from processor.job import run_job
+        from ivm.processor.job import run_job
 
         self.reports: list = []
         self.error: BaseException | None = None

@@ -1,1 +1,1 @@
-"""One module per ``ivm`` subcommand (see ``processor/cli.py``)."""
+"""One module per ``ivm`` subcommand (see ``ivm/processor/cli.py``)."""

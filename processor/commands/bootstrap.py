@@ -26,10 +26,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.bootstrap import BootstrapError, bootstrap
-    from processor.cli import CommandError
-    from processor.config import load_config
-    from processor.topics import require_broker
+    from ivm.processor.bootstrap import BootstrapError, bootstrap
+    from ivm.processor.cli import CommandError
+    from ivm.processor.config import load_config
+    from ivm.processor.kafka.topics import require_broker
 
     config = load_config(args.config).with_overrides(bootstrap=args.bootstrap, state_dir=args.state_dir)
     configured = [r.name for r in config.relations]

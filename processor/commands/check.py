@@ -1,7 +1,7 @@
 """``ivm check -c CONFIG``: validate a pipeline configuration whole and print what ``ivm run`` would run.
 
-The file is validated by its declared schema (:mod:`processor.config`) and
-planned without connecting to anything (:func:`processor.planning.plan_pipeline`,
+The file is validated by its declared schema (:mod:`ivm.processor.config`) and
+planned without connecting to anything (:func:`ivm.processor.planning.plan_pipeline`,
 the path ``ivm run`` takes before it connects).  Exit 0 with the validated
 pipeline printed, or 2 with every finding on its own line.
 """
@@ -13,8 +13,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: `ivm --help` loads every command module, and pydantic is an extra's
-    from processor.config import ConfigError, PipelineConfig, TopicSettings
-    from processor.planning import PipelinePlan
+    from ivm.processor.config import ConfigError, PipelineConfig, TopicSettings
+    from ivm.processor.planning import PipelinePlan
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -32,8 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def validate(config: PipelineConfig, command: str) -> PipelinePlan | None:
     """The pipeline's plan, or ``None`` after printing each finding as ``ivm COMMAND: line`` to stderr."""
-    from processor.config import ConfigError
-    from processor.planning import plan_pipeline
+    from ivm.processor.config import ConfigError
+    from ivm.processor.planning import plan_pipeline
 
     try:
         return plan_pipeline(config)
@@ -50,7 +50,7 @@ def report(err: ConfigError, command: str) -> None:
 
 def describe(plan: PipelinePlan) -> list[str]:
     """The validated pipeline in words: relations, queries (engine, guarantee, patterns), output topics."""
-    from processor.config import TOPIC_KINDS, shown
+    from ivm.processor.config import TOPIC_KINDS, shown
 
     c = plan.config
     lines = [
@@ -100,7 +100,7 @@ def describe(plan: PipelinePlan) -> list[str]:
 
 def _settings(t: TopicSettings) -> str:
     """``partitions 3, replication factor 3, min.insync.replicas=2``."""
-    from processor.config import shown
+    from ivm.processor.config import shown
 
     configs = "".join(f", {shown(k, v)}" for k, v in t.config)
     return f"partitions {t.partitions}, replication factor {t.replication_factor}{configs}"
@@ -109,7 +109,7 @@ def _settings(t: TopicSettings) -> str:
 def _properties(c: PipelineConfig) -> list[str]:
     """``[kafka.properties]`` as every client gets them and ``[kafka.schema_registry]``'s settings, secret
     values masked (``********``)."""
-    from processor.kafka_clients import masked
+    from ivm.processor.kafka.clients import masked
 
     properties = masked(dict(c.kafka_properties))
     lines = [f"  {key} = {value!r}" for key, value in properties.items()]
@@ -122,7 +122,7 @@ def _patterns(described: dict[str, str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.config import ConfigError, load_config
+    from ivm.processor.config import ConfigError, load_config
 
     try:
         config = load_config(args.config)

@@ -178,7 +178,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.cli import CommandError
+    from ivm.processor.cli import CommandError
 
     try:
         seconds = parse_duration(args.range)

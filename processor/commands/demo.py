@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from processor.data import sample_graph
+from ivm.processor.data import sample_graph
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,15 +31,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.cli import CommandError
-    from processor.data import FACEBOOK_TRIANGLES
-    from processor.demo import run_demo
+    from ivm.processor.cli import CommandError
+    from ivm.processor.data import FACEBOOK_TRIANGLES
+    from ivm.processor.demo import run_demo
 
     if not args.edges.exists():
         raise CommandError(f"--edges {args.edges}: no such file")
     expected = args.expected_triangles
     if expected is None and args.edges.resolve() == sample_graph().resolve():
         expected = FACEBOOK_TRIANGLES
-    # a line of the edge file that does not parse is an InputError: one line, exit 2 (processor/cli.py)
+    # a line of the edge file that does not parse is an InputError: one line, exit 2 (ivm/processor/cli.py)
     ok = run_demo(args.edges, delete_fraction=args.delete_fraction, seed=args.seed, expected_triangles=expected)
     return 0 if ok else 1

@@ -1,8 +1,8 @@
 """``ivm explain QUERY`` or ``ivm explain -c CONFIG QUERYNAME``: classify a query, plan its maintenance
 and state the guarantee.
 
-Both forms build the view the way ``ivm run`` does (:func:`processor.planning.maintain_query`,
-:func:`processor.planning.plan_pipeline`), so explain refuses what run refuses (exit 2, one line
+Both forms build the view the way ``ivm run`` does (:func:`ivm.processor.planning.maintain_query`,
+:func:`ivm.processor.planning.plan_pipeline`), so explain refuses what run refuses (exit 2, one line
 per reason): an ``--engine`` that cannot serve the query, an ``--eps`` outside [0, 1] or for an
 engine without one, a ``--pattern`` naming a relation the query does not use.
 """
@@ -127,7 +127,7 @@ def avro_schemas(path: Path) -> dict[str, list[str]]:
 def default_schema() -> dict[str, list[str]]:
     """The relations of SQL queries given no ``--schema``: the schemas folder's ``relations/``
     (``$IVM_SCHEMAS``, else the checkout's ``schemas/``), wherever ``ivm`` runs from."""
-    from processor.codec import schemas_dir
+    from ivm.processor.codecs.avro import schemas_dir
 
     folder = schemas_dir() / "relations"
     return avro_schemas(folder) if folder.is_dir() else {}
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = _explain_configured(args) if getattr(args, "config", None) else _explain_query(args)
     if args.json:
-        from processor.codec import json_value
+        from ivm.processor.codecs.avro import json_value
 
         print(json.dumps(json_value(result), indent=2, ensure_ascii=False, allow_nan=False))
     else:
@@ -158,11 +158,11 @@ def _explain_query(args: argparse.Namespace) -> dict:
     """``view.explain()`` of the view ``ivm run`` would build for QUERY with these options.
 
     What ``ivm run`` would refuse raises: a :class:`~ivm.query.parse.QuerySyntaxError` (the
-    query, with its line and column), or a :class:`~processor.cli.CommandError` naming the option.
+    query, with its line and column), or a :class:`~ivm.processor.cli.CommandError` naming the option.
     """
+    from ivm.processor.cli import CommandError
+    from ivm.processor.planning import Refused, maintain_query
     from ivm.query.parse import QuerySyntaxError, parse
-    from processor.cli import CommandError
-    from processor.planning import Refused, maintain_query
 
     if not args.query:
         raise CommandError("give a QUERY, or -c CONFIG and a query name")
@@ -184,13 +184,13 @@ def _explain_query(args: argparse.Namespace) -> dict:
 def _explain_configured(args: argparse.Namespace) -> dict:
     """The configured query's ``view.explain()`` as ``ivm run`` plans it (options overridden).
 
-    A configuration finding raises :class:`~processor.config.ConfigError` (one line each).
+    A configuration finding raises :class:`~ivm.processor.config.ConfigError` (one line each).
     """
     import dataclasses
 
-    from processor.cli import CommandError
-    from processor.config import load_config
-    from processor.planning import plan_pipeline
+    from ivm.processor.cli import CommandError
+    from ivm.processor.config import load_config
+    from ivm.processor.planning import plan_pipeline
 
     if args.schema:
         raise CommandError("--schema does not apply with -c: the configuration names the relation schemas")

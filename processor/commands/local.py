@@ -12,7 +12,7 @@ import signal
 import threading
 from pathlib import Path
 
-from processor.cli import CommandError
+from ivm.processor.cli import CommandError
 
 
 def tcp_port(text: str) -> int:
@@ -40,7 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="print Spark's Kafka connector jars, comma-separated (spark-submit --jars)",
         description="Print the jars of Spark's Kafka connector (fetched with Maven and cached, as `ivm local "
         'fetch`) comma-separated, for spark-submit\'s --jars: spark-submit --jars "$(ivm local jars)" '
-        "processor/submit.py -c pipeline.toml.",
+        "ivm/processor/submit.py -c pipeline.toml.",
     )
     kafka = sub.add_parser(
         "kafka",
@@ -69,9 +69,9 @@ def _wait_for_interrupt() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.local import artifacts
-    from processor.local.ports import ensure_free
-    from processor.local.stack import local_dir
+    from ivm.processor.local import artifacts
+    from ivm.processor.local.ports import ensure_free
+    from ivm.processor.local.stack import local_dir
 
     if args.service == "fetch":
         print(f"Kafka broker jars:    {artifacts.kafka_jars()}")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.service == "kafka":
         import time
 
-        from processor.local.kafka import KafkaBroker
+        from ivm.processor.local.kafka import KafkaBroker
 
         workdir = Path(args.dir) if args.dir else local_dir() / "kafka" / time.strftime("%Y%m%d-%H%M%S")
         props = workdir / "server.properties"
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             _wait_for_interrupt()
         return 0
     if args.service == "prometheus":
-        from processor.local.prometheus import RULES_DIR, PrometheusServer
+        from ivm.processor.local.prometheus import RULES_DIR, PrometheusServer
 
         rules = sorted(RULES_DIR.glob("*.yml")) if RULES_DIR.exists() else []
         ensure_free(args.port)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from processor.cli import CommandError
+from ivm.processor.cli import CommandError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_PACK = 500  # updates per packed record (--pack)
@@ -64,7 +64,7 @@ seconds, naming the address.
 """
 
 
-#: processor.produce's FORMATS and SEPARATORS (tests/unit/test_packaging.py checks they agree): that module
+#: ivm.processor.kafka.produce's FORMATS and SEPARATORS (tests/unit/test_packaging.py checks they agree): that module
 #: imports fastavro, an extra's, and `ivm --help` builds this parser on a base install
 FORMATS = ("csv", "jsonl", "avro", "edges")
 SEPARATORS = ("auto", "comma", "tab", "whitespace")
@@ -146,9 +146,9 @@ def relation_codecs(directory: Path | None = None) -> dict[str, Any]:
     """Every relation schema of ``directory`` (default: the schemas folder's ``relations/``) by relation name.
 
     A file that is not JSON, or not a relation update record (a record with an int or long
-    ``mult``), is a :class:`~processor.cli.CommandError` (exit 2) with one line per such file.
+    ``mult``), is a :class:`~ivm.processor.cli.CommandError` (exit 2) with one line per such file.
     """
-    from processor.codec import RelationCodec, load_schema, schemas_dir
+    from ivm.processor.codecs.avro import RelationCodec, load_schema, schemas_dir
 
     directory = Path(directory) if directory is not None else schemas_dir() / "relations"
     codecs: dict[str, Any] = {}
@@ -191,9 +191,9 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], str, bool]:
 
 def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[str, Any], dict[str, str], str]:
     """``(codecs, topics, bootstrap)`` of ``relations`` from the configuration ``-c``, as the pipeline decodes them."""
-    from processor.codec import load_schema, uses_registry
-    from processor.config import load_config
-    from processor.pipeline import relation_codec
+    from ivm.processor.codecs.avro import load_schema, uses_registry
+    from ivm.processor.config import load_config
+    from ivm.processor.pipeline import relation_codec
 
     config = load_config(args.config)
     if args.encoding:
@@ -218,7 +218,7 @@ def _configured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[st
 
 def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[str, Any], dict[str, str], str]:
     """``(codecs, topics, bootstrap)`` of ``relations`` from the schemas folder and the command line."""
-    from processor.codec import PackedCodec, is_packed, schemas_dir, uses_registry
+    from ivm.processor.codecs.avro import PackedCodec, is_packed, schemas_dir, uses_registry
 
     codecs = relation_codecs()
     unknown = [r for r in relations if r not in codecs]
@@ -230,7 +230,7 @@ def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[
     if uses_registry(encoding):
         if not args.schema_registry:
             raise CommandError(f"--encoding {encoding} needs --schema-registry URL")
-        from processor.wire import PackedWireCodec, RegistryClient, WireCodec
+        from ivm.processor.codecs.confluent import PackedWireCodec, RegistryClient, WireCodec
 
         registry = RegistryClient(args.schema_registry)
         wire = PackedWireCodec if is_packed(encoding) else WireCodec
@@ -245,8 +245,9 @@ def _unconfigured(args: argparse.Namespace, relations: list[str]) -> tuple[dict[
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.config import TopicSettings, load_config
-    from processor.produce import (
+    from ivm.processor.codecs.confluent import WireCodec
+    from ivm.processor.config import TopicSettings, load_config
+    from ivm.processor.kafka.produce import (
         InMemory,
         PackedProducer,
         Target,
@@ -256,9 +257,8 @@ def run(args: argparse.Namespace) -> int:
         read_updates,
         send_updates,
     )
-    from processor.progress import ProgressBar
-    from processor.topics import create_kind, require_broker
-    from processor.wire import WireCodec
+    from ivm.processor.kafka.topics import create_kind, require_broker
+    from ivm.processor.operations.progress import ProgressBar
 
     started = time.monotonic()
     relations, file, named = _inputs(args)
@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_config(args.config).topics.relations if args.config else TopicSettings()
     create_kind(bootstrap, sorted(set(topics.values())), settings)
     if packed:  # each tuple's updates in one bucket per partition: its order holds (PackedProducer)
-        from processor.topics import partitions_of
+        from ivm.processor.kafka.topics import partitions_of
 
         counts = {t: len(p) for t, p in partitions_of(bootstrap, sorted(set(topics.values()))).items()}
         producer: UpdateProducer = PackedProducer(

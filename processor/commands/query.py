@@ -3,7 +3,7 @@
 The command is checked the way ``ivm check`` checks a configuration (against
 the pipeline's queries as the control topic leaves them), then written to
 ``<pipeline>.control``; the job applies it at its next micro-batch, exactly
-once (see ``processor/control.py``).  An added query is built from the
+once (see ``ivm/processor/control.py``).  An added query is built from the
 relations' current contents: its first result already counts every update
 committed before it.  A removed query's output topics stay.
 
@@ -69,8 +69,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from processor.config import ConfigError, QueryConfig, load_config
-    from processor.control import control_topic, effective, fold, read_log
+    from ivm.processor.config import ConfigError, QueryConfig, load_config
+    from ivm.processor.control import control_topic, effective, fold, read_log
 
     where = f"ivm query {args.action}"
     try:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{where}: {line}", file=sys.stderr)
         return 2
     topic = control_topic(config)
-    from processor.topics import require_broker
+    from ivm.processor.kafka.topics import require_broker
 
     require_broker(config.kafka)  # one line at once, not 30 s of client timeouts
     try:
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # the checks `ivm check` and the job make: the pipeline's queries with this one added or replaced
         from dataclasses import replace
 
-        from processor.planning import plan_pipeline
+        from ivm.processor.planning import plan_pipeline
 
         others = tuple(c for c in current.queries if c.name != q.name)
         plan_pipeline(replace(current, queries=(*others, q)))
@@ -125,10 +125,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _send(config, topic: str, name: str, q, where: str, wait: float) -> int:
-    from processor.control import encode_add, encode_remove
-    from processor.kafka_clients import producer as new_producer
-    from processor.sink import PARTITIONER
-    from processor.topics import create_kind
+    from ivm.processor.control import encode_add, encode_remove
+    from ivm.processor.kafka.clients import producer as new_producer
+    from ivm.processor.kafka.sink import PARTITIONER
+    from ivm.processor.kafka.topics import create_kind
 
     try:  # as the job creates it: one partition, every command kept ([topics.control])
         create_kind(config.kafka, [topic], config.topics.control, **{"retention.ms": "-1"})
@@ -150,8 +150,8 @@ def _send(config, topic: str, name: str, q, where: str, wait: float) -> int:
         return 1
     partition, offset = delivered[0][1].partition(), delivered[0][1].offset()
     what = "removal" if q is None else "query"
-    from processor.heartbeat import liveness
-    from processor.job import state_dir
+    from ivm.processor.job import state_dir
+    from ivm.processor.operations.heartbeat import liveness
 
     process = liveness(state_dir(config))
     if not process.running or wait <= 0:
@@ -186,7 +186,7 @@ def _await_answer(config, topic: str, partition: int, offset: int, wait: float):
     """The command at ``partition``, ``offset`` once the job answered it (``None`` after ``wait`` seconds)."""
     import time
 
-    from processor.control import read_log
+    from ivm.processor.control import read_log
 
     deadline = time.monotonic() + wait
     while True:

@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -54,9 +54,9 @@ def _confirm(question: str, yes: bool) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.config import ConfigError, load_config
-    from processor.job import snapshot_location
-    from processor.recovery import StateStore
+    from ivm.processor.config import ConfigError, load_config
+    from ivm.processor.job import snapshot_location
+    from ivm.processor.state.recovery import StateStore
 
     try:
         config = load_config(args.config).with_overrides(bootstrap=args.bootstrap)
@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         for line in err.errors or str(err).splitlines():
             print(f"ivm reset: {line}", file=sys.stderr)
         return 2
-    from processor.heartbeat import liveness
-    from processor.job import state_dir
-    from processor.placement.host import clear_slices, slice_stores
+    from ivm.processor.job import state_dir
+    from ivm.processor.operations.heartbeat import liveness
+    from ivm.processor.placement.host import clear_slices, slice_stores
 
     process = liveness(state_dir(config))
     if process.running:  # it would write a new snapshot, or go on from the state being dropped
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         changed += sum(s.drop_query(args.query) for s in slice_stores(snapshot_location(config)))
         print(f"query {args.query}: state dropped from {changed} snapshot(s); rebuilt at the next start")
         return 0
-    from processor.topics import require_broker
+    from ivm.processor.kafka.topics import require_broker
 
     require_broker(config.kafka)  # one line at once, before asking
     question = (
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 def delete_topic(bootstrap: Kafka, topic: str, timeout: float = 60) -> bool:
     """Delete ``topic`` and wait until the broker no longer lists it; False if it did not exist."""
 
-    from processor.kafka_clients import admin as new_admin
+    from ivm.processor.kafka.clients import admin as new_admin
 
     admin = new_admin(bootstrap)
     if topic not in admin.list_topics(timeout=30).topics:

@@ -59,11 +59,11 @@ def kernels_at_start() -> bool:
 def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from processor.commands.check import report, validate
-    from processor.config import ConfigError, load_config
-    from processor.job import run_job
-    from processor.logs import collapse_repeats
-    from processor.recovery import RecoveryError
+    from ivm.processor.commands.check import report, validate
+    from ivm.processor.config import ConfigError, load_config
+    from ivm.processor.job import run_job
+    from ivm.processor.operations.logs import collapse_repeats
+    from ivm.processor.state.recovery import RecoveryError
 
     try:
         config = load_config(args.config).with_overrides(
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    from processor.topics import kafka_reason, require_broker
+    from ivm.processor.kafka.topics import kafka_reason, require_broker
 
     require_broker(config.kafka)  # one line at once, not 30 s of client timeouts (and nothing logged before it)
     if not kernels_at_start():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 DESCRIPTION = """\
 Whether the pipeline's `ivm run` is running (its heartbeat file,
@@ -92,14 +92,14 @@ def status_document(
     ends: Mapping[tuple[str, int], int],
     snapshots: Sequence[str],
 ) -> dict[str, Any]:
-    """The committed progress as plain JSON data, every value through :func:`processor.codec.json_value`.
+    """The committed progress as plain JSON data, every value through :func:`ivm.processor.codecs.avro.json_value`.
 
     ``committed`` is the last progress record (``schemas/progress.avsc``, as decoded), ``ends``
     the end offset of every relation topic partition, ``snapshots`` the snapshot file names.
     :func:`watch_document` adds what a user watching the pipeline needs besides.
     """
-    from processor.codec import json_value
-    from processor.job import state_dir
+    from ivm.processor.codecs.avro import json_value
+    from ivm.processor.job import state_dir
 
     offsets = list((committed or {}).get("offsets", []))
     positions = {(o["topic"], o["partition"]): o["offset"] for o in offsets}
@@ -135,7 +135,7 @@ def settled_ends(
     real lag: left as it is) or its end; a partition not settled within ``timeout`` keeps its end."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    from processor.kafka_clients import consumer
+    from ivm.processor.kafka.clients import consumer
 
     behind = {tp: position for tp, position in positions.items() if tp in ends and 0 <= position < ends[tp]}
     out = dict(ends)
@@ -174,7 +174,7 @@ def settled_ends(
 def slice_snapshots(location: str) -> list[dict[str, Any]]:
     """The snapshots of every slice of a ``placement = "executors"`` pipeline under its snapshot location:
     per slice folder, its configuration fingerprint, slice index and snapshot names (oldest first)."""
-    from processor.placement.host import slice_stores, slices_root
+    from ivm.processor.placement.host import slice_stores, slices_root
 
     out = []
     prefix = slices_root(location) + "/"
@@ -223,10 +223,10 @@ def watch_document(
     now: float | None = None,
 ) -> dict[str, Any]:
     """``status`` (:func:`status_document`) with the fields for a user who watches the pipeline:
-    ``running``, ``process`` (a :class:`processor.heartbeat.Liveness`), ``metrics``,
+    ``running``, ``process`` (a :class:`ivm.processor.operations.heartbeat.Liveness`), ``metrics``,
     ``committed_age_seconds``, ``lag_by_topic`` and ``results``, as plain JSON data."""
-    from processor.codec import json_value
-    from processor.heartbeat import iso
+    from ivm.processor.codecs.avro import json_value
+    from ivm.processor.operations.heartbeat import iso
 
     now = time.time() if now is None else now
     age = None
@@ -254,7 +254,7 @@ def watch_document(
 def render_text(status: Mapping[str, Any], partitions: bool = False, now: float | None = None) -> list[str]:
     """The status (:func:`watch_document`) in lines for a terminal; ``partitions``: the lag of each
     partition under its topic's."""
-    from processor.heartbeat import ago, parse_iso
+    from ivm.processor.operations.heartbeat import ago, parse_iso
 
     now = time.time() if now is None else now
     lines = [f"pipeline {status['pipeline']}: {status['process']['summary']}"]
@@ -325,12 +325,12 @@ def kernels_document() -> list[dict[str, Any]]:
 
 def dead_letter_document(config: Any, timeout: float = RESULT_TIMEOUT) -> dict[str, Any]:
     """The pipeline's dead letters in its dead-letter topic: ``{topic, total, by_reason, error}``
-    (``processor.deadletters``: the records of its relation and control topics)."""
+    (``ivm.processor.kafka.deadletters``: the records of its relation and control topics)."""
     from confluent_kafka import KafkaException
 
-    from processor.control import control_topic
-    from processor.deadletters import read_dead_letters
-    from processor.topics import kafka_reason
+    from ivm.processor.control import control_topic
+    from ivm.processor.kafka.deadletters import read_dead_letters
+    from ivm.processor.kafka.topics import kafka_reason
 
     inputs = [r.topic for r in config.relations] + [control_topic(config)]
     try:
@@ -387,7 +387,7 @@ def relation_attributes(config: Any) -> dict[str, list[str]]:
 def read_results(bootstrap: Kafka, config: Any, timeout: float = RESULT_TIMEOUT) -> list[QueryResult]:
     """The current result of each query of the pipeline (the configured ones as ``<pipeline>.control``
     leaves them), read_committed from its result topic: the last record of a scalar query's topic, the
-    number of groups of a keyed one's (:func:`processor.publish.materialize`).
+    number of groups of a keyed one's (:func:`ivm.processor.publish.materialize`).
 
     A topic that cannot be read is that query's ``error``, not the command's: the rest of the status
     still tells where the pipeline stands.
@@ -395,11 +395,11 @@ def read_results(bootstrap: Kafka, config: Any, timeout: float = RESULT_TIMEOUT)
     from confluent_kafka import KafkaException
 
     import ivm
-    from processor.codec import OutputCodec
-    from processor.control import control_topic, effective, read_overrides
-    from processor.kafka_clients import admin as new_admin
-    from processor.publish import materialize
-    from processor.topics import kafka_reason, watermarks
+    from ivm.processor.codecs.avro import OutputCodec
+    from ivm.processor.control import control_topic, effective, read_overrides
+    from ivm.processor.kafka.clients import admin as new_admin
+    from ivm.processor.kafka.topics import kafka_reason, watermarks
+    from ivm.processor.publish import materialize
 
     queries = list(config.queries)
     failure = None
@@ -453,8 +453,8 @@ def last_record(bootstrap: Kafka, topic: str, timeout: float = RESULT_TIMEOUT) -
     """
     from confluent_kafka import KafkaError, TopicPartition
 
-    from processor.kafka_clients import consumer as new_consumer
-    from processor.topics import watermarks
+    from ivm.processor.kafka.clients import consumer as new_consumer
+    from ivm.processor.kafka.topics import watermarks
 
     consumer = new_consumer(
         bootstrap,
@@ -501,13 +501,13 @@ def last_record(bootstrap: Kafka, topic: str, timeout: float = RESULT_TIMEOUT) -
 def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from processor.cli import CommandError
-    from processor.config import load_config
-    from processor.heartbeat import liveness
-    from processor.job import snapshot_location, state_dir
-    from processor.recovery import read_committed_progress
-    from processor.snapshots import StateStore
-    from processor.topics import end_offsets, kafka_reason, require_broker
+    from ivm.processor.cli import CommandError
+    from ivm.processor.config import load_config
+    from ivm.processor.job import snapshot_location, state_dir
+    from ivm.processor.kafka.topics import end_offsets, kafka_reason, require_broker
+    from ivm.processor.operations.heartbeat import liveness
+    from ivm.processor.state.recovery import read_committed_progress
+    from ivm.processor.state.snapshots import StateStore
 
     config = load_config(args.config).with_overrides(bootstrap=args.bootstrap)
     folder = state_dir(config)

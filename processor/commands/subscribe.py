@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -75,8 +75,8 @@ def _error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from processor.cli import CommandError
-    from processor.subscribe import (
+    from ivm.processor.cli import CommandError
+    from ivm.processor.kafka.subscribe import (
         UnknownTopicError,
         broker_topics,
         decoder_for,
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
 
     config = None
     if args.config:
-        from processor.config import load_config
+        from ivm.processor.config import load_config
 
-        config = load_config(args.config)  # a ConfigError: one line per finding, exit 2 (processor/cli.py)
+        config = load_config(args.config)  # a ConfigError: one line per finding, exit 2 (ivm/processor/cli.py)
     bootstrap = (
         config.kafka.with_bootstrap(args.bootstrap) if config is not None else (args.bootstrap or DEFAULT_BOOTSTRAP)
     )
@@ -161,8 +161,8 @@ def _with_control_queries(config, bootstrap: Kafka):
     output topics stay), or ``None`` when the control topic holds none or cannot be read."""
     from dataclasses import replace
 
-    from processor.control import control_topic, read_overrides
-    from processor.subscribe import broker_topics
+    from ivm.processor.control import control_topic, read_overrides
+    from ivm.processor.kafka.subscribe import broker_topics
 
     try:
         if control_topic(config) not in broker_topics(bootstrap):
@@ -176,10 +176,10 @@ def _with_control_queries(config, bootstrap: Kafka):
 
 
 def _snapshot(bootstrap: Kafka, topic: str, args: argparse.Namespace) -> int:
-    """The current result, then its changes (``processor.publish.snapshot_then_changes``)."""
+    """The current result, then its changes (``ivm.processor.publish.snapshot_then_changes``)."""
     import json
 
-    from processor.publish import snapshot_then_changes
+    from ivm.processor.publish import snapshot_then_changes
 
     for event in snapshot_then_changes(bootstrap, topic, idle_timeout=args.idle_timeout):
         if args.json:

@@ -11,7 +11,7 @@ PEM key and certificate (signed by a CA the caller made, e.g. with openssl),
 SCRAM users created when the storage is formatted (``kafka-storage format
 --add-scram``), the broker's own connections as one of them.
 :attr:`KafkaBroker.client_properties` are then the ``[kafka.properties]`` a
-client needs (librdkafka's names, :mod:`processor.kafka_clients`).
+client needs (librdkafka's names, :mod:`ivm.processor.kafka.clients`).
 
 >>> # with KafkaBroker.start() as broker: broker.bootstrap -> '127.0.0.1:PORT'
 """
@@ -27,9 +27,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from processor.local.artifacts import kafka_jars
-from processor.local.ports import free_port, wait_for_port
-from processor.local.process import stop_group
+from ivm.processor.local.artifacts import kafka_jars
+from ivm.processor.local.ports import free_port, wait_for_port
+from ivm.processor.local.process import stop_group
 
 _LOG4J2 = """status = warn
 appender.file.type = File
@@ -57,7 +57,7 @@ def _java() -> str:
 
 
 # The local broker's JVM: the throughput collector and the C1 compiler only, as Spark's
-# driver (processor/local/spark.py): C2 spends seconds of CPU compiling while a short
+# driver (ivm/processor/local/spark.py): C2 spends seconds of CPU compiling while a short
 # run needs the cores.  IVM_KAFKA_JAVA_OPTIONS replaces these.
 _JVM_OPTIONS = os.environ.get("IVM_KAFKA_JAVA_OPTIONS", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1").split()
 
@@ -158,8 +158,8 @@ class KafkaBroker:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until the broker answers metadata requests."""
-        from processor.kafka_clients import KafkaConnection
-        from processor.kafka_clients import admin as new_admin
+        from ivm.processor.kafka.clients import KafkaConnection
+        from ivm.processor.kafka.clients import admin as new_admin
 
         admin = new_admin(KafkaConnection(self.bootstrap, tuple(self.client_properties.items())))
         deadline = time.monotonic() + timeout
@@ -237,7 +237,7 @@ class KafkaCluster:
 
     def wait_ready(self, timeout: float = 120.0, brokers: int | None = None) -> None:
         """Wait until the metadata lists ``brokers`` brokers (default: every node)."""
-        from processor.kafka_clients import admin as new_admin
+        from ivm.processor.kafka.clients import admin as new_admin
 
         want = brokers or len(self.nodes)
         admin = new_admin(self.bootstrap)
@@ -254,7 +254,7 @@ class KafkaCluster:
 
     def leader(self, topic: str, partition: int = 0) -> int:
         """The node id that leads ``topic``'s ``partition`` now."""
-        from processor.kafka_clients import admin as new_admin
+        from ivm.processor.kafka.clients import admin as new_admin
 
         admin = new_admin(self.bootstrap)
         return admin.list_topics(topic, timeout=30).topics[topic].partitions[partition].leader

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ivm.processor.local.ports import free_port, wait_for_port
+from ivm.processor.local.process import stop_group
 from ivm.resources import monitoring_dir
-from processor.local.ports import free_port, wait_for_port
-from processor.local.process import stop_group
 
 RULES_DIR = monitoring_dir() / "rules"  # the shipped alert rules (ivm.resources)
 

@@ -26,9 +26,9 @@ import urllib.request
 from functools import cache
 from pathlib import Path
 
-from processor.local.artifacts import APICURIO_LEGACY_VERSION, APICURIO_VERSION, apicurio_registry_dist
-from processor.local.ports import free_port
-from processor.local.process import stop_group
+from ivm.processor.local.artifacts import APICURIO_LEGACY_VERSION, APICURIO_VERSION, apicurio_registry_dist
+from ivm.processor.local.ports import free_port
+from ivm.processor.local.process import stop_group
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
 # Java major version each release line needs.

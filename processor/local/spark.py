@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from processor.local.artifacts import spark_kafka_jars
+from ivm.processor.local.artifacts import spark_kafka_jars
 
 _LOG4J2 = Path(__file__).with_name("log4j2-spark.properties")
 # The driver JVM: the throughput collector, and the C1 compiler only.  Measured with a
@@ -53,12 +53,12 @@ def default_settings() -> dict[str, str]:
 
 
 def owned_settings() -> dict[str, str]:
-    """The settings the processor owns whatever the master (also under spark-submit, :mod:`processor.submit`):
+    """The settings the processor owns whatever the master (also under spark-submit, :mod:`ivm.processor.submit`):
     no speculation, and the stream's temporary checkpoint and stop bound."""
     return {
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.sql.streaming.stopTimeout": "5s",  # a stop never waits on a Kafka fetch for long
-        "spark.speculation": "false",  # a second attempt of a batch would only cost (processor.placement)
+        "spark.speculation": "false",  # a second attempt of a batch would only cost (ivm.processor.placement)
     }
 
 
@@ -72,7 +72,7 @@ def spark_session(
 
     ``conf`` (``[spark.conf]``) overrides the processor's defaults (driver memory, shuffle partitions, the
     UI, the application's name); the settings the processor owns (:func:`owned_settings`) come last and
-    cannot be overridden (the configuration refuses them by name, :data:`processor.config.OWNED_SPARK_CONF`).
+    cannot be overridden (the configuration refuses them by name, :data:`ivm.processor.config.OWNED_SPARK_CONF`).
 
     On a local master Spark binds to the loopback address (``SPARK_LOCAL_IP=127.0.0.1`` for the JVM it
     launches, unless set already), so a machine whose host name resolves to an unreachable address still

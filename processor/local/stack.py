@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from processor.local.kafka import KafkaBroker
-from processor.local.ports import free_port
-from processor.local.process import stop_group
+from ivm.processor.local.kafka import KafkaBroker
+from ivm.processor.local.ports import free_port
+from ivm.processor.local.process import stop_group
 
 
 def project_root() -> Path:
@@ -48,7 +48,7 @@ def local_dir() -> Path:
 
 
 def _child_cwd() -> Path:
-    """The working folder of a child ``python -m processor.cli``: the checkout (whose code it must import),
+    """The working folder of a child ``python -m ivm.processor.cli``: the checkout (whose code it must import),
     else the state folder (not a folder of the user's that might hold a ``processor`` package of its own)."""
     if in_checkout():
         return project_root()
@@ -74,7 +74,7 @@ class ProcessorProcess:
         self._log = open(log_path, "ab")  # noqa: SIM115 (lives as long as the process)
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "processor.cli", "-v", "run",
+                sys.executable, "-m", "ivm.processor.cli", "-v", "run",
                 "--config", str(config),
                 "--bootstrap", bootstrap,
                 "--metrics-port", str(self.metrics_port),
@@ -97,7 +97,7 @@ class ProcessorProcess:
         """Micro-batches this process has logged as committed so far."""
         if not self.log_path.exists():
             return 0
-        return self.log_path.read_text(errors="replace").count("processor.job: batch ")
+        return self.log_path.read_text(errors="replace").count("ivm.processor.job: batch ")
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -7,10 +7,10 @@ the result, which it adds up (``ivm.shards``: counts, sums and ring payloads add
 across shards; a group-by adds per group).  A scalar result costs O(slices) per
 batch; a group-by result O(slices) per changed group and the published groups'
 space, as in the driver's placement (the result topic's contents are kept there
-too, ``processor.publish``).
+too, ``ivm.processor.publish``).
 
 :func:`assemble` turns one batch's slice responses and the input partitions'
-summaries into the :class:`~processor.pipeline.Applied` that the pipeline
+summaries into the :class:`~ivm.processor.pipeline.Applied` that the pipeline
 publishes, with every count the driver's placement would give: a record counts
 once however many slices hold its tuple.
 """
@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from ivm.processor.config import PipelineConfig, QueryConfig
+from ivm.processor.kafka.sink import Sink
+from ivm.processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Positions, Record, RecordBatch
+from ivm.processor.placement.routing import slice_count
+from ivm.processor.placement.slices import SliceResponse
+from ivm.processor.planning import build_view, engine_of
 from ivm.view import Outcome
-from processor.config import PipelineConfig, QueryConfig
-from processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Positions, Record, RecordBatch
-from processor.placement.routing import slice_count
-from processor.placement.slices import SliceResponse
-from processor.planning import build_view, engine_of
-from processor.sink import Sink
 
 if TYPE_CHECKING:
-    from processor.kafka_clients import Kafka
+    from ivm.processor.kafka.clients import Kafka
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class RemoteView:
         return reduce(operator.add, (self._scalar[i] for i in sorted(self._scalar)))
 
     def stats(self) -> dict[str, Any]:
-        from processor.metrics import _combine
+        from ivm.processor.operations.metrics import _combine
 
         return _combine([s.last_stats for s in self.shards])
 
@@ -150,7 +150,7 @@ class PlacedPipeline(Pipeline):
         return RemoteView(build_view(self.config, q, schema_of, windows, ADMITTED), self.slices)
 
     def _apply(self, records: Iterable[Record] | RecordBatch) -> Applied:
-        raise RuntimeError("the state is on the executors: batches are applied there (processor.placement)")
+        raise RuntimeError("the state is on the executors: batches are applied there (ivm.processor.placement)")
 
 
 @dataclass(frozen=True)
@@ -234,12 +234,12 @@ def recover_positions(pipeline: PlacedPipeline, bootstrap: Kafka) -> None:
     batch reaches it (``host.py``).  A pipeline whose batch 0 was a bulk bootstrap is refused: its tuples
     are in no topic, so a slice without a snapshot could not be rebuilt.
     """
-    from processor.recovery import RecoveryError, _fix_origins, read_committed_progress
+    from ivm.processor.state.recovery import RecoveryError, _fix_origins, read_committed_progress
 
     committed = read_committed_progress(bootstrap, pipeline.config.progress_topic)
     if committed is None:  # a new history: slice snapshots of an earlier one (a reset) must never be read
-        from processor.job import snapshot_location
-        from processor.placement.host import clear_slices
+        from ivm.processor.job import snapshot_location
+        from ivm.processor.placement.host import clear_slices
 
         removed = clear_slices(snapshot_location(pipeline.config))
         if removed:

@@ -12,9 +12,9 @@ so a slice stays where it was built.
 
 A host applies batch ``v`` of a slice only on top of ``v - 1``, answers a
 repeated ``v`` with the stored outputs (a retried task), and otherwise rebuilds
-the slice: its newest snapshot (``processor.snapshots``, at the pipeline's
+the slice: its newest snapshot (``ivm.processor.state.snapshots``, at the pipeline's
 snapshot location, a folder or URL every node reads) plus a replay of the
-committed inputs after it (``processor.recovery.replay``), or the relation
+committed inputs after it (``ivm.processor.state.recovery.replay``), or the relation
 topics' whole history when it has no snapshot.  Before applying ``v`` it
 snapshots the committed ``v - 1`` every ``snapshot_every`` batches, in a forked
 child, so the stream does not wait for the write.
@@ -52,13 +52,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.config import PipelineConfig
-from processor.pipeline import Record, RecordBatch
-from processor.placement import wire
-from processor.placement.routing import slice_count
-from processor.placement.slices import Piece, Seal, Slice, SlicePipeline, SliceRequest, SliceResponse
-from processor.relations import fingerprint
-from processor.snapshots import BackgroundSnapshots, StateStore
+from ivm.processor.config import PipelineConfig
+from ivm.processor.pipeline import Record, RecordBatch
+from ivm.processor.placement import wire
+from ivm.processor.placement.routing import slice_count
+from ivm.processor.placement.slices import Piece, Seal, Slice, SlicePipeline, SliceRequest, SliceResponse
+from ivm.processor.state.relations import fingerprint
+from ivm.processor.state.snapshots import BackgroundSnapshots, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def slice_stores(location: str) -> list[StateStore]:
     """The snapshot store of every slice found under ``location`` (every configuration's)."""
     from pyarrow.fs import FileSelector, FileType
 
-    from processor.snapshots import filesystem
+    from ivm.processor.state.snapshots import filesystem
 
     fs, root = filesystem(slices_root(location))
     infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
@@ -182,7 +182,7 @@ class SliceTable:
     def _records(self, current: Slice, seal: Seal) -> tuple[RecordBatch, set[tuple[str, int, int]], int]:
         """Batch ``seal.version``'s records of the slice, in (topic, partition, offset) order, with the
         quiet ones (another slice reports their dead letters), and how many were read from Kafka."""
-        from processor.recovery import read_range
+        from ivm.processor.state.recovery import read_range
 
         with self._stage_lock:
             pieces = dict(self._staged.get(seal.index, {}).get(seal.version, {}))
@@ -220,7 +220,7 @@ class SliceTable:
     def _rebuild(self, seal: Seal) -> tuple[Slice, int]:
         """Slice ``seal.index`` at batch ``version - 1``: its newest snapshot (or empty, at the history's
         origin) plus the committed inputs after it."""
-        from processor.recovery import adopt, replay
+        from ivm.processor.state.recovery import adopt, replay
 
         pipeline = SlicePipeline(self.config, seal.index)
         snapshot = slice_store(self.spec, seal.index, self.fingerprint).load()
@@ -588,7 +588,7 @@ def _start(spec: HostSpec, folder: Path, timeout: float = START_TIMEOUT) -> tupl
     fd = os.open(folder / "host.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as out:
         child = subprocess.Popen(
-            [sys.executable, "-m", "processor.placement.host", str(folder)],
+            [sys.executable, "-m", "ivm.processor.placement.host", str(folder)],
             stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True, close_fds=True,
         )  # fmt: skip
     _STARTED[:] = [p for p in _STARTED if p.poll() is None]

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor.config import PipelineConfig
-from processor.control import control_topic
-from processor.pipeline import RecordBatch, relation_codecs
-from processor.placement.driver import PartitionSummary
-from processor.placement.routing import Placement
+from ivm.processor.config import PipelineConfig
+from ivm.processor.control import control_topic
+from ivm.processor.pipeline import RecordBatch, relation_codecs
+from ivm.processor.placement.driver import PartitionSummary
+from ivm.processor.placement.routing import Placement
 
 
 @dataclass

@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import ivm
+from ivm.processor.config import PipelineConfig
 from ivm.query.model import Query
 from ivm.shards import HyperCube, stable_hash, stable_hashes
 from ivm.updates import Row
-from processor.config import PipelineConfig
 
 #: the salt of the hash that places a tuple of a relation no query reads
 _UNREAD_SALT = 0x5EED
@@ -49,7 +49,7 @@ def slice_count(config: PipelineConfig) -> int:
 class Placement:
     """The slices of each relation tuple (module docstring): the routing of the whole pipeline.
 
-    >>> from processor.config import PipelineConfig, QueryConfig, RelationConfig
+    >>> from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
     >>> config = PipelineConfig(relations=(RelationConfig("E"), RelationConfig("U")),
     ...                         queries=(QueryConfig("tri", "Q() :- E(a,b), E(b,c), E(c,a)"),), shards=8)
     >>> placement = Placement(config, {"E": ["src", "dst"], "U": ["x"]})

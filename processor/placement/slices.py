@@ -1,6 +1,6 @@
 """One slice of a pipeline's state, and its versions: what a shard host keeps for the driver.
 
-:class:`SlicePipeline` is the driver's :class:`~processor.pipeline.Pipeline`
+:class:`SlicePipeline` is the driver's :class:`~ivm.processor.pipeline.Pipeline`
 restricted to slice ``s`` (``routing.py``): the same decoding, the same input
 policy over the relation contents, the same views, but only for the tuples
 routed to ``s`` and only shard ``s`` of each query.  Applying every slice's
@@ -22,16 +22,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ivm.processor.codecs.avro import PackedDecoded
+from ivm.processor.config import PipelineConfig, QueryConfig
+from ivm.processor.control import ACKS as CONTROL_ACKS
+from ivm.processor.control import decode as decode_control
+from ivm.processor.kafka.sink import Sink
+from ivm.processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Positions, Record, RecordBatch
+from ivm.processor.placement.routing import Placement
+from ivm.processor.planning import build_view
 from ivm.shards import ShardedView, ShardSlice
 from ivm.view import Outcome
-from processor.codec import PackedDecoded
-from processor.config import PipelineConfig, QueryConfig
-from processor.control import ACKS as CONTROL_ACKS
-from processor.control import decode as decode_control
-from processor.pipeline import ADMITTED, Applied, PackedUpdate, Pipeline, Positions, Record, RecordBatch
-from processor.placement.routing import Placement
-from processor.planning import build_view
-from processor.sink import Sink
 
 
 class NoSink(Sink):

@@ -40,10 +40,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from processor.pipeline import Positions, RecordBatch
-from processor.placement.driver import PartitionSummary, PlacedPipeline, assemble
-from processor.placement.host import HostSpec, connect, executor_name, request, stage
-from processor.placement.slices import Piece, Seal, SliceResponse
+from ivm.processor.pipeline import Positions, RecordBatch
+from ivm.processor.placement.driver import PartitionSummary, PlacedPipeline, assemble
+from ivm.processor.placement.host import HostSpec, connect, executor_name, request, stage
+from ivm.processor.placement.slices import Piece, Seal, SliceResponse
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,7 +70,7 @@ class RouteFn:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from processor.placement.routes import Router
+        from ivm.processor.placement.routes import Router
 
         key = pickle.dumps(self.spec.config)
         router = _ROUTERS.get(key)
@@ -236,7 +236,7 @@ def seal_batch(
     known: set[Address],
 ) -> tuple[Any, list[SliceResponse]]:
     """Steps 2 and 3 (module docstring): seal batch ``sent`` on every slice's host; returns the batch's
-    :class:`~processor.pipeline.Applied` and the slices' responses.  ``owners`` is updated with where
+    :class:`~ivm.processor.pipeline.Applied` and the slices' responses.  ``owners`` is updated with where
     each slice now lives; the hosts that held a slice that moved are told to drop it."""
     started = time.perf_counter()
     previous = dict(owners)

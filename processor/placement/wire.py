@@ -18,7 +18,7 @@ ints, floats, str, bytes, lists, tuples, dicts, sets, frozensets, :class:`~fract
 :class:`~decimal.Decimal`, numpy arrays and scalars of numeric dtypes (raw buffers), the engines' ring
 values, and the placement's own message classes, listed by name in :data:`CLASSES`.  Decoding builds
 only those classes (from their fields, never through a callable named by the message), so a message
-can at worst be refused: :class:`WireError` names what was wrong.  A :class:`~processor.pipeline.RecordBatch`
+can at worst be refused: :class:`WireError` names what was wrong.  A :class:`~ivm.processor.pipeline.RecordBatch`
 travels in columns (numpy buffers for the int columns, one buffer plus lengths for keys and values).
 An exception travels as its type's name and message and arrives as :class:`RemoteError`.
 
@@ -242,17 +242,17 @@ def _registry() -> None:
 
 def _fill() -> None:
     global _RecordBatch, _DYADICS
+    from ivm.processor.pipeline import RecordBatch
     from ivm.rings import exact
-    from processor.pipeline import RecordBatch
 
     _RecordBatch, _DYADICS = RecordBatch, (exact.PyDyadic, exact.Dyadic)
+    from ivm.processor.pipeline import PackedUpdate, Record
+    from ivm.processor.placement.slices import Piece, Seal, SliceResponse
     from ivm.rings.base import Pair
     from ivm.rings.covariance import Covariance
     from ivm.rings.generalized_covariance import GeneralizedCovariance
     from ivm.rings.matrix import Matrix
     from ivm.rings.relational import Relation
-    from processor.pipeline import PackedUpdate, Record
-    from processor.placement.slices import Piece, Seal, SliceResponse
 
     messages = (Piece, Seal, SliceResponse, Record, PackedUpdate)
     for cls in (*messages, Pair, Covariance, GeneralizedCovariance, Matrix, Relation):
@@ -633,7 +633,7 @@ class _Reader:
         return out
 
     def batch(self, depth: int) -> Any:
-        from processor.pipeline import RecordBatch
+        from ivm.processor.pipeline import RecordBatch
 
         n = self.u32()
         names = self.value(depth + 1)

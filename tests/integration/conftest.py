@@ -1,7 +1,7 @@
 """Fixtures for the integration tests' own services (DESIGN §6).
 
 The Schema Registry is a real Apicurio Registry started by the project's own
-code (``processor.local.registry``); if it cannot start, the tests that need it
+code (``ivm.processor.local.registry``); if it cannot start, the tests that need it
 fail (never a skip).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.local.registry import SchemaRegistry
+from ivm.processor.local.registry import SchemaRegistry
 
 LOGS = Path(__file__).resolve().parents[2] / ".local" / "test-logs"
 

@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 from ivm.policy import Policy
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.kafka_clients import CLIENT_DEFAULTS
-from processor.subscribe import follow
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.kafka.clients import CLIENT_DEFAULTS
+from ivm.processor.kafka.subscribe import follow
 
 TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 
@@ -60,8 +60,8 @@ def read_all(bootstrap: str, topic: str, timeout: float = READ_IDLE_TIMEOUT) -> 
     stopped; ``TimeoutError`` if the end is not reached within ``timeout`` seconds (a hang guard)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from processor.subscribe import decoder_for, resolve_topic
-    from processor.topics import watermarks
+    from ivm.processor.kafka.subscribe import decoder_for, resolve_topic
+    from ivm.processor.kafka.topics import watermarks
 
     decoder = decoder_for(resolve_topic(topic))
     marks = watermarks(bootstrap, [topic])
@@ -103,7 +103,7 @@ def consume_raw(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None
     """(partition, offset, key, value) of every message ``topic`` holds (from its first offset still held)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from processor.topics import watermarks
+    from ivm.processor.kafka.topics import watermarks
 
     marks = watermarks(bootstrap, [topic])
     consumer = Consumer(

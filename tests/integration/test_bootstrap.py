@@ -6,12 +6,12 @@ import random
 
 import pytest
 
+from ivm.processor.bootstrap import BootstrapError, bootstrap
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from ivm.query import parse
-from processor.bootstrap import BootstrapError, bootstrap
-from processor.codec import load_relation_codecs
-from processor.produce import UpdateProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import TRIANGLE, pipeline_config, read_until
 from tests.oracles import apply_stream, count
 

@@ -10,16 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from processor.config import dump_config
-from processor.subscribe import reflects
-from processor.topics import end_offsets
+from ivm.processor.config import dump_config
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import end_offsets
 from tests.integration.helpers import pipeline_config, read_until
 
 pytestmark = pytest.mark.integration
 
 
 def ivm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "processor.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ivm.processor.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_produce_status_and_exit_codes(kafka, start_job, topic_prefix, tmp_path: Path) -> None:

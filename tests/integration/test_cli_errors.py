@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.cli import main
-from processor.config import dump_config
-from processor.topics import create_topics
+from ivm.processor.cli import main
+from ivm.processor.config import dump_config
+from ivm.processor.kafka.topics import create_topics
 from tests.integration.helpers import pipeline_config
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_stops import _produce, _start, _triangles, _wait_for
 

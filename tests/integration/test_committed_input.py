@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from processor.codec import load_relation_codecs
-from processor.kafka_clients import CLIENT_DEFAULTS
-from processor.topics import create_topics
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.kafka.clients import CLIENT_DEFAULTS
+from ivm.processor.kafka.topics import create_topics
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_consumer_group_lag import describe_group
 from tests.integration.test_placement_cluster import _hosts

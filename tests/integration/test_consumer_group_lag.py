@@ -16,13 +16,13 @@ from dataclasses import replace
 
 import pytest
 
-from processor.codec import load_relation_codecs
-from processor.local.artifacts import kafka_tools_jars
-from processor.local.kafka import _java
-from processor.produce import UpdateProducer
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.artifacts import kafka_tools_jars
+from ivm.processor.local.kafka import _java
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_stops import _wait_for
 

@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from processor.cli import main
-from processor.codec import OutputCodec, load_relation_codecs
-from processor.config import dump_config
-from processor.metrics import Metrics
-from processor.produce import UpdateProducer
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import TopicReader, create_topics, end_offsets
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import OutputCodec, load_relation_codecs
+from ivm.processor.config import dump_config
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import TopicReader, create_topics, end_offsets
+from ivm.processor.operations.metrics import Metrics
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

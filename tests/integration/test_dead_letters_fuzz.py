@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from processor.codec import DecodeError, load_relation_codecs
-from processor.produce import UpdateProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.codecs.avro import DecodeError, load_relation_codecs
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from tests.integration.helpers import pipeline_config, read_until
 
 pytestmark = pytest.mark.integration

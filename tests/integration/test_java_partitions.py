@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from processor.cli import main
-from processor.codec import load_relation_codecs
-from processor.kafka_clients import CLIENT_DEFAULTS
-from processor.local.artifacts import kafka_tools_jars
-from processor.local.kafka import _java
-from processor.sink import KafkaSink, TransactionalKafkaSink
-from processor.topics import create_topics
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.kafka.clients import CLIENT_DEFAULTS
+from ivm.processor.kafka.sink import KafkaSink, TransactionalKafkaSink
+from ivm.processor.kafka.topics import create_topics
+from ivm.processor.local.artifacts import kafka_tools_jars
+from ivm.processor.local.kafka import _java
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6

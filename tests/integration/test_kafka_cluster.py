@@ -17,13 +17,13 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from processor.config import TopicsConfig, TopicSettings, dump_config
-from processor.local.kafka import KafkaCluster
-from processor.local.stack import ProcessorProcess
-from processor.produce import UpdateProducer
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_kind, end_offsets, watermarks
+from ivm.processor.config import TopicsConfig, TopicSettings, dump_config
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_kind, end_offsets, watermarks
+from ivm.processor.local.kafka import KafkaCluster
+from ivm.processor.local.stack import ProcessorProcess
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_reliability import LOGS
 from tests.integration.test_stops import CODECS, _triangles, _wait_for

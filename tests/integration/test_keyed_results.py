@@ -13,15 +13,15 @@ from dataclasses import replace
 
 import pytest
 
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import load_relation_codecs, load_schema, schemas_dir
+from ivm.processor.config import QueryConfig
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.publish import GroupKeyCodec, group_key_schema, materialize, snapshot_then_changes
+from ivm.processor.state.recovery import read_committed_progress
 from ivm.query import parse
-from processor.cli import main
-from processor.codec import load_relation_codecs, load_schema, schemas_dir
-from processor.config import QueryConfig
-from processor.produce import UpdateProducer
-from processor.publish import GroupKeyCodec, group_key_schema, materialize, snapshot_then_changes
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import consume_raw, pipeline_config
 
 pytestmark = pytest.mark.integration
@@ -65,7 +65,7 @@ def _oracle(kafka, topics) -> tuple[dict, dict]:
 def _consumer_view(kafka, name: str, query: str) -> dict:
     """What a Kafka Connect sink would hold: the compacted topic decoded by its key schema."""
     codec = GroupKeyCodec(group_key_schema(parse(query), SCHEMAS, name))
-    from processor.codec import OutputCodec
+    from ivm.processor.codecs.avro import OutputCodec
 
     result = OutputCodec("result")
     table = materialize(kafka.bootstrap, f"{name}.result", lambda v: json.loads(result.decode(v)["value"]))

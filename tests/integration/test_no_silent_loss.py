@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 from prometheus_client import generate_latest
 
+from ivm.processor.codecs.avro import RelationCodec, load_relation_codecs
+from ivm.processor.config import QueryConfig, RelationConfig
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.operations.metrics import Metrics
 from ivm.query import parse
-from processor.codec import RelationCodec, load_relation_codecs
-from processor.config import QueryConfig, RelationConfig
-from processor.metrics import Metrics
-from processor.produce import UpdateProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import TRIANGLE, consume_raw, pipeline_config, read_until
 from tests.oracles import count
 

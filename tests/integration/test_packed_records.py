@@ -1,6 +1,6 @@
 """Packed records (``encoding = "avro-packed"``) through the real broker and real Spark.
 
-A random stream of inserts and deletes is produced by :class:`processor.produce.PackedProducer`
+A random stream of inserts and deletes is produced by :class:`ivm.processor.kafka.produce.PackedProducer`
 (the packer of ``ivm produce --pack``) to three-partition relation topics while the job runs, with
 a few bad updates inside otherwise good packed records and one record that is not packed at all.
 Every published result must equal the brute-force count of exactly the updates of the records its
@@ -17,12 +17,12 @@ from dataclasses import replace
 
 import pytest
 
+from ivm.processor.codecs.avro import PackedCodec, load_relation_codecs
+from ivm.processor.kafka.produce import PackedProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from ivm.query import parse
 from ivm.updates import Update
-from processor.codec import PackedCodec, load_relation_codecs
-from processor.produce import PackedProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import consume_raw, pipeline_config, read_until
 from tests.integration.test_stops import _start
 from tests.oracles import apply_stream, count

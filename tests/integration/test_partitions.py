@@ -17,11 +17,11 @@ import random
 
 import pytest
 
-from processor.config import TopicsConfig, TopicSettings
-from processor.produce import UpdateProducer
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import end_offsets, partitions_of, watermarks
+from ivm.processor.config import TopicsConfig, TopicSettings
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import end_offsets, partitions_of, watermarks
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_stops import CODECS, _start, _triangles, _wait_for
 

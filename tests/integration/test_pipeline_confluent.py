@@ -11,11 +11,11 @@ import dataclasses
 
 import pytest
 
-from processor.codec import load_schema, schemas_dir
-from processor.produce import UpdateProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
-from processor.wire import RegistryClient, WireCodec, frame
+from ivm.processor.codecs.avro import load_schema, schemas_dir
+from ivm.processor.codecs.confluent import RegistryClient, WireCodec, frame
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from tests.integration.helpers import pipeline_config, read_until
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,11 @@ import time
 
 import pytest
 
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from ivm.query import parse
-from processor.codec import load_relation_codecs
-from processor.produce import UpdateProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import consume_raw, pipeline_config, read_until
 from tests.oracles import apply_stream, count
 

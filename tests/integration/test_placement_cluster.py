@@ -1,7 +1,7 @@
 """``placement = "executors"`` on a multi-process Spark cluster on this machine (``local-cluster[2,1,1024]``:
 two executor JVMs, each with its own Python workers), against a real broker.
 
-The state lives in shard hosts started by the executors' tasks (``processor.placement``): the driver holds
+The state lives in shard hosts started by the executors' tasks (``ivm.processor.placement``): the driver holds
 no engine state.  The tests check the results against brute force, that every batch is published once and
 in order (read_committed), and that killing a shard host with SIGKILL while the stream runs loses nothing:
 the next batch's task rebuilds its slices from their snapshots and a replay of the committed inputs.
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from processor.config import QueryConfig
-from processor.local.ports import free_port
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.config import QueryConfig
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.ports import free_port
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config, read_all, read_until
 from tests.integration.test_stops import _produce, _start, _triangles, _wait_for
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_cluster import _descendants, _executors
 from tests.integration.test_placement_cluster import _hosts
@@ -45,7 +45,7 @@ def _workers(root: int) -> list[int]:
     for executor in _executors(root):
         for pid in _descendants(executor):
             line = _cmdline(pid)
-            if b"pyspark" in line and b"processor.placement.host" not in line:
+            if b"pyspark" in line and b"ivm.processor.placement.host" not in line:
                 out.append(pid)
     return out
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.config import load_config
-from processor.subscribe import reflects
-from processor.topics import end_offsets
+from ivm.processor.config import load_config
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import end_offsets
 from tests.integration.helpers import read_until
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ QUERY = "Q() :- visits(i, u, x, o, n, t, d), visits(j, u, y, p, m, s, e)"  # pai
 
 def ivm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "processor.cli", *args], input=stdin, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "ivm.processor.cli", *args], input=stdin, capture_output=True, text=True, timeout=300
     )
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from processor.codec import load_relation_codecs
-from processor.commands.dashboards import render_all
-from processor.config import QueryConfig
-from processor.local.ports import free_port
-from processor.local.prometheus import PrometheusServer
-from processor.metrics import Metrics
-from processor.produce import UpdateProducer
-from processor.subscribe import follow, reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.commands.dashboards import render_all
+from ivm.processor.config import QueryConfig
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import follow, reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.ports import free_port
+from ivm.processor.local.prometheus import PrometheusServer
+from ivm.processor.operations.metrics import Metrics
 from tests.integration.helpers import TRIANGLE, pipeline_config
 from tests.unit.test_deployment import dashboard_expressions, rule_expressions, rule_selectors
 

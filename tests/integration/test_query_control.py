@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import pytest
 
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.config import dump_config
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from ivm.query import parse
-from processor.cli import main
-from processor.codec import load_relation_codecs
-from processor.config import dump_config
-from processor.produce import UpdateProducer
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
 from tests.integration.helpers import TRIANGLE, consume_raw, pipeline_config, read_until
 from tests.oracles import count
 

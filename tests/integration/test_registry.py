@@ -11,9 +11,8 @@ from typing import Any
 import fastavro
 import pytest
 
-from processor.codec import DecodeError, key_schema_of, load_schema, schemas_dir
-from processor.local.registry import SchemaRegistry
-from processor.wire import (
+from ivm.processor.codecs.avro import DecodeError, key_schema_of, load_schema, schemas_dir
+from ivm.processor.codecs.confluent import (
     RegistryClient,
     SchemaNotFoundError,
     WireCodec,
@@ -22,6 +21,7 @@ from processor.wire import (
     unframe,
     value_subject,
 )
+from ivm.processor.local.registry import SchemaRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -184,8 +184,8 @@ def test_wire_format_through_a_kafka_topic(kafka, client: RegistryClient, topic_
     """Keys keep every update of a tuple in one partition; values decode after the trip through the broker."""
     from confluent_kafka import Consumer, Producer
 
-    from processor.kafka_clients import CLIENT_DEFAULTS
-    from processor.topics import create_topics
+    from ivm.processor.kafka.clients import CLIENT_DEFAULTS
+    from ivm.processor.kafka.topics import create_topics
 
     topic = f"{topic_prefix}R"
     create_topics(kafka.bootstrap, [topic], partitions=3)
@@ -230,7 +230,7 @@ def test_wire_format_through_a_kafka_topic(kafka, client: RegistryClient, topic_
 
 
 def test_no_register_uses_the_latest_registered_schema(client: RegistryClient, topic: str) -> None:
-    from processor.wire import RegistryError
+    from ivm.processor.codecs.confluent import RegistryError
 
     unregistered = WireCodec.for_relation("R", client, topic, register=False)
     with pytest.raises(RegistryError, match=f"subject {topic}-key has no registered schema"):
@@ -311,7 +311,7 @@ def guarded(schema_registry: SchemaRegistry, tmp_path_factory: pytest.TempPathFa
 
 
 def test_registry_behind_basic_auth_and_tls(guarded: dict[str, Any], topic: str) -> None:
-    from processor.wire import RegistryError
+    from ivm.processor.codecs.confluent import RegistryError
 
     good = RegistryClient(guarded["url"], properties={"basic.auth.user.info": guarded["user_info"],
                                                      "ssl.ca.location": str(guarded["ca"])})  # fmt: skip
@@ -342,7 +342,7 @@ def test_ivm_produce_through_the_guarded_registry_and_no_register(
     import subprocess
     import sys
 
-    from processor.local.stack import project_root
+    from ivm.processor.local.stack import project_root
 
     config = tmp_path / "pipeline.toml"
     config.write_text(f"""
@@ -368,7 +368,7 @@ query = "Q() :- R(a,b)"
     env = {**os.environ, "IVM_TEST_REGISTRY_AUTH": guarded["user_info"]}
 
     def produce(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "processor.cli", "produce", str(edges), "-r", "R", "-c",
+        return subprocess.run([sys.executable, "-m", "ivm.processor.cli", "produce", str(edges), "-r", "R", "-c",
                                str(config), *extra], capture_output=True, text=True, env=env, timeout=300,
                               cwd=project_root())  # fmt: skip
 
@@ -383,7 +383,7 @@ query = "Q() :- R(a,b)"
     again = produce("--no-register")
     assert again.returncode == 0, again.stderr
     assert "produced 2 updates" in again.stdout
-    check = subprocess.run([sys.executable, "-m", "processor.cli", "check", "-c", str(config)], capture_output=True,
+    check = subprocess.run([sys.executable, "-m", "ivm.processor.cli", "check", "-c", str(config)], capture_output=True,
                            text=True, env=env, timeout=300, cwd=project_root())  # fmt: skip
     assert check.returncode == 0, check.stderr
     assert "  schema registry basic.auth.user.info = '********'" in check.stdout

@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from processor.codec import load_relation_codecs
-from processor.config import dump_config
-from processor.local.kafka import KafkaBroker
-from processor.local.stack import ProcessorProcess
-from processor.produce import UpdateProducer
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.config import dump_config
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.kafka import KafkaBroker
+from ivm.processor.local.stack import ProcessorProcess
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import consume_raw, pipeline_config, read_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from ivm.processor.bootstrap import bootstrap
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import load_relation_codecs, schemas_dir
+from ivm.processor.config import QueryConfig, RelationConfig, dump_config
+from ivm.processor.job import prepare
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets, watermarks
+from ivm.processor.operations.metrics import Metrics
+from ivm.processor.state.recovery import RecoveryError
 from ivm.query import parse
-from processor.bootstrap import bootstrap
-from processor.cli import main
-from processor.codec import load_relation_codecs, schemas_dir
-from processor.config import QueryConfig, RelationConfig, dump_config
-from processor.job import prepare
-from processor.metrics import Metrics
-from processor.produce import UpdateProducer
-from processor.recovery import RecoveryError
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets, watermarks
 from tests.integration.helpers import TRIANGLE, consume_raw, pipeline_config, read_until
 from tests.oracles import count
 
@@ -181,8 +181,8 @@ def test_replay_fails_loudly_when_retention_deletes_inputs_after_the_check(kafka
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from processor import recovery
-    from processor.pipeline import Pipeline
+    from ivm.processor.pipeline import Pipeline
+    from ivm.processor.state import recovery
     from tests.unit.test_pipeline import MemorySink
 
     config = _config(kafka, topic_prefix, tmp_path / "state", {"tri": TRIANGLE})
@@ -212,8 +212,8 @@ def test_progress_is_read_from_the_first_offset_still_held(kafka, topic_prefix) 
     from confluent_kafka import Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from processor.codec import OutputCodec
-    from processor.recovery import read_committed_progress
+    from ivm.processor.codecs.avro import OutputCodec
+    from ivm.processor.state.recovery import read_committed_progress
 
     topic = f"{topic_prefix}progress"
     create_topics(kafka.bootstrap, [topic])

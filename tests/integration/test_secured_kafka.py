@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.kafka_clients import KafkaConnection
-from processor.local.kafka import BrokerSecurity, KafkaBroker
-from processor.local.stack import ProcessorProcess, project_root
+from ivm.processor.kafka.clients import KafkaConnection
+from ivm.processor.local.kafka import BrokerSecurity, KafkaBroker
+from ivm.processor.local.stack import ProcessorProcess, project_root
 from tests.conftest import LOGS
 from tests.integration.pki import make_pki
 
@@ -87,7 +87,7 @@ query = "Q() :- R(a,b), S(b,c), T(c,a)"
 def ivm(*args: str, password: str = PASSWORD, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "IVM_TEST_SASL_PASSWORD": password}
     return subprocess.run(
-        [sys.executable, "-m", "processor.cli", *args],
+        [sys.executable, "-m", "ivm.processor.cli", *args],
         capture_output=True, text=True, timeout=timeout, env=env, cwd=project_root(),
     )  # fmt: skip
 
@@ -203,7 +203,7 @@ def test_wrong_password_or_untrusted_certificate_is_one_line_in_every_command(
 def test_spark_source_fails_on_a_wrong_password(secured, spark) -> None:
     """Spark's Kafka source (the Java client) with the translated options: it authenticates with the right
     password (reads the records) and names the cause with a wrong one."""
-    from processor.kafka_clients import producer, spark_kafka_options
+    from ivm.processor.kafka.clients import producer, spark_kafka_options
 
     broker, _pki = secured
     topic = f"spark-{uuid.uuid4().hex[:6]}"
@@ -226,8 +226,8 @@ def test_mutual_tls_client_certificate_for_librdkafka_and_spark(spark, tmp_path_
     """A broker that requires a client certificate: librdkafka takes the PEM files as given, Spark's source
     the translated Java PEM key store (ssl.keystore.certificate.chain / ssl.keystore.key); without the
     certificate the handshake fails, in one line naming the cause."""
-    from processor.kafka_clients import producer, spark_kafka_options
-    from processor.topics import BrokerUnreachable, require_broker
+    from ivm.processor.kafka.clients import producer, spark_kafka_options
+    from ivm.processor.kafka.topics import BrokerUnreachable, require_broker
 
     pki = make_pki(tmp_path_factory.mktemp("mtls-pki"))
     security = BrokerSecurity(

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from processor.codec import load_relation_codecs
-from processor.config import QueryConfig, dump_config
-from processor.heartbeat import RUNNING_FILE
-from processor.local.stack import ProcessorProcess, project_root
-from processor.produce import UpdateProducer
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.config import QueryConfig, dump_config
+from ivm.processor.kafka.produce import UpdateProducer
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.stack import ProcessorProcess, project_root
+from ivm.processor.operations.heartbeat import RUNNING_FILE
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import TRIANGLE, pipeline_config
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ GROUP_BY = "Q(a) :- R(a, b), S(b, c)"
 def ivm_status(config: Path, *flags: str) -> subprocess.CompletedProcess:
     """``ivm status -c CONFIG FLAGS`` as a user runs it, in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "processor.cli", "status", "-c", str(config), *flags],
+        [sys.executable, "-m", "ivm.processor.cli", "status", "-c", str(config), *flags],
         capture_output=True, text=True, timeout=120, cwd=project_root(),
     )  # fmt: skip
 

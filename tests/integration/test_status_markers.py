@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.commands.status import settled_ends
-from processor.kafka_clients import CLIENT_DEFAULTS
-from processor.topics import create_topics, end_offsets
+from ivm.processor.commands.status import settled_ends
+from ivm.processor.kafka.clients import CLIENT_DEFAULTS
+from ivm.processor.kafka.topics import create_topics, end_offsets
 from tests.integration.helpers import pipeline_config
 
 pytestmark = pytest.mark.integration

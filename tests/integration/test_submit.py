@@ -1,4 +1,4 @@
-"""``spark-submit ... processor/submit.py -c pipeline.toml``: a pipeline under pyspark's own spark-submit,
+"""``spark-submit ... ivm/processor/submit.py -c pipeline.toml``: a pipeline under pyspark's own spark-submit,
 against ``local-cluster[2,1,1024]`` (two executor JVMs) and a real broker.
 
 spark-submit's ``--master`` runs the pipeline (the file's ``[spark] master`` is not used, and the log says
@@ -18,12 +18,12 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from processor.config import dump_config
-from processor.local.artifacts import spark_kafka_jars
-from processor.local.stack import project_root
-from processor.recovery import read_committed_progress
-from processor.subscribe import reflects
-from processor.topics import create_topics, end_offsets
+from ivm.processor.config import dump_config
+from ivm.processor.kafka.subscribe import reflects
+from ivm.processor.kafka.topics import create_topics, end_offsets
+from ivm.processor.local.artifacts import spark_kafka_jars
+from ivm.processor.local.stack import project_root
+from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import pipeline_config, read_until
 from tests.integration.test_stops import _produce, _triangles, _wait_for
 
@@ -81,7 +81,7 @@ def test_a_pipeline_under_spark_submit_on_local_cluster(kafka, topic_prefix, tmp
         "spark.task.maxFailures=8",
     )  # fmt: skip
     try:
-        _wait_for(lambda: "processor.job: batch " in log.read_text(errors="replace") or proc.poll() is not None,
+        _wait_for(lambda: "ivm.processor.job: batch " in log.read_text(errors="replace") or proc.poll() is not None,
                   "no batch committed under spark-submit", 300)  # fmt: skip
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         _produce(kafka.bootstrap, topics, 2000, domain, seed=32)  # while it runs
@@ -121,7 +121,7 @@ def test_spark_submit_conf_that_contradicts_the_processor_is_refused(kafka, topi
     log = tmp_path / "submit.log"
     proc = _submit(tmp_path, "local[1]", ["-c", str(path)], log, "spark.speculation=true")
     assert proc.wait(180) == 2
-    assert "processor/submit.py: spark-submit --conf spark.speculation=true: must stay false" in log.read_text()
+    assert "ivm/processor/submit.py: spark-submit --conf spark.speculation=true: must stay false" in log.read_text()
 
 
 def test_submit_outside_spark_submit_is_refused() -> None:

@@ -14,10 +14,10 @@ import pytest
 
 import ivm
 from ivm.apps import LinearRegression
-from processor.cli import main
-from processor.codec import OutputCodec, RelationCodec, load_schema, result_to_json
-from processor.kafka_clients import CLIENT_DEFAULTS
-from processor.topics import create_topics
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import OutputCodec, RelationCodec, load_schema, result_to_json
+from ivm.processor.kafka.clients import CLIENT_DEFAULTS
+from ivm.processor.kafka.topics import create_topics
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,8 @@
 """The micro-batch path around the engines against its record-by-record definition (issue 18).
 
-- the compiled Avro decoder (``processor/_varint_kernel.pyx``) and the numpy one against
+- the compiled Avro decoder (``ivm/processor/codecs/_varint_kernel.pyx``) and the numpy one against
   fastavro's reader record by record, on random and corrupted messages;
-- the compiled admission loop (``processor/_admit_kernel.pyx``) against
+- the compiled admission loop (``ivm/processor/state/_admit_kernel.pyx``) against
   ``RelationStore.admit_each`` under every policy, on random streams with repeated tuples,
   multiplicities other than 1, zeros and integers beyond 64 bits: the same decisions, reasons,
   contents and contents order;
@@ -30,13 +30,13 @@ import pytest
 
 import ivm
 from ivm.policy import Policy
-from processor import relations as relations_module
-from processor import varint as varint_module
-from processor.codec import RelationCodec, decode_each, load_relation_codecs
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.data import facebook_edges
-from processor.pipeline import Pipeline, Record, RecordBatch, interleave
-from processor.relations import RelationStore
+from ivm.processor.codecs import varint as varint_module
+from ivm.processor.codecs.avro import RelationCodec, decode_each, load_relation_codecs
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.data import facebook_edges
+from ivm.processor.pipeline import Pipeline, Record, RecordBatch, interleave
+from ivm.processor.state import relations as relations_module
+from ivm.processor.state.relations import RelationStore
 from tests.unit.test_bulk_decode import INT_SCHEMA, _corrupt
 from tests.unit.test_pipeline import MemorySink
 
@@ -44,8 +44,10 @@ CODECS = load_relation_codecs()
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 VARINT_BUILT = varint_module.kernel_built()
 ADMIT_BUILT = relations_module._admit_kernel is not None
-needs_varint = pytest.mark.skipif(not VARINT_BUILT and not CI, reason="processor._varint_kernel is not built")
-needs_admit = pytest.mark.skipif(not ADMIT_BUILT and not CI, reason="processor._admit_kernel is not built")
+needs_varint = pytest.mark.skipif(
+    not VARINT_BUILT and not CI, reason="ivm.processor.codecs._varint_kernel is not built"
+)
+needs_admit = pytest.mark.skipif(not ADMIT_BUILT and not CI, reason="ivm.processor.state._admit_kernel is not built")
 
 
 @pytest.fixture
@@ -430,7 +432,7 @@ def test_from_arrow_shares_one_string_per_topic() -> None:
 def test_the_collector_is_paused_during_a_batch_and_restored_after() -> None:
     import gc
 
-    from processor.pipeline import collector_paused
+    from ivm.processor.pipeline import collector_paused
 
     seen: list[bool] = []
     pipeline = Pipeline(_config(Policy()), MemorySink())

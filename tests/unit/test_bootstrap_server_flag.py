@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from processor.cli import build_parser
+from ivm.processor.cli import build_parser
 
 #: A minimal command line of each command that talks to Kafka (``produce`` is another change's).
 KAFKA_COMMANDS = {

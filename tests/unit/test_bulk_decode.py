@@ -1,10 +1,10 @@
 """The bulk paths of the runtime against their one-at-a-time definitions.
 
-- :func:`processor.varint.decode_varint_records` and ``RelationCodec.decode_many``
+- :func:`ivm.processor.codecs.varint.decode_varint_records` and ``RelationCodec.decode_many``
   against fastavro's reader record by record, on random and corrupted messages;
 - ``RecordBatch.runs`` against sorting the rows by (topic, partition, offset);
 - the pipeline fed a shuffled columnar batch against the same records in order;
-- :class:`processor.job.Handoff`: order, back-pressure, and a failing batch.
+- :class:`ivm.processor.job.Handoff`: order, back-pressure, and a failing batch.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from processor.codec import RelationCodec, decode_each, load_relation_codecs
-from processor.config import load_config
-from processor.job import Handoff
-from processor.pipeline import Pipeline, Record, RecordBatch
-from processor.varint import decode_varint_records
+from ivm.processor.codecs.avro import RelationCodec, decode_each, load_relation_codecs
+from ivm.processor.codecs.varint import decode_varint_records
+from ivm.processor.config import load_config
+from ivm.processor.job import Handoff
+from ivm.processor.pipeline import Pipeline, Record, RecordBatch
 from tests.unit.test_pipeline import MemorySink
 
 ROOT = Path(__file__).resolve().parents[2]

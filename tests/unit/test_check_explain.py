@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import ivm
-from processor.cli import main
-from processor.config import load_config
+from ivm.processor.cli import main
+from ivm.processor.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "config" / "demo.toml"
@@ -49,16 +49,16 @@ def keep_signal_handlers(monkeypatch) -> None:
 @pytest.fixture
 def runs(monkeypatch) -> list:
     """``ivm run`` without Kafka or Spark: its job builds the pipeline (the runtime's own refusals) and stops."""
-    import processor.job
-    from processor.pipeline import Pipeline
+    import ivm.processor.job
+    from ivm.processor.pipeline import Pipeline
 
     built: list = []
 
     def fake_run_job(config, stop=None, **_):
         built.append(Pipeline(config, NullSink()))
 
-    monkeypatch.setattr(processor.job, "run_job", fake_run_job)
-    monkeypatch.setattr("processor.topics.require_broker", lambda *_a, **_k: None)  # no broker here
+    monkeypatch.setattr(ivm.processor.job, "run_job", fake_run_job)
+    monkeypatch.setattr("ivm.processor.kafka.topics.require_broker", lambda *_a, **_k: None)  # no broker here
     return built
 
 
@@ -171,16 +171,16 @@ def test_run_validates_the_overridden_configuration_before_connecting(capsys, ru
 def test_run_ends_with_one_line_when_kafka_cannot_be_reached(monkeypatch, capsys) -> None:
     from confluent_kafka import KafkaError, KafkaException
 
-    import processor.job
+    import ivm.processor.job
 
     def unreachable(config, **_):
-        # what AdminClient.list_topics raises when no broker answers (processor.topics.create_topics)
+        # what AdminClient.list_topics raises when no broker answers (ivm.processor.kafka.topics.create_topics)
         raise KafkaException(
             KafkaError(KafkaError._TRANSPORT, "Failed to get metadata: Local: Broker transport failure")
         )
 
-    monkeypatch.setattr(processor.job, "run_job", unreachable)
-    monkeypatch.setattr("processor.topics.require_broker", lambda *_a, **_k: None)  # the failure comes later
+    monkeypatch.setattr(ivm.processor.job, "run_job", unreachable)
+    monkeypatch.setattr("ivm.processor.kafka.topics.require_broker", lambda *_a, **_k: None)  # the failure comes later
     assert main(["run", "-c", str(DEMO), "--bootstrap", "127.0.0.1:1"]) == 1
     assert capsys.readouterr().err.splitlines() == [
         "ivm run: Kafka at 127.0.0.1:1: Failed to get metadata: Local: Broker transport failure (_TRANSPORT)"

@@ -1,6 +1,6 @@
 """Every error a user can cause is one line: ``ivm COMMAND: <cause, naming the key, file or address>``.
 
-Each case runs ``processor.cli.main([...])`` in-process and checks the exit code
+Each case runs ``ivm.processor.cli.main([...])`` in-process and checks the exit code
 (2 for usage and configuration, 1 for runtime), that stderr holds exactly one
 line (one line per finding for a configuration) starting ``ivm COMMAND: `` and
 naming what is wrong, that no traceback is printed (``capfd`` sees librdkafka's
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-import processor.cli
-from processor.cli import main
-from processor.local.ports import free_port
+import ivm.processor.cli
+from ivm.processor.cli import main
+from ivm.processor.local.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RELATIONS = ROOT / "schemas" / "relations"
@@ -204,7 +204,7 @@ def test_an_unreachable_broker(argv: list[str], closed: str, edges: Path, tmp_pa
     if args[0] in ("query", "reset"):  # their Kafka timeouts are 30 s and more: bounded in a subprocess
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "processor.cli", *args], capture_output=True, text=True,
+                [sys.executable, "-m", "ivm.processor.cli", *args], capture_output=True, text=True,
                 timeout=BROKER_DEADLINE, cwd=ROOT,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -352,7 +352,7 @@ def test_ivm_local_a_port_out_of_range(capfd) -> None:
     assert "70000 is not a TCP port" in capfd.readouterr().err
 
 
-# --- -v, bugs and python -m processor.cli -----------------------------------------------------------------
+# --- -v, bugs and python -m ivm.processor.cli -----------------------------------------------------------------
 
 
 def test_verbose_adds_the_traceback(capfd) -> None:
@@ -363,20 +363,20 @@ def test_verbose_adds_the_traceback(capfd) -> None:
 
 
 def test_a_bug_still_shows_its_traceback(monkeypatch) -> None:
-    import processor.commands.check
+    import ivm.processor.commands.check
 
     def broken(args) -> int:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(processor.commands.check, "run", broken)
+    monkeypatch.setattr(ivm.processor.commands.check, "run", broken)
     with pytest.raises(ZeroDivisionError):
         main(["check", "-c", "x.toml"])
 
 
 def test_python_m_processor_cli_reports_command_errors(tmp_path: Path) -> None:
-    """``python -m processor.cli``: the commands' CommandError is the imported module's class."""
+    """``python -m ivm.processor.cli``: the commands' CommandError is the imported module's class."""
     done = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "demo", "--edges", str(tmp_path / "none.txt")],
+        [sys.executable, "-m", "ivm.processor.cli", "demo", "--edges", str(tmp_path / "none.txt")],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 2
@@ -384,24 +384,24 @@ def test_python_m_processor_cli_reports_command_errors(tmp_path: Path) -> None:
 
 
 def test_user_errors_are_classified() -> None:
-    from processor.config import ConfigError
-    from processor.topics import BrokerUnreachable
+    from ivm.processor.config import ConfigError
+    from ivm.processor.kafka.topics import BrokerUnreachable
 
-    assert processor.cli.user_error(ConfigError(["a", "b"])) == (2, ["a", "b"])
-    assert processor.cli.user_error(BrokerUnreachable("x")) == (1, ["x"])
-    assert processor.cli.user_error(FileNotFoundError(2, "No such file or directory", "f.txt")) == (
+    assert ivm.processor.cli.user_error(ConfigError(["a", "b"])) == (2, ["a", "b"])
+    assert ivm.processor.cli.user_error(BrokerUnreachable("x")) == (1, ["x"])
+    assert ivm.processor.cli.user_error(FileNotFoundError(2, "No such file or directory", "f.txt")) == (
         2,
         ["f.txt: no such file or directory"],
     )
-    assert processor.cli.user_error(ValueError("a bug's")) is None
-    assert processor.cli.user_error(KeyError("k")) is None
+    assert ivm.processor.cli.user_error(ValueError("a bug's")) is None
+    assert ivm.processor.cli.user_error(KeyError("k")) is None
 
 
 @pytest.mark.parametrize("query", [[], ["q"]], ids=["whole pipeline", "one query"])
 def test_ivm_reset_while_the_pipeline_runs_is_refused(query: list[str], tmp_path: Path, capfd) -> None:
     """Issue 36 point 5c: the README says to stop the pipeline before `ivm reset`; while its heartbeat says it
     runs, the reset is refused (one line, exit 1) and the snapshot stays."""
-    from processor.heartbeat import Heartbeat
+    from ivm.processor.operations.heartbeat import Heartbeat
 
     state = tmp_path / "state"
     toml = tmp_path / "pipeline.toml"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.codec import DecodeError, OutputCodec, RelationCodec, load_relation_codecs, result_to_json
+from ivm.processor.codecs.avro import DecodeError, OutputCodec, RelationCodec, load_relation_codecs, result_to_json
 
 CODECS = load_relation_codecs()
 
@@ -138,7 +138,7 @@ def test_records_of_earlier_schema_versions_decode(name: str, dropped: int) -> N
 
     import fastavro
 
-    from processor.codec import load_schema, schemas_dir
+    from ivm.processor.codecs.avro import load_schema, schemas_dir
 
     raw = load_schema(schemas_dir() / f"{name}.avsc")
     earlier = {**raw, "fields": raw["fields"][:-dropped]}

@@ -1,4 +1,4 @@
-"""The cyclic collector off the pipeline's state (processor/collector.py, issue 18).
+"""The cyclic collector off the pipeline's state (ivm/processor/state/collector.py, issue 18).
 
 A pipeline holding a state of some 10^5 objects applies small batches while every collection is
 watched.  With the state frozen as the processor freezes it (after recovery, before each snapshot),
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.collector import CollectorWatch, freeze_state
-from processor.config import parse_config
-from processor.pipeline import Pipeline
+from ivm.processor.config import parse_config
+from ivm.processor.pipeline import Pipeline
+from ivm.processor.state.collector import CollectorWatch, freeze_state
 from tests.unit.test_pipeline import MemorySink, _record
 
 ROOT = Path(__file__).resolve().parents[2]

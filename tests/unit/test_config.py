@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.config import (
+from ivm.processor.config import (
     ConfigError,
     PipelineConfig,
     QueryConfig,

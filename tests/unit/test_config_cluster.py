@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.cli import main
-from processor.config import (
+from ivm.processor.cli import main
+from ivm.processor.config import (
     OWNED_SPARK_CONF,
     TOPIC_KINDS,
     ConfigError,
@@ -156,7 +156,7 @@ def test_spark_session_builder_gets_the_conf_and_keeps_what_the_processor_owns(m
     """The builder is given [spark.conf] over the processor's defaults, then the processor's own settings."""
     from pyspark.sql import SparkSession
 
-    from processor.local import spark as local_spark
+    from ivm.processor.local import spark as local_spark
 
     given: dict[str, str] = {}
 

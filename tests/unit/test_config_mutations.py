@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.cli import main
-from processor.config import (
+from ivm.processor.cli import main
+from ivm.processor.config import (
     KafkaTable,
     MetricsTable,
     PolicyTable,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.control import decode, effective, encode_add, encode_remove
+from ivm.processor.pipeline import Pipeline, Record
+from ivm.processor.state.recovery import StateStore, adopt
 from ivm.query import parse
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.control import decode, effective, encode_add, encode_remove
-from processor.pipeline import Pipeline, Record
-from processor.recovery import StateStore, adopt
 from tests.oracles import count
 from tests.unit.test_pipeline import MemorySink
 from tests.unit.test_relation_state import _database, _records, _stream
@@ -120,7 +120,7 @@ def test_control_queries_survive_a_restart(tmp_path: Path) -> None:
 
 def _acks(sink: MemorySink) -> list[tuple[str, str, int, str | None]]:
     """The job's answers on the control topic: (op, name, command offset, reason)."""
-    from processor.control import _decode
+    from ivm.processor.control import _decode
 
     out = []
     for topic, _key, value in sink.sent:
@@ -134,7 +134,7 @@ def test_every_command_is_answered_in_its_batch_and_a_refused_one_stays_refused_
     """Issue 36 point 4: the job answers each command (applied, or refused with the reason) on the control
     topic; a command refused once is refused again when replayed, even by a pipeline that could serve it
     (the executors' placement refuses what the driver's would apply)."""
-    from processor.control import Command, fold, refusals
+    from ivm.processor.control import Command, fold, refusals
 
     sink = MemorySink()
     pipeline = Pipeline(CONFIG, sink)
@@ -162,7 +162,7 @@ def test_every_command_is_answered_in_its_batch_and_a_refused_one_stays_refused_
 
 
 def _ack_of(ack: tuple[str, str, int, str | None]) -> bytes:
-    from processor.control import encode_ack
+    from ivm.processor.control import encode_ack
 
     return encode_ack(ack[1], 0, ack[2], ack[3])
 
@@ -174,7 +174,7 @@ def test_a_command_written_before_the_answer_fields_still_decodes() -> None:
 
     import fastavro
 
-    from processor.codec import load_schema, schemas_dir
+    from ivm.processor.codecs.avro import load_schema, schemas_dir
 
     raw = load_schema(schemas_dir() / "control.avsc")
     earlier = fastavro.parse_schema({**raw, "fields": raw["fields"][:-3]})
@@ -200,9 +200,9 @@ def test_an_executors_start_serves_the_unrefused_commands_or_refuses_by_name() -
     one it cannot serve stops it, naming the query, the reason and the fix."""
     import pytest
 
-    from processor.control import Command
-    from processor.job import served_at_start
-    from processor.recovery import RecoveryError
+    from ivm.processor.control import Command
+    from ivm.processor.job import served_at_start
+    from ivm.processor.state.recovery import RecoveryError
 
     distinct = QueryConfig("distinct", "SELECT COUNT(DISTINCT S.C) FROM R JOIN S USING (B)")
     commands = [

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from processor.commands.dashboards import dashboard_queries, expand, load_dashboards, render_all
-from processor.config import load_config
-from processor.metrics import Metrics
-from processor.pipeline import Record
+from ivm.processor.commands.dashboards import dashboard_queries, expand, load_dashboards, render_all
+from ivm.processor.config import load_config
+from ivm.processor.operations.metrics import Metrics
+from ivm.processor.pipeline import Record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -235,7 +235,7 @@ def test_inputs_latency_and_lag() -> None:
 
 
 def test_slice_metrics_follow_the_slice_and_count_from_zero() -> None:
-    from processor.placement.slices import SliceResponse
+    from ivm.processor.placement.slices import SliceResponse
 
     m = Metrics()
 
@@ -256,7 +256,7 @@ def test_slice_metrics_follow_the_slice_and_count_from_zero() -> None:
 
 
 def test_render_draws_one_png_per_dashboard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import processor.commands.dashboards as dashboards
+    import ivm.processor.commands.dashboards as dashboards
 
     asked: list[str] = []
 

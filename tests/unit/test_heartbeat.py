@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-import processor.commands.status as status_command
-from processor.cli import main
-from processor.commands.status import QueryResult, render_text, watch_document
-from processor.config import dump_config, load_config
-from processor.heartbeat import (
+import ivm.processor.commands.status as status_command
+from ivm.processor.cli import main
+from ivm.processor.commands.status import QueryResult, render_text, watch_document
+from ivm.processor.config import dump_config, load_config
+from ivm.processor.local.ports import free_port
+from ivm.processor.operations.heartbeat import (
     LAST_RUN_FILE,
     RUNNING_FILE,
     STALE_INTERVALS,
@@ -30,7 +31,6 @@ from processor.heartbeat import (
     liveness,
     pid_alive,
 )
-from processor.local.ports import free_port
 
 DEMO = Path(__file__).resolve().parents[2] / "config" / "demo.toml"
 HOST = socket.gethostname()
@@ -210,13 +210,13 @@ def metrics_server() -> Iterator[int]:
 
 
 def without_kafka(monkeypatch: pytest.MonkeyPatch, committed: dict | None = None, ends: dict | None = None) -> None:
-    import processor.recovery
-    import processor.topics
+    import ivm.processor.kafka.topics
+    import ivm.processor.state.recovery
 
-    monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, timeout=5.0: None)
-    monkeypatch.setattr(processor.recovery, "read_committed_progress", lambda bootstrap, topic: committed)
+    monkeypatch.setattr(ivm.processor.kafka.topics, "require_broker", lambda bootstrap, timeout=5.0: None)
+    monkeypatch.setattr(ivm.processor.state.recovery, "read_committed_progress", lambda bootstrap, topic: committed)
     monkeypatch.setattr(
-        processor.topics, "end_offsets", lambda bootstrap, topics, isolation="read_committed": ends or {}
+        ivm.processor.kafka.topics, "end_offsets", lambda bootstrap, topics, isolation="read_committed": ends or {}
     )
     monkeypatch.setattr(
         status_command, "dead_letter_document",
@@ -304,7 +304,7 @@ def test_the_status_document_is_strict_json(tmp_path: Path) -> None:
     """Keyed results show their number of groups; unread ones their error; nothing published, nulls."""
     import datetime
 
-    from processor.commands.status import status_document
+    from ivm.processor.commands.status import status_document
 
     config = load_config(DEMO).with_overrides(state_dir=str(tmp_path))
     write_running(tmp_path, age=0.1)

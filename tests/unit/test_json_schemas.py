@@ -6,10 +6,10 @@ every field set (unions on their non-null branch, arrays and maps with two
 items, every logical type) together with the JSON each value must become,
 encodes it with fastavro, decodes it with the decoder ``ivm subscribe`` uses,
 renders it through the project's one JSON path (``render(kind, record,
-as_json=True)``, :func:`processor.codec.json_value`) and reads it back with
+as_json=True)``, :func:`ivm.processor.codecs.avro.json_value`) and reads it back with
 ``json.loads``.  A new field, a new logical type in a schema or a new schema is
 covered without editing this file (a schema with no topic kind in
-``processor.subscribe.KINDS`` fails).  ``ivm status --json``, ``ivm explain
+``ivm.processor.kafka.subscribe.KINDS`` fails).  ``ivm status --json``, ``ivm explain
 --json`` and ``ivm query list --json`` are checked the same way.
 """
 
@@ -27,10 +27,10 @@ from typing import Any
 import fastavro
 import pytest
 
-from processor.cli import main
-from processor.codec import load_schema, schemas_dir
-from processor.config import RelationConfig, load_config
-from processor.subscribe import KINDS, TopicSpec, decoder_for, render
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import load_schema, schemas_dir
+from ivm.processor.config import RelationConfig, load_config
+from ivm.processor.kafka.subscribe import KINDS, TopicSpec, decoder_for, render
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_SCHEMAS = sorted(schemas_dir().glob("*.avsc"))
@@ -170,7 +170,9 @@ def strict_loads(text: str) -> Any:
 def kind_of(path: Path) -> str:
     """The topic kind whose records ``path`` describes."""
     kinds = [name for name, kind in KINDS.items() if kind.schema == path.stem]
-    assert kinds, f"schemas/{path.name} has no topic kind in processor.subscribe.KINDS: ivm subscribe cannot read it"
+    assert kinds, (
+        f"schemas/{path.name} has no topic kind in ivm.processor.kafka.subscribe.KINDS: ivm subscribe cannot read it"
+    )
     return kinds[0]
 
 
@@ -259,7 +261,7 @@ def progress_record() -> dict[str, Any]:
 
 
 def test_status_json_has_every_field_as_json(tmp_path: Path) -> None:
-    from processor.commands.status import status_document
+    from ivm.processor.commands.status import status_document
 
     config = load_config(DEMO).with_overrides(state_dir=str(tmp_path))
     committed = progress_record()
@@ -281,23 +283,25 @@ def test_status_json_has_every_field_as_json(tmp_path: Path) -> None:
 
 
 def test_ivm_status_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    import processor.deadletters
-    import processor.recovery
-    import processor.topics
-    from processor.deadletters import DeadLetters
+    import ivm.processor.kafka.deadletters
+    import ivm.processor.kafka.topics
+    import ivm.processor.state.recovery
+    from ivm.processor.kafka.deadletters import DeadLetters
 
     committed = progress_record()
-    monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, timeout=5.0: None)
-    monkeypatch.setattr(processor.recovery, "read_committed_progress", lambda bootstrap, topic: committed)
+    monkeypatch.setattr(ivm.processor.kafka.topics, "require_broker", lambda bootstrap, timeout=5.0: None)
+    monkeypatch.setattr(ivm.processor.state.recovery, "read_committed_progress", lambda bootstrap, topic: committed)
     monkeypatch.setattr(
-        processor.topics,
+        ivm.processor.kafka.topics,
         "end_offsets",
         lambda bootstrap, topics, isolation="read_committed": {(t, 0): 10 for t in topics},
     )
-    monkeypatch.setattr("processor.commands.status.read_results", lambda bootstrap, config, **_: [])  # no broker
+    monkeypatch.setattr("ivm.processor.commands.status.read_results", lambda bootstrap, config, **_: [])  # no broker
     # no broker: without this the dead-letter read waits its 30 s timeout out (twice)
     held = DeadLetters("dead-letter", total=3, by_reason={"negative multiplicity": 2, "malformed Avro": 1})
-    monkeypatch.setattr(processor.deadletters, "read_dead_letters", lambda bootstrap, topic, inputs, timeout: held)
+    monkeypatch.setattr(
+        ivm.processor.kafka.deadletters, "read_dead_letters", lambda bootstrap, topic, inputs, timeout: held
+    )
     assert main(["status", "-c", str(DEMO), "--json"]) == 0
     status = strict_loads(capsys.readouterr().out)
     reasons = {"negative multiplicity": 2, "malformed Avro": 1}
@@ -329,17 +333,17 @@ def test_ivm_explain_json_of_a_configured_query(capsys: pytest.CaptureFixture[st
 
 
 def test_ivm_query_list_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import processor.control
-    from processor.config import QueryConfig
+    import ivm.processor.control
+    from ivm.processor.config import QueryConfig
 
     added = QueryConfig("pairs", "Q(a) :- R(a, b)", patterns=("R=fifo",))
     log = [
-        processor.control.Command(0, 0, "add", "pairs", added, "applied"),
-        processor.control.Command(0, 1, "add", "late", added, None),
-        processor.control.Command(0, 2, "add", "no", added, "refused", "control command refused: why"),
+        ivm.processor.control.Command(0, 0, "add", "pairs", added, "applied"),
+        ivm.processor.control.Command(0, 1, "add", "late", added, None),
+        ivm.processor.control.Command(0, 2, "add", "no", added, "refused", "control command refused: why"),
     ]
-    monkeypatch.setattr(processor.control, "read_log", lambda bootstrap, topic: log)
-    monkeypatch.setattr("processor.topics.require_broker", lambda *_a, **_k: None)  # no broker here
+    monkeypatch.setattr(ivm.processor.control, "read_log", lambda bootstrap, topic: log)
+    monkeypatch.setattr("ivm.processor.kafka.topics.require_broker", lambda *_a, **_k: None)  # no broker here
     assert main(["query", "list", "-c", str(DEMO), "--json"]) == 0
     listing = strict_loads(capsys.readouterr().out)
     assert listing["pipeline"] == "demo"
@@ -353,9 +357,9 @@ def test_ivm_query_list_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
 
 
 def test_a_control_record_renders_every_field() -> None:
-    """The control kind reads what ``ivm query add|remove`` writes (``processor/control.py``)."""
-    from processor.config import QueryConfig
-    from processor.control import encode_add, encode_remove
+    """The control kind reads what ``ivm query add|remove`` writes (``ivm/processor/control.py``)."""
+    from ivm.processor.config import QueryConfig
+    from ivm.processor.control import encode_add, encode_remove
 
     decode = decoder_for(TopicSpec("demo.control", "control"))
     q = QueryConfig("q", "Q() :- R(a,b)", "ivm_eps", 0.25, 2, ("R=fifo",), "linear_regression", "a")

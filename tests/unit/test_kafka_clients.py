@@ -1,6 +1,6 @@
 """``[kafka.properties]``: parsed, ``${NAME}`` expanded, refused by name, masked, and applied to every client.
 
-Every Kafka client of ``processor/`` is made by :mod:`processor.kafka_clients` (checked on the source), so the
+Every Kafka client of ``processor/`` is made by :mod:`ivm.processor.kafka.clients` (checked on the source), so the
 properties reach librdkafka's producers, consumers and admin clients and, translated to the Java names, Spark's
 Kafka source.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.config import ConfigError, dump_config, expand_env, parse_config
-from processor.kafka_clients import (
+from ivm.processor.config import ConfigError, dump_config, expand_env, parse_config
+from ivm.processor.kafka.clients import (
     KafkaConnection,
     is_secret,
     java_properties,
@@ -292,7 +292,7 @@ name = "tri"
 query = "{TRIANGLE}"
 """
     )
-    ivm = [sys.executable, "-m", "processor.cli", "check", "-c", str(tmp_path / "p.toml")]
+    ivm = [sys.executable, "-m", "ivm.processor.cli", "check", "-c", str(tmp_path / "p.toml")]
     env = {"IVM_TEST_KAFKA_PASSWORD": "s3cr3t-value", "PATH": "/usr/bin:/bin"}
     done = subprocess.run(ivm, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -306,11 +306,11 @@ query = "{TRIANGLE}"
     )
 
 
-# --- every client goes through processor.kafka_clients ----------------------------------------------
+# --- every client goes through ivm.processor.kafka.clients ----------------------------------------------
 
 
 def test_no_module_makes_a_kafka_client_of_its_own() -> None:
-    """A Producer, Consumer or AdminClient constructed outside processor/kafka_clients.py would miss
+    """A Producer, Consumer or AdminClient constructed outside ivm/processor/kafka/clients.py would miss
     [kafka.properties]: none is."""
     offenders = []
     for path in sorted((ROOT / "processor").rglob("*.py")):
@@ -349,7 +349,7 @@ def test_registry_table_with_basic_auth_and_tls(monkeypatch, ca: Path) -> None:
         "basic.auth.user.info": "reg-user:reg-secret",
         "ssl.ca.location": str(ca),
     }
-    from processor.wire import registry_client
+    from ivm.processor.codecs.confluent import registry_client
 
     client = registry_client(config)
     assert client.properties == dict(config.schema_registry_properties)

@@ -11,10 +11,10 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.pipeline import Pipeline
-from processor.publish import GroupKeyCodec, group_key_schema
-from processor.recovery import StateStore, adopt
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.pipeline import Pipeline
+from ivm.processor.publish import GroupKeyCodec, group_key_schema
+from ivm.processor.state.recovery import StateStore, adopt
 from tests.unit.test_pipeline import MemorySink
 from tests.unit.test_relation_state import _database, _records, _stream
 

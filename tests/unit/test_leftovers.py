@@ -1,5 +1,6 @@
-"""A killed run's scratch folders are removed at the next start of the same pipeline (``processor.leftovers``),
-and nothing else is: other pipelines', running processes', unclaimed folders, live shard hosts'."""
+"""A killed run's scratch folders are removed at the next start of the same pipeline
+(``ivm.processor.state.leftovers``), and nothing else is: other pipelines', running processes', unclaimed
+folders, live shard hosts'."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from processor import leftovers
+from ivm.processor.state import leftovers
 
 
 def _dead_process() -> int:

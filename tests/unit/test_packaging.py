@@ -16,9 +16,9 @@ import pytest
 import ivm.kernels
 import ivm.resources
 from ivm.kernels import Kernel, KernelsMissing, discover, kernels, require_compiled, summary
+from ivm.processor.cli import EXTRA_MODULES, main
+from ivm.processor.local import stack
 from ivm.query.schemas import load_avro_schemas, registered_schemas
-from processor.cli import EXTRA_MODULES, main
-from processor.local import stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_base_install_imports_the_library_and_runs_ivm_help() -> None:
         view = ivm.maintain("Q() :- R(a,b), S(b,c), T(c,a)")
         view.apply([("R", (1, 2), 1), ("S", (2, 3), 1), ("T", (3, 1), 1), ("R", (4, 2), 1), ("T", (3, 4), 1)])
         print("triangles", view.result())
-        from processor.cli import main
+        from ivm.processor.cli import main
         try:
             main(["--help"])
         except SystemExit as stop:
@@ -71,7 +71,7 @@ def test_base_install_names_the_missing_extra_in_one_line() -> None:
     done = base_install(
         """
         import sys
-        from processor.cli import main
+        from ivm.processor.cli import main
         sys.exit(main(["check", "-c", sys.argv[1]]))
         """,
         str(ROOT / "config" / "demo.toml"),
@@ -84,8 +84,8 @@ def test_base_install_names_the_missing_extra_in_one_line() -> None:
 
 
 def test_the_produce_parser_offers_what_the_producer_reads() -> None:
-    from processor import produce
-    from processor.commands import produce as command
+    from ivm.processor.commands import produce as command
+    from ivm.processor.kafka import produce
 
     assert command.FORMATS == produce.FORMATS and command.SEPARATORS == produce.SEPARATORS
 
@@ -122,8 +122,8 @@ def test_shipped_files_are_read_through_the_package_from_any_folder(
     assert sorted(p.name for p in (ivm.resources.monitoring_dir() / "rules").glob("*.yml")) == sorted(
         p.name for p in (ROOT / "monitoring" / "rules").glob("*.yml")
     )
-    from processor.codec import schemas_dir
-    from processor.data import sample_graph
+    from ivm.processor.codecs.avro import schemas_dir
+    from ivm.processor.data import sample_graph
 
     assert schemas_dir() == ivm.resources.schemas_dir()
     assert sample_graph().is_relative_to((package / "data").resolve())  # through the package (cwd is tmp_path)
@@ -142,7 +142,7 @@ def test_the_environment_overrides_the_shipped_schemas_and_data(
     monkeypatch.setenv("IVM_SCHEMAS", str(tmp_path))
     monkeypatch.setenv("IVM_DATA", str(tmp_path / "data"))
     assert registered_schemas() == {"E": ["X"]}
-    from processor.data import sample_graph
+    from ivm.processor.data import sample_graph
 
     assert sample_graph() == tmp_path / "data" / "graphs" / "facebook_combined.edges.gz"
 
@@ -246,7 +246,7 @@ def test_ci_is_read_from_the_environment(value: str, ci: bool, monkeypatch: pyte
 def test_the_metric_says_which_kernels_load() -> None:
     from prometheus_client import generate_latest
 
-    from processor.metrics import Metrics
+    from ivm.processor.operations.metrics import Metrics
 
     metrics = Metrics()
     metrics.observe_kernels([Kernel("ivm.a._k", True, "/k.so"), Kernel("ivm.b._j", False, error="absent")])
@@ -265,7 +265,7 @@ def test_ivm_check_prints_the_kernels(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_ivm_status_renders_the_kernels() -> None:
-    from processor.commands.status import kernels_document, render_text
+    from ivm.processor.commands.status import kernels_document, render_text
 
     document = kernels_document()
     assert [k["module"] for k in document] == discover()
@@ -286,7 +286,7 @@ def test_ivm_status_renders_the_kernels() -> None:
 def test_ivm_run_fails_under_ci_when_a_kernel_is_missing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from processor.commands import run
+    from ivm.processor.commands import run
 
     monkeypatch.setattr(ivm.kernels, "_installed", lambda: (Kernel("ivm.b._j", False, error="absent"),))
     monkeypatch.setenv("CI", "true")

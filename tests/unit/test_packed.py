@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from ivm.kernels import under_ci
+from ivm.processor.codecs.avro import DecodeError, PackedCodec, RelationCodec, load_relation_codecs, packed_schema
+from ivm.processor.config import ConfigError, load_config, parse_config
+from ivm.processor.kafka.produce import PackedProducer
+from ivm.processor.pipeline import Pipeline, Record
 from ivm.query.parse import parse
 from ivm.updates import Update
-from processor.codec import DecodeError, PackedCodec, RelationCodec, load_relation_codecs, packed_schema
-from processor.config import ConfigError, load_config, parse_config
-from processor.pipeline import Pipeline, Record
-from processor.produce import PackedProducer
 from tests.oracles import apply_stream, count
 from tests.unit.test_pipeline import MemorySink
 
@@ -236,10 +236,10 @@ def _zigzag(n: int) -> bytes:
 def test_compiled_decoder_equals_the_reader_on_mixed_records() -> None:
     """The compiled pass (``_varint_kernel.decode_packed``) against fastavro on random packed records,
     good ones among records it must leave to the reader: the same updates, errors, sources and indexes."""
-    from processor.varint import kernel_built
+    from ivm.processor.codecs.varint import kernel_built
 
     if not kernel_built() and not under_ci():  # under CI a missing kernel fails, never skips
-        pytest.skip("processor._varint_kernel is not built")
+        pytest.skip("ivm.processor.codecs._varint_kernel is not built")
     rng = random.Random(3)
     codec = PACKED["R"]
     values: list[bytes | None] = []
@@ -280,8 +280,8 @@ def test_confluent_packed_resolves_array_and_record_writer_schemas() -> None:
 
     import fastavro
 
-    from processor.codec import load_schema, schemas_dir
-    from processor.wire import PackedWireCodec, RegisteredSchema, RegistryClient, RegistryError, frame
+    from ivm.processor.codecs.avro import load_schema, schemas_dir
+    from ivm.processor.codecs.confluent import PackedWireCodec, RegisteredSchema, RegistryClient, RegistryError, frame
 
     schema = load_schema(schemas_dir() / "relations" / "R.avsc")
     registry = RegistryClient("http://127.0.0.1:1/unused")  # every schema below is in its cache: no request
@@ -320,15 +320,15 @@ def test_confluent_packed_resolves_array_and_record_writer_schemas() -> None:
 
 
 def test_ivm_produce_packs_a_packed_relation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd) -> None:
-    import processor.produce
-    import processor.topics
+    import ivm.processor.kafka.produce
+    import ivm.processor.kafka.topics
     from tests.unit.test_produce_any_relation import ROWS, TOPIC, Recorder, inputs, produce, write_config
 
     monkeypatch.setattr(Recorder, "instances", [])  # no broker: the producer's sink records
-    monkeypatch.setattr(processor.produce, "KafkaSink", Recorder)
-    monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, *a, **k: None)
-    monkeypatch.setattr(processor.topics, "create_topics", lambda bootstrap, topics, *a, **k: None)
-    monkeypatch.setattr(processor.topics, "partitions_of", lambda bootstrap, topics: {t: [0] for t in topics})
+    monkeypatch.setattr(ivm.processor.kafka.produce, "KafkaSink", Recorder)
+    monkeypatch.setattr(ivm.processor.kafka.topics, "require_broker", lambda bootstrap, *a, **k: None)
+    monkeypatch.setattr(ivm.processor.kafka.topics, "create_topics", lambda bootstrap, topics, *a, **k: None)
+    monkeypatch.setattr(ivm.processor.kafka.topics, "partitions_of", lambda bootstrap, topics: {t: [0] for t in topics})
     config = write_config(tmp_path, encoding="avro-packed")
     code, lines, out = produce(capfd, "-c", str(config), "events", str(inputs(tmp_path)["csv"]), "--pack", "2")
     assert code == 0, lines

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from processor.codec import OutputCodec, load_relation_codecs
-from processor.config import load_config
-from processor.pipeline import Pipeline, Record
+from ivm.processor.codecs.avro import OutputCodec, load_relation_codecs
+from ivm.processor.config import load_config
+from ivm.processor.pipeline import Pipeline, Record
 from tests.oracles import apply_stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_random_batches_match_the_oracle() -> None:
 
 
 def _pipeline(raw: dict) -> tuple[Pipeline, MemorySink]:
-    from processor.config import parse_config
+    from ivm.processor.config import parse_config
 
     sink = MemorySink()
     return Pipeline(parse_config(raw), sink), sink
@@ -214,7 +214,7 @@ def test_linear_regression_without_a_method_is_the_closed_form_least_squares_fit
 def test_unconverged_gradient_descent_says_so_in_the_record_the_log_and_a_metric(caplog) -> None:
     pipeline, sink, batch, theta = _scaled_regression("gradient_descent")
     pipeline.state.models["reg"].max_iter = 500  # the cap (100,000 in production) is reached either way here
-    with caplog.at_level("WARNING", logger="processor.pipeline"):
+    with caplog.at_level("WARNING", logger="ivm.processor.pipeline"):
         pipeline.process(batch, 0)
     (model,) = _models(sink)
     assert model["method"] == "gradient_descent"

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 import ivm
-from processor.codec import OutputCodec, RelationCodec, load_relation_codecs
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.pipeline import Pipeline, Record, RecordBatch
-from processor.placement.driver import PlacedPipeline, assemble
-from processor.placement.host import HostSpec, SliceTable, clear_slices, slice_stores
-from processor.placement.routes import Router
-from processor.placement.routing import Placement, slice_count
-from processor.placement.slices import Behind, Piece, Seal, Slice, SlicePipeline, SliceRequest
+from ivm.processor.codecs.avro import OutputCodec, RelationCodec, load_relation_codecs
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.pipeline import Pipeline, Record, RecordBatch
+from ivm.processor.placement.driver import PlacedPipeline, assemble
+from ivm.processor.placement.host import HostSpec, SliceTable, clear_slices, slice_stores
+from ivm.processor.placement.routes import Router
+from ivm.processor.placement.routing import Placement, slice_count
+from ivm.processor.placement.slices import Behind, Piece, Seal, Slice, SlicePipeline, SliceRequest
 from tests.unit.test_engine_protocol import CASES, random_stream
 from tests.unit.test_pipeline import MemorySink
 
@@ -256,7 +256,7 @@ def test_a_new_host_rebuilds_each_slice_from_its_snapshot(tmp_path: Path, reset:
     in a forked child); a fresh host sealing batch 3 rebuilds every slice from that snapshot (no replay:
     the snapshot is at the batch's start) and reaches the first host's state.  ``reset``: that query's
     state dropped from the slices' snapshots first (``ivm reset QUERY``): the fresh host builds it again
-    from the slices' relation contents.  The store is ``processor.snapshots`` over ``pyarrow.fs``,
+    from the slices' relation contents.  The store is ``ivm.processor.state.snapshots`` over ``pyarrow.fs``,
     tested with URLs there."""
     config = replace(_config(4, **QUERIES), snapshot_every=2)
     location = str(tmp_path / "snapshots")

@@ -1,6 +1,6 @@
 """Packed records (``encoding = "avro-packed"``) in the executors' placement, with the slices in this process.
 
-A packed record carries updates of many tuples, which the routing (``processor.placement.routing``) sends to
+A packed record carries updates of many tuples, which the routing (``ivm.processor.placement.routing``) sends to
 different slices: the record goes to every slice holding one of its updates (``routes.Router``), and each
 slice keeps exactly its own updates, reporting the dead letters of those it is the primary of
 (``SlicePipeline._select_packed``).  The driver's pipeline over the same records is the oracle: results,
@@ -14,13 +14,13 @@ from dataclasses import replace
 
 import pytest
 
-from processor.codec import PackedCodec
-from processor.config import PipelineConfig
-from processor.pipeline import PackedUpdate, Pipeline, Record, RecordBatch
-from processor.placement.driver import assemble
-from processor.placement.routes import Router
-from processor.placement.slices import SlicePipeline
-from processor.placement.wire import decode, encode
+from ivm.processor.codecs.avro import PackedCodec
+from ivm.processor.config import PipelineConfig
+from ivm.processor.pipeline import PackedUpdate, Pipeline, Record, RecordBatch
+from ivm.processor.placement.driver import assemble
+from ivm.processor.placement.routes import Router
+from ivm.processor.placement.slices import SlicePipeline
+from ivm.processor.placement.wire import decode, encode
 from tests.unit.test_pipeline import MemorySink
 from tests.unit.test_placement import CODECS, QUERIES, InProcess, _config, _outputs
 

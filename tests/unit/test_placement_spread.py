@@ -1,4 +1,4 @@
-"""Slices spread over the live shard hosts (``processor.placement.spark.rebalance``): even counts, the
+"""Slices spread over the live shard hosts (``ivm.processor.placement.spark.rebalance``): even counts, the
 fewest moves, and no slice left on a host that is gone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from processor.placement.spark import rebalance
+from ivm.processor.placement.spark import rebalance
 
 A, B, C = ("10.0.0.1", 1), ("10.0.0.2", 2), ("10.0.0.3", 3)
 

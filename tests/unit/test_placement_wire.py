@@ -1,4 +1,4 @@
-"""The shard hosts' wire format (``processor.placement.wire``) and the host's guards, with real host processes.
+"""The shard hosts' wire format (``ivm.processor.placement.wire``) and the host's guards, with real host processes.
 
 - every message of the executors' placement survives the encoding: the in-process placement of
   test_placement.py with each piece, seal and response sent through ``encode``/``decode`` publishes
@@ -30,15 +30,15 @@ import numpy as np
 import pytest
 
 import ivm
+from ivm.processor.codecs.avro import RelationCodec
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.pipeline import Pipeline, Record, RecordBatch
+from ivm.processor.placement import host, wire
+from ivm.processor.placement.host import HostSpec
+from ivm.processor.placement.slices import Piece, Seal, SliceResponse
 from ivm.rings import exact
 from ivm.rings.covariance import Covariance
 from ivm.rings.matrix import Matrix
-from processor.codec import RelationCodec
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.pipeline import Pipeline, Record, RecordBatch
-from processor.placement import host, wire
-from processor.placement.host import HostSpec
-from processor.placement.slices import Piece, Seal, SliceResponse
 from tests.unit.test_engine_protocol import CASES, random_stream
 from tests.unit.test_pipeline import MemorySink
 from tests.unit.test_placement import InProcess, _outputs, _schema_file
@@ -306,9 +306,9 @@ def test_a_host_that_dies_before_serving_fails_the_start_at_once(tmp_path: Path,
 _EXECUTOR = """
 import sys, time
 from pathlib import Path
-from processor.codec import RelationCodec
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.placement import host
+from ivm.processor.codecs.avro import RelationCodec
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.placement import host
 relations = (RelationConfig("E", "E", Path(sys.argv[2])),)
 config = PipelineConfig(name="wiretest", relations=relations, queries=(QueryConfig("q", "Q() :- E(a,b)"),))
 spec = host.HostSpec(config, "run2", b"0123456789abcdef", sys.argv[1] + "/snapshots", 600.0)

@@ -8,7 +8,7 @@ the row it came from.  Retractions (``--delete``, a ``mult`` column), standard i
 ``--bootstrap-server``, the one-line errors (file, line or record, field) with nothing sent, and
 ``--rate`` held within a few percent (timed on a fake producer that records send times).
 
-Kafka is replaced by a recording sink (``processor.produce.KafkaSink``) and the broker probe by a no-op.
+Kafka is replaced by a recording sink (``ivm.processor.kafka.produce.KafkaSink``) and the broker probe by a no-op.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ from typing import Any, ClassVar
 import fastavro
 import pytest
 
-import processor.pipeline
-import processor.produce
-import processor.topics
-from ivm.updates import Update
-from processor.cli import main
-from processor.config import load_config
-from processor.pipeline import Pipeline
-from processor.produce import (
+import ivm.processor.kafka.produce
+import ivm.processor.kafka.topics
+import ivm.processor.pipeline
+from ivm.processor.cli import main
+from ivm.processor.codecs.confluent import RegisteredSchema, RegistryClient
+from ivm.processor.config import load_config
+from ivm.processor.kafka.produce import (
     InMemory,
     Target,
     TokenBucket,
@@ -43,7 +42,8 @@ from processor.produce import (
     read_updates,
     send_updates,
 )
-from processor.wire import RegisteredSchema, RegistryClient
+from ivm.processor.pipeline import Pipeline
+from ivm.updates import Update
 
 UTC = datetime.UTC
 TOPIC = "ev.updates"
@@ -161,9 +161,9 @@ class FakeRegistry(RegistryClient):
 def kafka_stub(monkeypatch: pytest.MonkeyPatch) -> type[Recorder]:
     """No broker: the probe and topic creation do nothing, the producer's sink records."""
     monkeypatch.setattr(Recorder, "instances", [])
-    monkeypatch.setattr(processor.produce, "KafkaSink", Recorder)
-    monkeypatch.setattr(processor.topics, "require_broker", lambda bootstrap, *a, **k: None)
-    monkeypatch.setattr(processor.topics, "create_topics", lambda bootstrap, topics, *a, **k: None)
+    monkeypatch.setattr(ivm.processor.kafka.produce, "KafkaSink", Recorder)
+    monkeypatch.setattr(ivm.processor.kafka.topics, "require_broker", lambda bootstrap, *a, **k: None)
+    monkeypatch.setattr(ivm.processor.kafka.topics, "create_topics", lambda bootstrap, topics, *a, **k: None)
     return Recorder
 
 
@@ -189,7 +189,7 @@ def config(tmp_path: Path) -> Path:
 
 def target(config_path: Path) -> Target:
     rel = load_config(config_path).relation("events")
-    from processor.codec import RelationCodec, load_schema
+    from ivm.processor.codecs.avro import RelationCodec, load_schema
 
     return Target.of(RelationCodec.from_schema(load_schema(rel.schema_file()), rel.name))
 
@@ -257,7 +257,7 @@ def test_the_confluent_wire_format_round_trips_through_the_pipelines_decoder(
     tmp_path: Path, kafka_stub: type[Recorder], monkeypatch: pytest.MonkeyPatch, capfd
 ) -> None:
     monkeypatch.setattr(FakeRegistry, "schemas", {})
-    monkeypatch.setattr(processor.pipeline, "RegistryClient", FakeRegistry)
+    monkeypatch.setattr(ivm.processor.pipeline, "RegistryClient", FakeRegistry)
     config = write_config(tmp_path, encoding="confluent")
     code, lines, _ = produce(capfd, "-c", str(config), "events", str(inputs(tmp_path)["csv"]))
     assert code == 0, lines
@@ -519,7 +519,7 @@ def test_rate_holds_within_a_few_percent(rate: float, n: int, config: Path) -> N
     """A fast rate (many sends per sleep) and a slow one (a sleep per send), on a simulated loaded clock
     (:class:`LoadedClock`): the sends keep the rate within 3% over the run (overshooting sleeps are made up
     for), never run ahead of it, start without a burst and end without a long tail."""
-    from processor.codec import RelationCodec, load_schema
+    from ivm.processor.codecs.avro import RelationCodec, load_schema
 
     codec = RelationCodec.from_schema(load_schema(load_config(config).relation("events").schema_file()), "events")
     updates = [Update("events", ROWS[i % 3], 1) for i in range(n)]
@@ -544,7 +544,7 @@ def test_rate_holds_within_a_few_percent(rate: float, n: int, config: Path) -> N
 def test_rate_is_never_exceeded_on_the_real_clock(rate: float, n: int, config: Path) -> None:
     """With the bucket ``send_updates`` makes for a rate (the real clock and sleep), every send comes no
     earlier than the rate allows: a bound a loaded machine cannot break (it only makes sends later)."""
-    from processor.codec import RelationCodec, load_schema
+    from ivm.processor.codecs.avro import RelationCodec, load_schema
 
     codec = RelationCodec.from_schema(load_schema(load_config(config).relation("events").schema_file()), "events")
     updates = [Update("events", ROWS[i % 3], 1) for i in range(n)]
@@ -562,7 +562,9 @@ def test_rate_of_ivm_produce(
     """``--rate 400`` paces the sends at 400 a second (on a simulated loaded clock, :class:`LoadedClock`)."""
     loaded = LoadedClock(seed=400)
     monkeypatch.setattr(
-        processor.produce, "TokenBucket", functools.partial(TokenBucket, clock=loaded.clock, sleep=loaded.sleep)
+        ivm.processor.kafka.produce,
+        "TokenBucket",
+        functools.partial(TokenBucket, clock=loaded.clock, sleep=loaded.sleep),
     )
     monkeypatch.setattr(Recorder, "clock", staticmethod(loaded.clock))
     path = tmp_path / "many.csv"

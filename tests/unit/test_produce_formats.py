@@ -1,4 +1,4 @@
-"""``ivm produce`` reads edge lists and CSV files as users have them (``processor/produce.py``).
+"""``ivm produce`` reads edge lists and CSV files as users have them (``ivm/processor/kafka/produce.py``).
 
 Comment lines, a declared or named header, extra columns, tab/space/comma
 separators and gzip are each parsed into the right updates; every line that is
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ivm.processor.codecs.avro import load_relation_codecs
+from ivm.processor.data import FACEBOOK_EDGES, data_dir, facebook_edges, sample_graph
+from ivm.processor.kafka.produce import InputError, Target, parse_columns, read_edges, read_updates
 from ivm.updates import Update
-from processor.codec import load_relation_codecs
-from processor.data import FACEBOOK_EDGES, data_dir, facebook_edges, sample_graph
-from processor.produce import InputError, Target, parse_columns, read_edges, read_updates
 
 ROOT = Path(__file__).resolve().parents[2]
 CODECS = load_relation_codecs()
@@ -179,7 +179,7 @@ def test_option_errors(tmp_path: Path) -> None:
 def test_ivm_produce_stops_on_a_bad_line_before_contacting_kafka(tmp_path: Path) -> None:
     path = write(tmp_path, "e.txt", "1 2\n2 x\n")
     out = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "produce", str(path), "-r", "R", "--bootstrap", "127.0.0.1:1"],
+        [sys.executable, "-m", "ivm.processor.cli", "produce", str(path), "-r", "R", "--bootstrap", "127.0.0.1:1"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from processor.progress import ProgressBar
+from ivm.processor.operations.progress import ProgressBar
 
 
 class Terminal(io.StringIO):

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from ivm.policy import Policy
-from processor.codec import RelationCodec, load_relation_codecs
-from processor.config import PipelineConfig, QueryConfig, RelationConfig
-from processor.pipeline import Pipeline, Record
-from processor.recovery import RecoveryError, StateStore, adopt
-from processor.relations import RelationStore
+from ivm.processor.codecs.avro import RelationCodec, load_relation_codecs
+from ivm.processor.config import PipelineConfig, QueryConfig, RelationConfig
+from ivm.processor.pipeline import Pipeline, Record
+from ivm.processor.state.recovery import RecoveryError, StateStore, adopt
+from ivm.processor.state.relations import RelationStore
 from tests.oracles import count
 from tests.unit.test_pipeline import MemorySink
 
@@ -247,8 +247,8 @@ def test_progress_records_of_an_earlier_version_are_recognised() -> None:
 
     import fastavro
 
-    from processor.codec import OutputCodec, load_schema, schemas_dir
-    from processor.recovery import decode_progress
+    from ivm.processor.codecs.avro import OutputCodec, load_schema, schemas_dir
+    from ivm.processor.state.recovery import decode_progress
 
     codec = OutputCodec("progress")
     record = {
@@ -276,7 +276,7 @@ def test_progress_records_of_an_earlier_version_are_recognised() -> None:
     ],
 )
 def test_no_snapshot_and_a_history_outside_the_topics_is_refused(committed: dict, reason: str) -> None:
-    from processor.recovery import _rebuild_from_topics
+    from ivm.processor.state.recovery import _rebuild_from_topics
 
     pipeline = Pipeline(_config({"q": TRIANGLE}), MemorySink())
     with pytest.raises(RecoveryError, match=rf"{reason}.*ivm reset -c CONFIG --yes"):

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ivm import maintain
-from processor.pipeline import PipelineState
-from processor.snapshots import BackgroundSnapshots, StateStore
+from ivm.processor.pipeline import PipelineState
+from ivm.processor.state.snapshots import BackgroundSnapshots, StateStore
 
 
 def _state(batch: int, edges: int) -> PipelineState:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from processor.local import spark as spark_module
+from ivm.processor.local import spark as spark_module
 
 
 class _Recorded:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from processor.commands.status import render_text, slice_snapshots
+from ivm.processor.commands.status import render_text, slice_snapshots
 
 
 def test_slice_snapshots_are_listed_per_slice(tmp_path: Path) -> None:

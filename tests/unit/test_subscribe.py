@@ -22,13 +22,13 @@ import numpy as np
 import pytest
 
 import ivm
-import processor.wire
+import ivm.processor.codecs.confluent
 from ivm.apps import ChowLiuTree, LinearRegression
-from ivm.rings import CovarianceRing, GeneralizedCovarianceRing, Relation
-from processor.cli import main
-from processor.codec import OutputCodec, RelationCodec, json_value, load_schema, result_to_json
-from processor.config import load_config
-from processor.subscribe import (
+from ivm.processor.cli import main
+from ivm.processor.codecs.avro import OutputCodec, RelationCodec, json_value, load_schema, result_to_json
+from ivm.processor.codecs.confluent import RegisteredSchema, RegistryClient, WireCodec
+from ivm.processor.config import load_config
+from ivm.processor.kafka.subscribe import (
     KINDS,
     TopicSpec,
     UnknownTopicError,
@@ -39,7 +39,7 @@ from processor.subscribe import (
     resolve_topic,
     to_json,
 )
-from processor.wire import RegisteredSchema, RegistryClient, WireCodec
+from ivm.rings import CovarianceRing, GeneralizedCovarianceRing, Relation
 
 ROOT = Path(__file__).resolve().parents[2]
 R_SCHEMA = ROOT / "schemas" / "relations" / "R.avsc"
@@ -191,7 +191,7 @@ class FakeRegistry(RegistryClient):
 
 def test_relation_record_confluent_wire_format(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FakeRegistry, "schemas", {})
-    monkeypatch.setattr(processor.wire, "RegistryClient", FakeRegistry)
+    monkeypatch.setattr(ivm.processor.codecs.confluent, "RegistryClient", FakeRegistry)
     _, value = WireCodec(load_schema(R_SCHEMA), FakeRegistry("http://registry.invalid"), "R").encode((1, 2), 3)
     config = types.SimpleNamespace(schema_registry="http://registry.invalid")
     decoded = decoder_for(relation_spec("confluent"), config)(value)
@@ -390,7 +390,7 @@ def test_cli_bad_configuration_exits_2(tmp_path: Path, capsys) -> None:
 def test_snapshot_after_a_reset_reports_the_newest_batch_not_the_highest_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 36 point 5d: after `ivm reset` the batch ids start over while the compacted result topic still
     holds groups of the earlier history with higher ids; ``--snapshot`` reported the highest of them."""
-    import processor.publish
+    import ivm.processor.publish
 
     codec = OutputCodec("result")
 
@@ -420,7 +420,7 @@ def test_snapshot_after_a_reset_reports_the_newest_batch_not_the_highest_id(monk
         def follow(self, *_args: Any):
             return iter(())
 
-    monkeypatch.setattr(processor.publish, "TopicReader", Reader)
-    (snapshot,) = list(processor.publish.snapshot_then_changes("unused:9092", "q.result"))
+    monkeypatch.setattr(ivm.processor.publish, "TopicReader", Reader)
+    (snapshot,) = list(ivm.processor.publish.snapshot_then_changes("unused:9092", "q.result"))
     assert snapshot["batch_id"] == 4
     assert snapshot["result"] == {"[1]": 5, "[2]": 7, "[3]": 1}

@@ -118,5 +118,7 @@ def test_the_wheel_runs_outside_the_checkout(dist: tuple[Path, Path], tmp_path: 
     assert "pipeline demo: exactly once" in done.stdout
     assert f"schema:   {example.parent.parent / 'schemas' / 'relations' / 'R.avsc'}" in done.stdout
     assert done.stdout.rstrip().splitlines()[-1] == f"compiled kernels: all {len(discover())} loaded"
-    state = run(python, "-c", "from processor.local.stack import local_dir; print(local_dir())", cwd=tmp_path, env=env)
+    state = run(
+        python, "-c", "from ivm.processor.local.stack import local_dir; print(local_dir())", cwd=tmp_path, env=env
+    )
     assert state.stdout.strip() == str(tmp_path / "state" / "ivm-kafka"), state.stderr

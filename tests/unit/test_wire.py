@@ -9,9 +9,8 @@ from typing import Any
 import fastavro
 import pytest
 
-from processor.codec import DecodeError, RelationCodec, key_schema_of, load_schema, schemas_dir
-from processor.local.ports import free_port
-from processor.wire import (
+from ivm.processor.codecs.avro import DecodeError, RelationCodec, key_schema_of, load_schema, schemas_dir
+from ivm.processor.codecs.confluent import (
     RegisteredSchema,
     RegistryClient,
     RegistryError,
@@ -22,6 +21,7 @@ from processor.wire import (
     unframe,
     value_subject,
 )
+from ivm.processor.local.ports import free_port
 
 
 def r_schema() -> dict[str, Any]:

@@ -20,8 +20,8 @@ from ivm.engines import ENGINES
 from ivm.engines.ivm_eps import check_invariants
 from ivm.engines.ivm_eps.adaptive import IVMEpsAdaptive
 from ivm.engines.ivm_eps.invariants import brute_force_triangles
+from ivm.processor.data import facebook_edges
 from ivm.query import parse
-from processor.data import facebook_edges
 
 TRIANGLE = "Q() :- R(a,b), S(b,c), T(c,a)"
 QUERIES = [TRIANGLE, "Q() :- R(a,b), S(c,b), T(c,a)", "Q() :- E(a,b), E(b,c), F(c,a)"]

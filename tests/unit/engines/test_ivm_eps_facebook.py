@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ivm.engines.ivm_eps import IVMEps, IVMEpsSelfJoin, IVMEpsTriangle, static_triangle_count
+from ivm.processor.data import FACEBOOK_TRIANGLES as TRIANGLES
+from ivm.processor.data import facebook_edges
 from ivm.query import parse
-from processor.data import FACEBOOK_TRIANGLES as TRIANGLES
-from processor.data import facebook_edges
 
 
 def edges() -> list[tuple[int, int]]:

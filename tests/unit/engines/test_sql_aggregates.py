@@ -313,7 +313,7 @@ def test_shards_are_refused() -> None:
 
 
 def test_result_is_json_for_the_runtime() -> None:
-    import processor.codec as codec
+    import ivm.processor.codecs.avro as codec
 
     view = ivm.maintain("SELECT R.A, AVG(S.C) FROM R JOIN S USING (B) GROUP BY R.A", schema=SCHEMA)
     view.apply([("R", (1, 2), 1), ("S", (2, 3), 1), ("S", (2, 4), 1)])

@@ -12,12 +12,12 @@ import pytest
 
 import ivm
 from ivm.policy import Policy
+from ivm.processor.config import PipelineConfig, QueryConfig, parse_config
+from ivm.processor.pipeline import Pipeline
+from ivm.processor.state.relations import RelationStore, load_view
 from ivm.query.patterns import parse_patterns
 from ivm.query.plan import plan
 from ivm.updates import Update
-from processor.config import PipelineConfig, QueryConfig, parse_config
-from processor.pipeline import Pipeline
-from processor.relations import RelationStore, load_view
 from tests.oracles import apply_stream, count_answers
 from tests.unit.test_pipeline import MemorySink, _record
 
@@ -73,7 +73,7 @@ def test_explain_mixed_and_not_free_connex() -> None:
 
 
 def test_ivm_explain_cli_reads_the_word(capsys: pytest.CaptureFixture[str]) -> None:
-    from processor.cli import main
+    from ivm.processor.cli import main
 
     args = ["explain", HOOK, "--json"]
     for r in ("R1", "R2", "R3"):

@@ -80,7 +80,7 @@ def test_columns_of_strings_take_the_rows_and_are_refused() -> None:
 
 
 def test_a_query_lifting_a_string_field_is_refused_at_planning(tmp_path: Path, capsys) -> None:
-    from processor.cli import main
+    from ivm.processor.cli import main
 
     schema = tmp_path / "P.avsc"
     schema.write_text(
@@ -142,7 +142,7 @@ def test_rows_that_cannot_be_keys_are_refused(text: str) -> None:
     ],
 )
 def test_a_relation_schema_with_containers_is_refused(field: object, container: str) -> None:
-    from processor.codec import RelationCodec
+    from ivm.processor.codecs.avro import RelationCodec
 
     schema = {"type": "record", "name": "P", "fields": [{"name": "k", "type": "long"}, {"name": "t", "type": field}]}
     schema["fields"].append({"name": "mult", "type": "long"})  # type: ignore[attr-defined]
@@ -151,7 +151,7 @@ def test_a_relation_schema_with_containers_is_refused(field: object, container: 
 
 
 def test_min_over_a_nullable_field_is_refused_at_planning(tmp_path: Path, capsys) -> None:
-    from processor.cli import main
+    from ivm.processor.cli import main
 
     schema = tmp_path / "P.avsc"
     schema.write_text(
@@ -173,7 +173,7 @@ def test_min_over_a_nullable_field_is_refused_at_planning(tmp_path: Path, capsys
 def test_categorical_variables_are_not_lifted_as_numbers(tmp_path: Path, capsys) -> None:
     """F-IVM's categorical covariance (a Chow-Liu model's) lifts its categorical variables as values:
     strings are taken there, by the View and at planning, while a continuous one must be a number."""
-    from processor.cli import main
+    from ivm.processor.cli import main
 
     view = ivm.maintain("Q(COVAR(a, b)) :- R(a, b)", engine="fivm", options={"categorical": ("b",)})
     assert view.engine.lifted_variables == {"a"}

@@ -9,11 +9,11 @@ import pytest
 
 import ivm
 from ivm.engines.qhier_compact import compact_available
+from ivm.processor.commands import explain as explain_command
 from ivm.query import parse
 from ivm.query.explain import explain, render_text
 from ivm.query.parse import QuerySyntaxError
 from ivm.query.plan import plan
-from processor.commands import explain as explain_command
 from tests.oracles import apply_stream, count, count_answers
 
 SCHEMA = {"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "A"]}
@@ -187,7 +187,7 @@ def test_cli_explain_json(capsys):
 
 
 def test_cli_explain_bad_sql_exits_2(capsys):
-    from processor.cli import main
+    from ivm.processor.cli import main
 
     assert main(["explain", "SELECT COUNT(*) FROM R WHERE R.A < 1", "--schema", "R=A"]) == 2
     (line,) = capsys.readouterr().err.splitlines()  # one line: the construct and where it is
