@@ -44,15 +44,21 @@ demo: setup
 	@echo "setup done; starting the demo"
 	$(BIN)/ivm demo
 
+# pytest-xdist workers, each with its own broker, Spark and registry (tests/conftest.py), the longest tests
+# first (tests/scheduling.py, durations recorded in tests/durations.json): the integration tests mostly wait
+# (JVM start-ups, micro-batches), so more workers than cores pay.  TEST_WORKERS=0: one process, no workers.
+TEST_WORKERS ?= 4
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+
 test: setup
-	$(BIN)/pytest
+	$(BIN)/pytest $(XDIST)
 
 # two pytest-xdist workers: the unit tests are CPU-bound and independent
 test-fast: setup
-	$(BIN)/pytest -n 2 -m "not integration and not slow"
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not integration and not slow"
 
 test-integration: setup
-	$(BIN)/pytest -m integration
+	$(BIN)/pytest $(XDIST) -m integration
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

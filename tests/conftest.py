@@ -14,8 +14,27 @@ from pathlib import Path
 import pytest
 
 from ivm.processor.local.kafka import KafkaBroker
+from tests import scheduling
 
 LOGS = Path(__file__).resolve().parents[1] / ".local" / "test-logs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Durations recorded on request (``IVM_RECORD_DURATIONS``); on the controller of a ``--dist loadgroup``
+    run, the scheduler of tests/scheduling.py."""
+    target = scheduling.record_to()
+    if target is not None:
+        config.pluginmanager.register(scheduling.Recorder(target), "ivm-durations")
+    if not scheduling.on_worker() and getattr(config.option, "dist", "no") == "loadgroup":
+        config.pluginmanager.register(scheduling.GroupPlugin(), "ivm-groups")
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselected theirs: the workers' groups are of the tests that run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a pytest-xdist worker of a ``--dist loadgroup`` run (xdist sets ``loadgroup`` there): the longest tests
+    first, shared expensive fixtures on one worker (tests/scheduling.py)."""
+    if scheduling.on_worker() and getattr(config.option, "loadgroup", False):
+        scheduling.write_groups(scheduling.arrange(items, scheduling.load_durations()))
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +49,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 def spark():
     from ivm.processor.local.spark import spark_session, stop_session
 
-    session = spark_session("ivm-tests", "local[2]", log_dir=str(LOGS))
+    log_dir = LOGS / f"spark-{uuid.uuid4().hex[:6]}"  # a folder per session: each xdist worker has its own
+    log_dir.mkdir(parents=True, exist_ok=True)
+    session = spark_session("ivm-tests", "local[2]", log_dir=str(log_dir))
     yield session
     stop_session(session)
 

@@ -36,14 +36,66 @@ def pipeline_config(
     return PipelineConfig(**{**settings, **overrides})
 
 
-def read_until(bootstrap: str, topic: str, until, idle_timeout: float = 60) -> list[dict]:
+#: how long :func:`read_until` waits for a next record by default: a hang guard, not a speed check.  A loaded
+#: machine (CI, parallel workers) can keep a processor from publishing for a minute (a JVM starting, a recovery),
+#: and the wait ends as soon as ``until`` holds, so a generous bound costs a passing test nothing.
+READ_IDLE_TIMEOUT = 300.0
+
+
+def read_until(bootstrap: str, topic: str, until, idle_timeout: float = READ_IDLE_TIMEOUT) -> list[dict]:
     """Records of ``topic`` (read_committed) until ``until(records so far)`` holds, or
-    ``idle_timeout`` seconds pass without one."""
+    ``idle_timeout`` seconds pass without one (then the caller's assertions on the records fail)."""
     out: list[dict] = []
     for record in follow(bootstrap, topic, poll_timeout=0.5, idle_timeout=idle_timeout):
         out.append(record)
         if until(out):
             break
+    return out
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = READ_IDLE_TIMEOUT) -> list[dict]:
+    """Every committed record ``topic`` holds (read_committed, decoded as ``follow`` decodes them, a keyed
+    result's tombstones with their group), read to the end of each partition: the end is what stops the
+    reading, not a pause between records, which a loaded machine can make.  For a topic whose writer has
+    stopped; ``TimeoutError`` if the end is not reached within ``timeout`` seconds (a hang guard)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from ivm.processor.kafka.subscribe import decoder_for, resolve_topic
+    from ivm.processor.kafka.topics import watermarks
+
+    decoder = decoder_for(resolve_topic(topic))
+    marks = watermarks(bootstrap, [topic])
+    assert marks, f"no topic {topic}"
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "read-all", "enable.auto.commit": False,
+         "isolation.level": "read_committed", "enable.partition.eof": True, **CLIENT_DEFAULTS}
+    )  # fmt: skip
+    consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _high) in marks.items()])
+    waiting = {p for (_t, p), (low, high) in marks.items() if high > low}
+    out: list[dict] = []
+    groups: dict[bytes, object] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while waiting:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions {sorted(waiting)} not read to their end in {timeout:.0f}s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    waiting.discard(msg.partition())
+                    continue
+                raise RuntimeError(f"reading {topic}: {msg.error()}")
+            if msg.value() is None and msg.key() is not None:
+                out.append({"tombstone": True, "key": msg.key(), "group": groups.pop(msg.key(), None), "value": None})
+                continue
+            record = decoder(msg.value())
+            if record.get("group") is not None and msg.key() is not None:
+                groups[msg.key()] = record["group"]
+            out.append(record)
+    finally:
+        consumer.close()
     return out
 
 

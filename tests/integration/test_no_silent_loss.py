@@ -63,7 +63,7 @@ def test_mixed_bad_input_two_queries_one_relation(kafka, start_job, topic_prefix
     for q in config.queries:
         records = read_until(kafka.bootstrap, q.result_topic, lambda rs: reflects(rs[-1], final))
         values[q.name] = json.loads(records[-1]["value"])
-    dead = read_until(kafka.bootstrap, config.dead_letter_topic, lambda rs: len(rs) >= bad, idle_timeout=15)
+    dead = read_until(kafka.bootstrap, config.dead_letter_topic, lambda rs: len(rs) >= bad)
     job.stop()
 
     assert len(dead) == bad  # once each, though two queries read R and S

@@ -22,7 +22,7 @@ from ivm.processor.kafka.subscribe import reflects
 from ivm.processor.kafka.topics import create_topics, end_offsets
 from ivm.processor.local.ports import free_port
 from ivm.processor.state.recovery import read_committed_progress
-from tests.integration.helpers import pipeline_config, read_until
+from tests.integration.helpers import pipeline_config, read_all, read_until
 from tests.integration.test_stops import _produce, _start, _triangles, _wait_for
 
 pytestmark = pytest.mark.integration
@@ -188,7 +188,7 @@ def test_executors_placement_equals_driver_placement(kafka, topic_prefix, tmp_pa
             proc.stop()
         tables[run] = {}
         for q in config.queries:
-            records = read_until(kafka.bootstrap, q.result_topic, lambda rs: False, idle_timeout=5)
+            records = read_all(kafka.bootstrap, q.result_topic)
             table = {}
             for r in records:
                 table[r["group"]] = r["value"]

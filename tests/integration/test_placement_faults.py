@@ -1,9 +1,10 @@
 """Exactly once with the state on the executors, under kill -9 of every kind of process.
 
-``placement = "executors"`` on ``local-cluster[2,1,1024]`` while 10^5 updates arrive in chunks: at
+``placement = "executors"`` on ``local-cluster[2,1,1024]`` while updates arrive in chunks (10^5 / 12 each): at
 random points (seeded), kill -9 an executor JVM, a shard host, a Python worker or the driver (the
 whole ``ivm run`` process group: the driver's Python and JVM, Spark's master, workers and executors;
-a new ``ivm run`` then starts), 12 kills in all.  Afterwards the result topic, read with
+a new ``ivm run`` then starts), 12 kills in all, in two halves of six that run apart (each half kills every
+kind, on a pipeline of its own).  Afterwards the result topic, read with
 read_committed, holds every batch once and in order, and its last value is the brute-force triangle
 count of everything the topics hold, as an uninterrupted run would publish.
 """
@@ -54,8 +55,17 @@ def _committed(bootstrap: str, topic: str) -> int:
     return -1 if progress is None else progress["batch_id"]
 
 
-def test_exactly_once_under_kill_dash_nine_of_every_process(kafka, topic_prefix, tmp_path, monkeypatch) -> None:
-    rng = random.Random(17)
+#: the twelve kills in halves that run apart (in parallel under pytest-xdist), each with every kind of process:
+#: (the kills, seed of the victims, seed of the first chunk of updates).  The first half is the first six kills
+#: of the single run it was, with its seeds.
+PARTS = [(KILLS[:6], 17, 100), (KILLS[6:], 18, 200)]
+
+
+@pytest.mark.parametrize("part", range(len(PARTS)), ids=[f"half{i + 1}" for i in range(len(PARTS))])
+def test_exactly_once_under_kill_dash_nine_of_every_process(kafka, topic_prefix, tmp_path, monkeypatch, part) -> None:
+    kills, seed, produce_seed = PARTS[part]
+    assert set(kills) == set(KILLS), "each half kills every kind of process"
+    rng = random.Random(seed)
     domain = 300
     topics = {r: f"{topic_prefix}{r}" for r in "RST"}
     config = pipeline_config(
@@ -66,13 +76,13 @@ def test_exactly_once_under_kill_dash_nine_of_every_process(kafka, topic_prefix,
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     monkeypatch.setenv("IVM_SHARD_HOST_IDLE_SECONDS", "30")  # the hosts of a killed driver's run leave soon
     chunk = 100_000 // len(KILLS)
-    _produce(kafka.bootstrap, topics, chunk, domain, seed=100)
+    _produce(kafka.bootstrap, topics, chunk, domain, seed=produce_seed)
     runs = 0
     proc = _start(tmp_path, config, kafka.bootstrap, f"run{runs}", monkeypatch)
     tmp = tmp_path / "tmp"
     done: list[str] = []
     try:
-        for i, kind in enumerate(KILLS):
+        for i, kind in enumerate(kills):
             last = _committed(kafka.bootstrap, config.progress_topic)
             _wait_for(
                 lambda last=last, proc=proc: (
@@ -82,7 +92,7 @@ def test_exactly_once_under_kill_dash_nine_of_every_process(kafka, topic_prefix,
                 timeout=300,
             )
             assert proc.alive(), proc.tail()
-            _produce(kafka.bootstrap, topics, chunk, domain, seed=101 + i)
+            _produce(kafka.bootstrap, topics, chunk, domain, seed=produce_seed + 1 + i)
             if kind == "driver":
                 proc.stop(kill=True)
                 runs += 1
@@ -110,7 +120,7 @@ def test_exactly_once_under_kill_dash_nine_of_every_process(kafka, topic_prefix,
         assert proc.alive(), proc.tail()
     finally:
         proc.stop()
-    assert sorted(done) == sorted(KILLS)
+    assert sorted(done) == sorted(kills)
     results = read_until(kafka.bootstrap, config.queries[0].result_topic, lambda rs: reflects(rs[-1], final))
     assert [r["batch_id"] for r in results] == list(range(len(results))), "a batch is missing or duplicated"
     assert int(results[-1]["value"]) == _triangles(kafka.bootstrap, topics, domain)

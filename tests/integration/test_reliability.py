@@ -95,7 +95,7 @@ def check_exactly_once(bootstrap: str, config, topics: dict[str, str], domain: i
             done[topic] = stop
         expected = int(np.einsum("ab,bc,ca->", matrices["R"], matrices["S"], matrices["T"]))
         assert int(result["value"]) == expected, f"batch {result['batch_id']}"
-    dead = read_until(bootstrap, config.dead_letter_topic, lambda rs: len(rs) >= rejected, idle_timeout=20)
+    dead = read_until(bootstrap, config.dead_letter_topic, lambda rs: len(rs) >= rejected)
     assert len(dead) == rejected, "dead letters lost or duplicated"
     assert len({(d["topic"], d["offset"]) for d in dead}) == rejected
     return results
@@ -105,9 +105,19 @@ def _start(config_path: Path, bootstrap: str, log: Path) -> ProcessorProcess:
     return ProcessorProcess(config_path, bootstrap, log, metrics_port=0)
 
 
-def test_kill_dash_nine_at_random_points(own_broker, tmp_path: Path) -> None:
-    bootstrap = own_broker.bootstrap
-    prefix, domain = "kill.", 120
+#: the kill -9 test's twenty kills, in halves that run apart (in parallel under pytest-xdist: each half is a
+#: processor's JVM start-up after another, ten times, which is most of its time): (updates, seed of the updates,
+#: seed of the kill points, kills).  The first half's kill points are the first ten of the single run it was.
+KILL_PARTS = [(50_000, 1, 2, 10), (50_000, 3, 4, 10)]
+
+
+@pytest.mark.parametrize("part", range(len(KILL_PARTS)), ids=[f"half{i + 1}" for i in range(len(KILL_PARTS))])
+def test_kill_dash_nine_at_random_points(kafka, topic_prefix: str, tmp_path: Path, part: int) -> None:
+    """kill -9 of the processor ten times at random points of a stream of 50,000 updates (in each half: twenty
+    kills in all), then one run to the end: every batch exactly once and exact (:func:`check_exactly_once`)."""
+    n, seed, kill_seed, kills = KILL_PARTS[part]
+    bootstrap = kafka.bootstrap  # the processor is what gets killed: the session's broker serves
+    prefix, domain = topic_prefix, 120
     topics = {r: f"{prefix}{r}" for r in "RST"}
     config = pipeline_config(
         bootstrap, prefix, tmp_path / "state", max_offsets_per_trigger=1500, snapshot_every=4, trigger_ms=50
@@ -115,11 +125,11 @@ def test_kill_dash_nine_at_random_points(own_broker, tmp_path: Path) -> None:
     config_path = tmp_path / "pipeline.toml"
     config_path.write_text(dump_config(config))
     create_topics(bootstrap, list(topics.values()))
-    sent = produce_stream(bootstrap, topics, 100_000, seed=1, domain=domain)
-    assert sent >= 100_000 * 0.95
-    rng = random.Random(2)
+    sent = produce_stream(bootstrap, topics, n, seed=seed, domain=domain)
+    assert sent >= n * 0.95
+    rng = random.Random(kill_seed)
     progress_at_kill = []
-    for i in range(20):
+    for i in range(kills):
         proc = _start(config_path, bootstrap, tmp_path / f"processor-{i}.log")
         if rng.random() < 0.25:  # during start-up or recovery
             time.sleep(rng.uniform(0.5, 10.0))

@@ -20,6 +20,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from fractions import Fraction
@@ -341,3 +342,40 @@ def test_a_host_ends_when_its_executor_is_killed(tmp_path: Path) -> None:
     finally:
         executor.kill()
         executor.wait(10)
+
+
+def test_a_stop_is_answered_before_the_host_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host sends its answer to ``stop`` before it ends.  Its process exits when ``serve`` returns, taking
+    the answering thread with it: a host that ended first closed the connection with the answer unsent, and
+    the asker saw EOFError (the ``running`` fixture's teardown under two pytest-xdist workers).  Here the host
+    serves in a thread of this process and its answer to ``stop`` is held back for two seconds, as a busy
+    machine may: ``serve`` must not return before that answer has gone out."""
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    spec = _spec(tmp_path)
+    folder = host.private_folder(tmp_path / "host")
+    events: list[str] = []
+    send = wire.Channel.send
+
+    def late_send(self: wire.Channel, message: object) -> None:
+        if message == "stopping":
+            time.sleep(2.0)
+        send(self, message)
+        if message == "stopping":
+            events.append("answered")
+
+    monkeypatch.setattr(wire.Channel, "send", late_send)
+
+    def serve() -> None:
+        host.serve(folder, pickle.dumps((spec, host.executor_process())))
+        events.append("ended")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while (address := host._running(folder)) is None:
+        assert thread.is_alive() and time.monotonic() < deadline, "the host did not start serving"
+        time.sleep(0.02)
+    assert host.tell(address, KEY, "stop", timeout=30) == "stopping"
+    thread.join(60)
+    assert not thread.is_alive()
+    assert events == ["answered", "ended"]

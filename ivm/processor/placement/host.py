@@ -351,6 +351,7 @@ def serve(folder: Path, handover: bytes) -> None:
             log.warning("refused a connection: %s", err)
             return
         with contextlib.closing(conn):
+            stop_asked = False
             while not stopping.is_set():
                 try:
                     message = conn.recv()
@@ -383,8 +384,8 @@ def serve(folder: Path, handover: bytes) -> None:
                         reply = "dropped"
                     elif kind == "status":
                         reply = {"host": where, "pid": os.getpid(), "executor": executor, "slices": table.status()}
-                    elif kind == "stop":
-                        stopping.set()
+                    elif kind == "stop":  # ``stopping`` is set once the reply is sent (below)
+                        stop_asked = True
                         reply = "stopping"
                     else:
                         reply = ValueError(f"unknown request {kind!r}")
@@ -396,9 +397,15 @@ def serve(folder: Path, handover: bytes) -> None:
                     conn.send(reply)
                 except (OSError, TypeError) as err:
                     log.warning("could not answer: %s", err)
-                    return
-                if stopping.is_set():
+                    if not stop_asked:
+                        return
+                # A stop ends the host only after its answer is sent: the main thread's exit ends this daemon
+                # thread, so setting ``stopping`` before the send let a busy machine close the connection with
+                # the answer unsent (the asker saw EOFError).
+                if stop_asked:
+                    stopping.set()
                     _wake(address)
+                    return
 
     def accept() -> None:
         while not stopping.is_set():
