@@ -822,6 +822,47 @@ cdef inline int cell_len(const double* c, int w) noexcept nogil:
     return n
 
 
+cdef inline bint _roomy(double* h, int* n) noexcept:
+    """Whether the scratch expansion ``h`` (``n`` components) leaves room to grow: compressed once it nears
+    ``SCRATCH``; False when even compressed it does not."""
+    if n[0] > SCRATCH - 4:
+        n[0] = _compress(h, n[0])
+        return n[0] <= SCRATCH - 4
+    return True
+
+
+cdef inline bint _grow_product(double* h, int* n, double a, double b) noexcept:
+    """``h += a · b`` exactly: the FMA TwoProduct's error and product grown into the scratch expansion
+    ``h``; False when the product over- or underflows (its error would not be exact) or ``h`` has no room."""
+    cdef double p = a * b, e
+    if not isfinite(p) or fabs(p) < EXACT_PRODUCT_SAFE:
+        return False
+    e = fma(a, b, -p)
+    if e != 0.0 and not _two_sum_grow(h, n, e):
+        return False
+    if not _two_sum_grow(h, n, p):
+        return False
+    return _roomy(h, n)
+
+
+cdef inline int _fit(double* h, int n, int width) noexcept:
+    """``n`` once ``h`` is compressed to at most ``width`` components, or -1 when it does not fit."""
+    if n > width:
+        n = _compress(h, n)
+        if n > width:
+            return -1
+    return n
+
+
+cdef inline void _store(double* cell, const double* h, int n, int w) noexcept:
+    """A cell of width ``w`` holding the expansion ``h`` of ``n <= w`` components, zero-padded."""
+    cdef int i
+    for i in range(n):
+        cell[i] = h[i]
+    for i in range(n, w):
+        cell[i] = 0.0
+
+
 cdef int exp_mul(const double* a, int na, const double* b, int nb, double* out, int width) noexcept:
     """``out = a · b`` exactly as an expansion of at most ``width`` components (increasing magnitude):
     every pair of components by the FMA TwoProduct, the partials grown into one expansion (Shewchuk
@@ -847,22 +888,9 @@ cdef int exp_mul(const double* a, int na, const double* b, int nb, double* out, 
     cdef double h[SCRATCH]
     for i in range(na):
         for j in range(nb):
-            p = a[i] * b[j]
-            if not isfinite(p) or fabs(p) < EXACT_PRODUCT_SAFE:
+            if not _grow_product(h, &nh, a[i], b[j]):
                 return -1
-            e = fma(a[i], b[j], -p)
-            if e != 0.0 and not _two_sum_grow(h, &nh, e):
-                return -1
-            if not _two_sum_grow(h, &nh, p):
-                return -1
-            if nh > SCRATCH - 4:
-                nh = _compress(h, nh)
-                if nh > SCRATCH - 4:
-                    return -1
-    if nh > width:
-        nh = _compress(h, nh)
-        if nh > width:
-            return -1
+    nh = _fit(h, nh, width)
     for i in range(nh):
         out[i] = h[i]
     return nh
@@ -904,20 +932,12 @@ cdef bint cell_add(double* cell, int w, const double* t, int nt) noexcept:
     for i in range(n):
         h[i] = cell[i]
     for i in range(nt):
-        if not _two_sum_grow(h, &n, t[i]):
+        if not _two_sum_grow(h, &n, t[i]) or not _roomy(h, &n):
             return False
-        if n > SCRATCH - 4:
-            n = _compress(h, n)
-            if n > SCRATCH - 4:
-                return False
-    if n > w:
-        n = _compress(h, n)
-        if n > w:
-            return False
-    for i in range(n):
-        cell[i] = h[i]
-    for i in range(n, w):
-        cell[i] = 0.0
+    n = _fit(h, n, w)
+    if n < 0:
+        return False
+    _store(cell, h, n, w)
     return True
 
 
@@ -928,7 +948,6 @@ cdef bint add_product(double* cell, const double* x, int nx, const double* cy, i
     ``NCG`` components (the cell is then unchanged)."""
     cdef double h[SCRATCH]
     cdef int ny = cell_len(cy, wy), n, i, j
-    cdef double p, e
     if nx == 0 or ny == 0:
         return True
     n = cell_len(cell, NCG)
@@ -936,26 +955,12 @@ cdef bint add_product(double* cell, const double* x, int nx, const double* cy, i
         h[i] = cell[i]
     for i in range(nx):
         for j in range(ny):
-            p = x[i] * cy[j]
-            if not isfinite(p) or fabs(p) < EXACT_PRODUCT_SAFE:
+            if not _grow_product(h, &n, x[i], cy[j]):
                 return False
-            e = fma(x[i], cy[j], -p)
-            if e != 0.0 and not _two_sum_grow(h, &n, e):
-                return False
-            if not _two_sum_grow(h, &n, p):
-                return False
-            if n > SCRATCH - 4:
-                n = _compress(h, n)
-                if n > SCRATCH - 4:
-                    return False
-    if n > NCG:
-        n = _compress(h, n)
-        if n > NCG:
-            return False
-    for i in range(n):
-        cell[i] = h[i]
-    for i in range(n, NCG):
-        cell[i] = 0.0
+    n = _fit(h, n, NCG)
+    if n < 0:
+        return False
+    _store(cell, h, n, NCG)
     return True
 
 
