@@ -79,16 +79,7 @@ class View:
         #: value's: :func:`order_family`); a value of another kind would not compare with the others
         self._ordered = ordered_positions(query)
         self._families: dict[str, Any] = {}
-        #: per relation with a selection, computed attributes or join variables, how its updates enter
-        #: (:mod:`ivm.query.expr`; NULL never joins: :func:`~ivm.query.expr.null_guarded`)
-        self._entries: dict[str, Entry] = _entries_of(query)
-        self._enterers = {relation: entry.compile() for relation, entry in self._entries.items()}
-        self._conditions = {r: e.where.compile() for r, e in self._entries.items() if e.where is not None}
-        #: every entry only drops NULL join keys (no selection, no computed attribute: a batch without NULLs passes)
-        self._null_keys_only = all(e.where is None and not e.derived for e in self._entries.values())
-        #: per relation, the updates its selection or a NULL join key dropped where they entered (counted,
-        #: never rejected)
-        self.filtered: dict[str, int] = dict.fromkeys((r for r, e in self._entries.items() if e.filters), 0)
+        self._set_entries({})
 
     def __getstate__(self) -> dict[str, Any]:
         """The view's state for a snapshot (pickle): the compiled entries are closures, made again on load."""
@@ -99,12 +90,24 @@ class View:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        entries = _entries_of(self.query)  # snapshots from before entries (or NULL join keys) were added have none
-        self._entries = entries
-        self.filtered = {**dict.fromkeys((r for r, e in entries.items() if e.filters), 0), **state.get("filtered", {})}
-        self._enterers = {relation: entry.compile() for relation, entry in entries.items()}
-        self._conditions = {r: e.where.compile() for r, e in entries.items() if e.where is not None}
-        self._null_keys_only = all(e.where is None and not e.derived for e in entries.values())
+        # snapshots from before entries (or NULL join keys) were added have none: made again from the query
+        self._set_entries(state.get("filtered", {}))
+
+    def _set_entries(self, filtered: dict[str, int]) -> None:
+        """How each relation's updates enter, made from the query (:mod:`ivm.query.expr`; NULL never joins:
+        :func:`~ivm.query.expr.null_guarded`), with the counts ``filtered`` so far."""
+        #: per relation with a selection, computed attributes or join variables, its entry
+        self._entries: dict[str, Entry] = _entries_of(self.query)
+        self._enterers = {relation: entry.compile() for relation, entry in self._entries.items()}
+        self._conditions = {r: e.where.compile() for r, e in self._entries.items() if e.where is not None}
+        #: every entry only drops NULL join keys (no selection, no computed attribute: a batch without NULLs passes)
+        self._null_keys_only = all(e.where is None and not e.derived for e in self._entries.values())
+        #: per relation, the updates its selection or a NULL join key dropped where they entered (counted,
+        #: never rejected)
+        self.filtered: dict[str, int] = {
+            **dict.fromkeys((r for r, e in self._entries.items() if e.filters), 0),
+            **filtered,
+        }
 
     def apply(self, updates: Iterable[Update | tuple[str, Row, int]]) -> Outcome:
         """Validate each update against the state as the batch's earlier updates leave it; hand
