@@ -27,22 +27,10 @@ from ivm.processor.pipeline import relation_codecs
 from ivm.processor.state.recovery import read_committed_progress
 from tests.integration.helpers import consume_raw, read_until
 from tests.oracles import count_answers
+from tests.unit.test_formats import CUSTOMERS, ORDERS, TOTAL
 
 pytestmark = pytest.mark.integration
 
-ORDERS = {
-    "type": "record",
-    "name": "orders",
-    "namespace": "shop",
-    "fields": [{"name": "id", "type": "long"}, {"name": "customer", "type": "long"}, {"name": "qty", "type": "long"}],
-}
-CUSTOMERS = {
-    "type": "record",
-    "name": "customers",
-    "namespace": "shop",
-    "fields": [{"name": "id", "type": "long"}, {"name": "region", "type": "string"}],
-}
-TOTAL = "Q() :- orders(o, c, q), customers(c, r)"
 SCHEMA_OF = {"orders": ["id", "customer", "qty"], "customers": ["id", "region"]}
 
 
